@@ -1,0 +1,17 @@
+"""The one place where skfedriem touches private scikit-learn API.
+
+scikit-learn's parameter-validation machinery (``Interval``, ``StrOptions``,
+``validate_params``) gives the error text our users already know from sklearn
+("The 'eps' parameter of calibrate_mu0 must be a float in the range (0, inf).
+Got -1 instead."). It lives in a private module, so every import of it goes
+through here: when sklearn moves it, only this file changes.
+"""
+
+from sklearn.utils._param_validation import (  # noqa: F401
+    Interval,
+    InvalidParameterError,
+    StrOptions,
+    validate_params,
+)
+
+__all__ = ["Interval", "InvalidParameterError", "StrOptions", "validate_params"]

@@ -1,0 +1,29 @@
+"""Record-level differential privacy: the private local step and its accounting."""
+
+from .accountant import PrivacyAccountant
+from .accounting import DISCRETIZATION, calibrate_mu0, epsilon_spent, gdp_epsilon, gdp_mu
+from .mechanism import clip_per_sample, noisy_mean, per_sample_norms, private_gradient, project_per_sample
+from .optimizer import PrivateManifoldOptimizer
+from .per_sample import per_sample_gradients, trainable_parameters
+from .sampling import BatchSampler, FixedSizeSampler, PoissonSampler, make_sampler
+
+__all__ = [
+    "DISCRETIZATION",
+    "BatchSampler",
+    "FixedSizeSampler",
+    "PoissonSampler",
+    "PrivacyAccountant",
+    "PrivateManifoldOptimizer",
+    "calibrate_mu0",
+    "clip_per_sample",
+    "epsilon_spent",
+    "gdp_epsilon",
+    "gdp_mu",
+    "make_sampler",
+    "noisy_mean",
+    "per_sample_gradients",
+    "per_sample_norms",
+    "private_gradient",
+    "project_per_sample",
+    "trainable_parameters",
+]

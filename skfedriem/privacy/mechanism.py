@@ -1,0 +1,127 @@
+"""The Gaussian mechanism of one private local step (SPEC §3, steps 2–4).
+
+Per-sample ambient gradients are projected onto the tangent space of their
+manifold block, clipped as one vector over all blocks, summed and divided by
+the batch size B, and perturbed by P_θ(ξ), ξ ~ N(0, σ² I) in each block's
+ambient space. With the induced metric the tangent norm is the ambient norm,
+so replacing one record moves the mean by at most 2C / B wherever θ is.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from ..manifolds import manifold_of
+from .per_sample import LossFn, per_sample_gradients, trainable_parameters
+
+__all__ = ["clip_per_sample", "noisy_mean", "private_gradient", "project_per_sample"]
+
+
+def project_per_sample(
+    grads: dict[str, torch.Tensor], params: dict[str, torch.Tensor]
+) -> dict[str, torch.Tensor]:
+    """g_z = P_θ ∇f(θ; z) for every record z (Euclidean blocks unchanged)."""
+    return {name: manifold_of(params[name]).proju(params[name].detach(), g) for name, g in grads.items()}
+
+
+def per_sample_norms(grads: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Norm of each record's gradient over all blocks together, shape (B,)."""
+    squares = [g.flatten(start_dim=1).pow(2).sum(1) for g in grads.values()]
+    return torch.stack(squares).sum(0).sqrt()
+
+
+def clip_per_sample(
+    grads: dict[str, torch.Tensor], clip: float
+) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """clip_C(g) = g · min(1, C / ||g||), the norm taken over all blocks.
+
+    Returns
+    -------
+    clipped : dict of str to torch.Tensor
+        Same shapes as ``grads``.
+    scale : torch.Tensor, shape (B,)
+        The factor applied to each record.
+    """
+    norms = per_sample_norms(grads)
+    if math.isinf(clip):
+        scale = torch.ones_like(norms)
+    else:
+        scale = torch.where(norms > clip, clip / norms.clamp_min(torch.finfo(norms.dtype).tiny), 1.0)
+    expand = lambda g: scale.reshape(-1, *([1] * (g.dim() - 1)))  # noqa: E731
+    return {name: g * expand(g) for name, g in grads.items()}, scale
+
+
+def noisy_mean(
+    grads: dict[str, torch.Tensor],
+    params: dict[str, torch.Tensor],
+    *,
+    denominator: float,
+    noise_std: float,
+    generator: torch.Generator | None,
+) -> dict[str, torch.Tensor]:
+    """(1/B) Σ_z g_z + P_θ(ξ) per block, ξ ~ N(0, σ² I) in the ambient space."""
+    out = {}
+    for name, g in grads.items():
+        param = params[name].detach()
+        mean = g.sum(0) / denominator
+        if noise_std > 0:
+            xi = torch.randn(param.shape, generator=generator, dtype=param.dtype, device=param.device)
+            mean = mean + manifold_of(params[name]).proju(param, noise_std * xi)
+        out[name] = mean
+    return out
+
+
+def private_gradient(
+    module: nn.Module,
+    loss_fn: LossFn,
+    batch: tuple[torch.Tensor, ...],
+    *,
+    clip: float,
+    noise_std: float,
+    denominator: float,
+    generator: torch.Generator | None = None,
+) -> dict[str, torch.Tensor]:
+    """The privatised tangent gradient g̃ of SPEC §3 for one batch.
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        Parameters tagged :class:`~skfedriem.manifolds.ManifoldParameter` are
+        treated on their manifold, the others as Euclidean.
+    loss_fn : callable
+        ``loss_fn(module(batch[0]), *batch[1:])`` -> per-record losses (B,).
+    batch : tuple of torch.Tensor
+        The sampled records.
+    clip : float
+        Clip norm C (``inf`` disables clipping).
+    noise_std : float
+        σ, the std of each ambient noise coordinate (0 disables noise).
+    denominator : float
+        B: the fixed batch size, or the expected one under Poisson sampling.
+    generator : torch.Generator, optional
+        Source of the noise; never the global RNG in the engine.
+
+    Returns
+    -------
+    grads : dict of str to torch.Tensor
+        One tangent vector per trainable parameter.
+
+    Notes
+    -----
+    Without clipping and noise (``clip=inf``, ``noise_std=0``) per-sample
+    gradients are not needed: the projected gradient of the summed loss is
+    the same quantity and costs one ordinary backward pass.
+    """
+    params = trainable_parameters(module)
+    if math.isinf(clip) and noise_std == 0:
+        if batch[0].shape[0] == 0:
+            return {name: torch.zeros_like(p) for name, p in params.items()}
+        loss = loss_fn(module(batch[0]), *batch[1:]).sum() / denominator
+        grads = dict(zip(params, torch.autograd.grad(loss, list(params.values()))))
+        return {name: manifold_of(params[name]).proju(params[name].detach(), g) for name, g in grads.items()}
+    grads = project_per_sample(per_sample_gradients(module, loss_fn, batch), params)
+    clipped, _ = clip_per_sample(grads, clip)
+    return noisy_mean(clipped, params, denominator=denominator, noise_std=noise_std, generator=generator)

@@ -1,0 +1,90 @@
+"""Batch samplers whose randomness the privacy amplification relies on (SPEC §3)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import numpy as np
+
+__all__ = ["BatchSampler", "FixedSizeSampler", "PoissonSampler", "make_sampler"]
+
+
+class BatchSampler(ABC):
+    """Draws the records of one local step, fresh and independent at every call.
+
+    Attributes
+    ----------
+    n_records : int
+        Size m of the client's dataset.
+    batch_size : int
+        B: the exact (fixed) or expected (Poisson) batch size.
+    sample_rate : float
+        q = B / m, the rate the accountant uses.
+    denominator : float
+        What the clipped per-sample gradients are summed and divided by: B.
+    """
+
+    sampling: str
+
+    def __init__(self, n_records: int, batch_size: int) -> None:
+        if not 1 <= batch_size <= n_records:
+            raise ValueError(
+                f"The 'batch_size' must be in [1, n_records={n_records}]. Got {batch_size!r} instead."
+            )
+        self.n_records = int(n_records)
+        self.batch_size = int(batch_size)
+
+    @property
+    def sample_rate(self) -> float:
+        return self.batch_size / self.n_records
+
+    @property
+    def denominator(self) -> float:
+        return float(self.batch_size)
+
+    @abstractmethod
+    def sample(self, rng: np.random.Generator) -> np.ndarray:
+        """Indices of the records in the next batch."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(n_records={self.n_records}, batch_size={self.batch_size})"
+
+
+class FixedSizeSampler(BatchSampler):
+    """Exactly B records uniformly without replacement, independently per step.
+
+    Not an epoch shuffle: the subsampling amplification of SPEC §5 needs every
+    step's batch to be a fresh uniform B-subset.
+    """
+
+    sampling = "fixed"
+
+    def sample(self, rng: np.random.Generator) -> np.ndarray:
+        return rng.choice(self.n_records, size=self.batch_size, replace=False, shuffle=False)
+
+
+class PoissonSampler(BatchSampler):
+    """Each record independently with probability q = B / m (batch size varies).
+
+    The clipped gradients are summed and divided by the expected size B, not
+    by the realised size, so the sensitivity stays 2C / B.
+    """
+
+    sampling = "poisson"
+
+    def sample(self, rng: np.random.Generator) -> np.ndarray:
+        return np.flatnonzero(rng.random(self.n_records) < self.sample_rate)
+
+
+_SAMPLERS = {"fixed": FixedSizeSampler, "poisson": PoissonSampler}
+
+
+def make_sampler(sampling: str, n_records: int, batch_size: int) -> BatchSampler:
+    """The sampler named ``sampling`` ("fixed" or "poisson")."""
+    try:
+        cls = _SAMPLERS[sampling]
+    except KeyError:
+        raise ValueError(
+            f"The 'sampling' parameter must be one of {sorted(_SAMPLERS)}. Got {sampling!r} instead."
+        ) from None
+    return cls(n_records, batch_size)

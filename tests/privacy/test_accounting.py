@@ -1,0 +1,144 @@
+"""The certified ε is an upper bound: cross-checked against independent accountants."""
+
+import json
+import math
+
+import pytest
+from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
+from skfedriem.privacy import PrivacyAccountant, calibrate_mu0, epsilon_spent, gdp_epsilon, gdp_mu
+
+from .prv_reference import (
+    ReplaceOneSubsampledGaussian,
+    SymmetrisedSubsampledGaussian,
+    prv_epsilon,
+    prv_poisson_add_remove_epsilon,
+)
+
+DELTA = 1e-5
+CASES = [  # (mu0, q, steps)
+    (1 / 16.9, 0.1, 2000),
+    (0.5, 0.05, 300),
+    (1.0, 0.02, 500),
+    (0.3, 0.5, 100),
+]
+
+
+@pytest.mark.parametrize("mu0, steps", [(0.5, 1), (0.2, 50), (0.05, 2000), (1.5, 10)])
+def test_fixed_mode_at_q_one_is_exact_gdp(mu0, steps):
+    exact = gdp_epsilon(mu0 * math.sqrt(steps), DELTA)
+    ours = epsilon_spent(mu0, 1.0, steps, DELTA)
+    assert exact <= ours <= exact * 1.005
+
+
+@pytest.mark.parametrize("mu0, q, steps", CASES)
+def test_fixed_mode_matches_independent_symmetrised_accountant(mu0, q, steps):
+    low, _, up = prv_epsilon(SymmetrisedSubsampledGaussian(q, mu0), steps, DELTA)
+    ours = epsilon_spent(mu0, q, steps, DELTA)
+    assert ours >= low  # never below what the independent bound allows
+    assert ours <= up * 1.01
+
+
+@pytest.mark.parametrize("mu0, q, steps", CASES)
+def test_fixed_mode_never_below_poisson_add_remove(mu0, q, steps):
+    ours = epsilon_spent(mu0, q, steps, DELTA)
+    _, prv_estimate, _ = prv_poisson_add_remove_epsilon(mu0, q, steps, DELTA)
+    dp = pld_lib.from_gaussian_mechanism(1 / mu0, sampling_prob=q).self_compose(steps)
+    assert ours >= prv_estimate
+    assert ours >= dp.get_epsilon_for_delta(DELTA)
+
+
+def test_fixed_mode_costs_a_few_percent_of_noise_over_add_remove():
+    # SPEC §5: at q = 0.1, 2000 steps, eps = 1 the symmetrised tradeoff needs ~3.5 % more noise.
+    mu_fixed = calibrate_mu0(1.0, DELTA, 0.1, 2000)
+    mu_ar = 1.0
+    lo, hi = 0.01, 1.0
+    for _ in range(40):  # bisection of the add/remove accountant, independent of ours
+        mu_ar = (lo + hi) / 2
+        eps = pld_lib.from_gaussian_mechanism(1 / mu_ar, sampling_prob=0.1).self_compose(2000)
+        lo, hi = (mu_ar, hi) if eps.get_epsilon_for_delta(DELTA) <= 1.0 else (lo, mu_ar)
+    extra_noise = mu_ar / mu_fixed - 1
+    assert 0.0 < extra_noise < 0.06
+
+
+@pytest.mark.parametrize("mu0, q, steps", CASES)
+def test_poisson_mode_matches_independent_replace_one(mu0, q, steps):
+    low, est, up = prv_epsilon(ReplaceOneSubsampledGaussian(q, mu0), steps, DELTA)
+    ours = epsilon_spent(mu0, q, steps, DELTA, sampling="poisson")
+    assert ours >= low
+    assert abs(ours - est) <= 0.01 * est
+
+
+def test_discretisation_slack_below_one_percent():
+    coarse = epsilon_spent(1 / 16.9, 0.1, 2000, DELTA)
+    fine = epsilon_spent(1 / 16.9, 0.1, 2000, DELTA, discretization=1e-5)
+    assert fine <= coarse <= 1.01 * fine
+
+
+@pytest.mark.parametrize("sampling", ["fixed", "poisson"])
+@pytest.mark.parametrize("eps", [0.5, 5.0])
+def test_calibration_round_trip(sampling, eps):
+    mu0 = calibrate_mu0(eps, DELTA, 0.1, 500, sampling=sampling)
+    spent = epsilon_spent(mu0, 0.1, 500, DELTA, sampling=sampling)
+    assert spent <= eps
+    assert spent >= eps * 0.995  # the largest such mu0, up to the bracket tolerance
+    assert epsilon_spent(mu0 * 1.01, 0.1, 500, DELTA, sampling=sampling) > eps
+
+
+@pytest.mark.parametrize("sampling", ["fixed", "poisson"])
+def test_monotone_in_every_argument(sampling):
+    base = dict(mu0=0.3, sample_rate=0.05, steps=200, delta=DELTA, sampling=sampling)
+    eps0 = epsilon_spent(**base)
+    assert epsilon_spent(**{**base, "mu0": 0.4}) > eps0
+    assert epsilon_spent(**{**base, "sample_rate": 0.1}) > eps0
+    assert epsilon_spent(**{**base, "steps": 400}) > eps0
+    assert epsilon_spent(**{**base, "delta": 1e-7}) > eps0
+    assert calibrate_mu0(1.0, DELTA, 0.05, 200, sampling) > calibrate_mu0(1.0, DELTA, 0.05, 400, sampling)
+    assert calibrate_mu0(2.0, DELTA, 0.05, 200, sampling) > calibrate_mu0(1.0, DELTA, 0.05, 200, sampling)
+
+
+@pytest.mark.parametrize(
+    "call, name, value",
+    [
+        (lambda: calibrate_mu0(0.0, DELTA, 0.1, 10), "eps", "0.0"),
+        (lambda: calibrate_mu0(-1.0, DELTA, 0.1, 10), "eps", "-1.0"),
+        (lambda: calibrate_mu0(1.0, 1.0, 0.1, 10), "delta", "1.0"),
+        (lambda: calibrate_mu0(1.0, 0.0, 0.1, 10), "delta", "0.0"),
+        (lambda: epsilon_spent(0.1, 1.5, 10, DELTA), "sample_rate", "1.5"),
+        (lambda: epsilon_spent(0.1, 0.0, 10, DELTA), "sample_rate", "0.0"),
+        (lambda: epsilon_spent(0.1, 0.1, 0, DELTA), "steps", "0"),
+        (lambda: epsilon_spent(-0.1, 0.1, 5, DELTA), "mu0", "-0.1"),
+        (lambda: epsilon_spent(0.1, 0.1, 5, DELTA, sampling="shuffle"), "sampling", "'shuffle'"),
+    ],
+)
+def test_bad_arguments_raise_value_error_naming_the_value(call, name, value):
+    with pytest.raises(ValueError, match=rf"'{name}' parameter.*Got {value}"):
+        call()
+
+
+def test_gdp_summary_is_the_central_limit_formula():
+    mu0, q, steps = 1 / 16.9, 0.1, 2000
+    assert gdp_mu(mu0, q, steps) == pytest.approx(q * math.sqrt(steps * math.expm1(mu0**2)))
+    # at leading order it only depends on C / sigma through 2 C sqrt(steps) / (m sigma)
+    assert gdp_mu(mu0, q, steps) == pytest.approx(q * mu0 * math.sqrt(steps), rel=1e-3)
+    # the approximation lands near the certified value here (it is not a bound)
+    approx = gdp_epsilon(gdp_mu(mu0, q, steps), DELTA)
+    assert approx == pytest.approx(epsilon_spent(mu0, q, steps, DELTA), rel=0.15)
+
+
+def test_accountant_composes_like_epsilon_spent_and_serialises():
+    acc = PrivacyAccountant()
+    assert acc.get_epsilon(DELTA) == 0.0
+    for _ in range(10):
+        acc.step(mu0=0.3, sample_rate=0.05, num_steps=20)
+    assert acc.steps == 200 and len(acc) == 1
+    assert acc.get_epsilon(DELTA) == pytest.approx(epsilon_spent(0.3, 0.05, 200, DELTA), rel=1e-12)
+    acc.step(mu0=0.6, sample_rate=0.05, num_steps=10)
+    both = acc.get_epsilon(DELTA)
+    assert both > epsilon_spent(0.3, 0.05, 200, DELTA)
+    assert both > epsilon_spent(0.6, 0.05, 10, DELTA)
+    restored = PrivacyAccountant()
+    restored.load_state_dict(json.loads(json.dumps(acc.state_dict())))
+    assert restored.get_epsilon(DELTA) == both
+    with pytest.raises(ValueError, match="sampling"):
+        acc.step(mu0=0.3, sample_rate=0.05, sampling="epoch")
