@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from skfedriem.manifolds import ManifoldParameter, Stiefel
-from skfedriem.privacy import PrivateManifoldOptimizer, clip_per_sample, noisy_mean, project_per_sample
+from skfedriem.privacy import DenseGradients, PrivateManifoldOptimizer, clip_factors, noisy_mean, project_per_sample
 
 torch.set_num_threads(2)
 N_CH, D, K, B = 22, 16, 4, 64
@@ -56,9 +56,9 @@ def loop_private_gradient(model, batch, clip, noise_std, generator):
         grads = torch.autograd.grad(loss_fn(model(X[i : i + 1]), y[i : i + 1]).sum(), list(params.values()))
         for k, g in zip(params, grads):
             per_sample[k].append(g)
-    stacked = project_per_sample({k: torch.stack(v) for k, v in per_sample.items()}, params)
-    clipped, _ = clip_per_sample(stacked, clip)
-    return noisy_mean(clipped, params, denominator=X.shape[0], noise_std=noise_std, generator=generator)
+    grads = DenseGradients(project_per_sample({k: torch.stack(v) for k, v in per_sample.items()}, params))
+    sums = grads.weighted_sum(clip_factors(grads.norms(), clip))
+    return noisy_mean(sums, params, denominator=X.shape[0], noise_std=noise_std, generator=generator)
 
 
 def timed(fn, repeats=30, warmup=5):

@@ -7,3 +7,7 @@ Geometry-Independent Differential Privacy" (arXiv 2610.33712, 2026).
 """
 
 __version__ = "0.1.0"
+
+from .decomposition import FederatedPCA  # noqa: E402
+
+__all__ = ["FederatedPCA", "__version__"]

@@ -15,3 +15,15 @@ from sklearn.utils._param_validation import (  # noqa: F401
 )
 
 __all__ = ["Interval", "InvalidParameterError", "StrOptions", "validate_params"]
+
+from sklearn.utils._param_validation import validate_parameter_constraints  # noqa: E402
+
+
+def validate_estimator_params(estimator) -> None:
+    """Check ``estimator.get_params()`` against its ``_parameter_constraints``."""
+    validate_parameter_constraints(
+        estimator._parameter_constraints, estimator.get_params(deep=False), caller_name=type(estimator).__name__
+    )
+
+
+__all__ += ["validate_estimator_params"]

@@ -2,7 +2,14 @@
 
 from .accountant import PrivacyAccountant
 from .accounting import DISCRETIZATION, calibrate_mu0, epsilon_spent, gdp_epsilon, gdp_mu
-from .mechanism import clip_per_sample, noisy_mean, per_sample_norms, private_gradient, project_per_sample
+from .mechanism import (
+    DenseGradients,
+    PerRecordGradients,
+    clip_factors,
+    noisy_mean,
+    private_gradient,
+    project_per_sample,
+)
 from .optimizer import PrivateManifoldOptimizer
 from .per_sample import per_sample_gradients, trainable_parameters
 from .sampling import BatchSampler, FixedSizeSampler, PoissonSampler, make_sampler
@@ -14,15 +21,16 @@ __all__ = [
     "PoissonSampler",
     "PrivacyAccountant",
     "PrivateManifoldOptimizer",
+    "DenseGradients",
+    "PerRecordGradients",
     "calibrate_mu0",
-    "clip_per_sample",
+    "clip_factors",
     "epsilon_spent",
     "gdp_epsilon",
     "gdp_mu",
     "make_sampler",
     "noisy_mean",
     "per_sample_gradients",
-    "per_sample_norms",
     "private_gradient",
     "project_per_sample",
     "trainable_parameters",

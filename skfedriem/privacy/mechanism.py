@@ -10,6 +10,7 @@ so replacing one record moves the mean by at most 2C / B wherever θ is.
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 
 import torch
 from torch import nn
@@ -17,7 +18,14 @@ from torch import nn
 from ..manifolds import manifold_of
 from .per_sample import LossFn, per_sample_gradients, trainable_parameters
 
-__all__ = ["clip_per_sample", "noisy_mean", "private_gradient", "project_per_sample"]
+__all__ = [
+    "DenseGradients",
+    "PerRecordGradients",
+    "clip_factors",
+    "noisy_mean",
+    "private_gradient",
+    "project_per_sample",
+]
 
 
 def project_per_sample(
@@ -27,46 +35,58 @@ def project_per_sample(
     return {name: manifold_of(params[name]).proju(params[name].detach(), g) for name, g in grads.items()}
 
 
-def per_sample_norms(grads: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Norm of each record's gradient over all blocks together, shape (B,)."""
-    squares = [g.flatten(start_dim=1).pow(2).sum(1) for g in grads.values()]
-    return torch.stack(squares).sum(0).sqrt()
+class PerRecordGradients(ABC):
+    """The per-record tangent gradients of a batch, as the mechanism needs them.
 
-
-def clip_per_sample(
-    grads: dict[str, torch.Tensor], clip: float
-) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-    """clip_C(g) = g · min(1, C / ||g||), the norm taken over all blocks.
-
-    Returns
-    -------
-    clipped : dict of str to torch.Tensor
-        Same shapes as ``grads``.
-    scale : torch.Tensor, shape (B,)
-        The factor applied to each record.
+    The mechanism only needs each record's norm over all blocks and weighted
+    sums over records. :class:`DenseGradients` stores them as tensors; a model
+    with structured gradients (e.g. rank-2 PCA gradients) can compute both
+    without materialising B full matrices.
     """
-    norms = per_sample_norms(grads)
+
+    @abstractmethod
+    def norms(self) -> torch.Tensor:
+        """‖g_z‖ over all blocks together, shape (B,)."""
+
+    @abstractmethod
+    def weighted_sum(self, weights: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Σ_z w_z g_z for every block."""
+
+
+class DenseGradients(PerRecordGradients):
+    """Per-record tangent gradients stored densely: ``grads[name]`` is (B, *shape)."""
+
+    def __init__(self, grads: dict[str, torch.Tensor]) -> None:
+        self.grads = grads
+
+    def norms(self) -> torch.Tensor:
+        squares = [g.flatten(start_dim=1).pow(2).sum(1) for g in self.grads.values()]
+        return torch.stack(squares).sum(0).sqrt()
+
+    def weighted_sum(self, weights: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {name: torch.tensordot(weights.to(g.dtype), g, dims=1) for name, g in self.grads.items()}
+
+
+def clip_factors(norms: torch.Tensor, clip: float) -> torch.Tensor:
+    """min(1, C / ‖g_z‖) per record: clip_C(g) = g · min(1, C / ‖g‖)."""
     if math.isinf(clip):
-        scale = torch.ones_like(norms)
-    else:
-        scale = torch.where(norms > clip, clip / norms.clamp_min(torch.finfo(norms.dtype).tiny), 1.0)
-    expand = lambda g: scale.reshape(-1, *([1] * (g.dim() - 1)))  # noqa: E731
-    return {name: g * expand(g) for name, g in grads.items()}, scale
+        return torch.ones_like(norms)
+    return torch.where(norms > clip, clip / norms.clamp_min(torch.finfo(norms.dtype).tiny), 1.0)
 
 
 def noisy_mean(
-    grads: dict[str, torch.Tensor],
+    sums: dict[str, torch.Tensor],
     params: dict[str, torch.Tensor],
     *,
     denominator: float,
     noise_std: float,
     generator: torch.Generator | None,
 ) -> dict[str, torch.Tensor]:
-    """(1/B) Σ_z g_z + P_θ(ξ) per block, ξ ~ N(0, σ² I) in the ambient space."""
+    """Σ_z clip_C(g_z) / B + P_θ(ξ) per block, ξ ~ N(0, σ² I) in the ambient space."""
     out = {}
-    for name, g in grads.items():
+    for name, total in sums.items():
         param = params[name].detach()
-        mean = g.sum(0) / denominator
+        mean = total / denominator
         if noise_std > 0:
             xi = torch.randn(param.shape, generator=generator, dtype=param.dtype, device=param.device)
             mean = mean + manifold_of(params[name]).proju(param, noise_std * xi)
@@ -111,6 +131,10 @@ def private_gradient(
 
     Notes
     -----
+    A module may define ``per_sample_tangent_gradients(*batch) ->
+    PerRecordGradients`` giving P_θ ∇f(θ; z) in closed form (e.g. the PCA
+    loss); it then replaces the generic vmap-and-project path.
+
     Without clipping and noise (``clip=inf``, ``noise_std=0``) per-sample
     gradients are not needed: the projected gradient of the summed loss is
     the same quantity and costs one ordinary backward pass.
@@ -122,6 +146,10 @@ def private_gradient(
         loss = loss_fn(module(batch[0]), *batch[1:]).sum() / denominator
         grads = dict(zip(params, torch.autograd.grad(loss, list(params.values()))))
         return {name: manifold_of(params[name]).proju(params[name].detach(), g) for name, g in grads.items()}
-    grads = project_per_sample(per_sample_gradients(module, loss_fn, batch), params)
-    clipped, _ = clip_per_sample(grads, clip)
-    return noisy_mean(clipped, params, denominator=denominator, noise_std=noise_std, generator=generator)
+    closed_form = getattr(module, "per_sample_tangent_gradients", None)
+    if callable(closed_form):
+        grads = closed_form(*batch)
+    else:
+        grads = DenseGradients(project_per_sample(per_sample_gradients(module, loss_fn, batch), params))
+    sums = grads.weighted_sum(clip_factors(grads.norms(), clip))
+    return noisy_mean(sums, params, denominator=denominator, noise_std=noise_std, generator=generator)

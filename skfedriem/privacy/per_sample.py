@@ -8,9 +8,8 @@ parameters inside custom maps (SPDNet's BiMap Wᵀ X W, the PCA projector).
 autograd Functions that declare a vmap rule. The cost relative to a plain
 backward pass is measured in ``benchmarks/private_step.py``.
 
-A module may provide a closed form instead: a method
-``per_sample_gradients(*batch) -> dict[name, Tensor (B, *param.shape)]`` is
-used when present (e.g. the PCA loss, whose per-record gradient is −x xᵀ).
+A module may provide closed-form per-record *tangent* gradients instead (see
+:func:`skfedriem.privacy.private_gradient`).
 """
 
 from __future__ import annotations
@@ -55,10 +54,6 @@ def per_sample_gradients(
     n_records = batch[0].shape[0]
     if n_records == 0:
         return {name: p.new_zeros((0, *p.shape)) for name, p in params.items()}
-    closed_form = getattr(module, "per_sample_gradients", None)
-    if callable(closed_form):
-        return closed_form(*batch)
-
     detached = {name: p.detach() for name, p in params.items()}
     buffers = {name: b.detach() for name, b in module.named_buffers()}
 

@@ -8,10 +8,10 @@ import torch
 
 from skfedriem.manifolds import Stiefel
 from skfedriem.privacy import (
-    clip_per_sample,
+    DenseGradients,
+    clip_factors,
     noisy_mean,
     per_sample_gradients,
-    per_sample_norms,
     private_gradient,
     project_per_sample,
     trainable_parameters,
@@ -49,9 +49,10 @@ def test_clipping_bounds_every_record_over_all_blocks(clip):
     X, y = make_data(64)
     params = trainable_parameters(model)
     grads = project_per_sample(per_sample_gradients(model, cross_entropy, (X, y)), params)
-    raw_norms = per_sample_norms(grads)
-    clipped, _ = clip_per_sample(grads, clip)
-    norms = per_sample_norms(clipped)
+    raw_norms = DenseGradients(grads).norms()
+    scale = clip_factors(raw_norms, clip)
+    clipped = {k: g * scale.reshape(-1, *[1] * (g.dim() - 1)) for k, g in grads.items()}
+    norms = DenseGradients(clipped).norms()
     assert bool((norms <= clip * (1 + 1e-12)).all())
     over = raw_norms > clip
     torch.testing.assert_close(norms[over], torch.full_like(norms[over], clip))
@@ -71,9 +72,9 @@ def test_substituting_one_record_moves_the_clipped_mean_by_at_most_2c_over_b():
         y2[0] = (y[0] + 1) % 3
         means = []
         for data in ((X, y), (X2, y2)):
-            g = project_per_sample(per_sample_gradients(model, cross_entropy, data), params)
-            clipped, _ = clip_per_sample(g, clip)
-            means.append(noisy_mean(clipped, params, denominator=B, noise_std=0.0, generator=None))
+            g = DenseGradients(project_per_sample(per_sample_gradients(model, cross_entropy, data), params))
+            sums = g.weighted_sum(clip_factors(g.norms(), clip))
+            means.append(noisy_mean(sums, params, denominator=B, noise_std=0.0, generator=None))
         diff = math.sqrt(sum(float((means[0][k] - means[1][k]).pow(2).sum()) for k in means[0]))
         worst = max(worst, diff)
         assert diff <= 2 * clip / B + 1e-12
@@ -83,7 +84,7 @@ def test_substituting_one_record_moves_the_clipped_mean_by_at_most_2c_over_b():
 def test_noise_is_tangent_with_intrinsic_energy():
     model = StiefelNet()
     params = trainable_parameters(model)
-    zeros = {k: torch.zeros((1, *p.shape), dtype=p.dtype) for k, p in params.items()}
+    zeros = {k: torch.zeros(p.shape, dtype=p.dtype) for k, p in params.items()}
     sigma, draws = 0.7, 3000
     gen = torch.Generator().manual_seed(5)
     St = Stiefel(6, 3)

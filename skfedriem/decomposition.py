@@ -1,0 +1,274 @@
+"""FederatedPCA: differentially private federated principal subspace estimation."""
+
+from __future__ import annotations
+
+from numbers import Integral, Real
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
+from sklearn.utils import check_random_state
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from ._clients import client_indices
+from ._compat import Interval, StrOptions, validate_estimator_params
+from .federated import AGGREGATIONS, FederatedTrainer
+from .metrics import pca_optimality_gap
+from .models import PCAProjector
+
+__all__ = ["FederatedPCA"]
+
+
+class FederatedPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+    """Principal subspace learnt across clients with record-level (ε, δ)-DP.
+
+    Each client's records stay with the client; the server only sees the
+    iterates of DP-RFedProj (Pautrel et al., 2026): private projected SGD on
+    the Grassmann manifold (a projector P, record loss −xᵀPx) or the Stiefel
+    manifold (a basis U, loss −‖Uᵀx‖²), aggregated by ProjAvg, RLAvg, RetAvg
+    or KFAvg. The noise is calibrated so the whole run is (eps, delta)-DP
+    under substitution of one record of any client (SPEC §5).
+
+    The data are **not centred**: a private mean would spend privacy budget.
+    Centre them beforehand if you hold a public or separately privatised mean.
+    The order of ``components_`` does not follow explained variance, which
+    would need the private data; they are an orthonormal basis of the subspace.
+
+    Parameters
+    ----------
+    n_components : int, default=2
+        p, the dimension of the subspace.
+    eps : float or None, default=1.0
+        Target ε; None trains without noise and without clipping.
+    delta : float, default=1e-5
+    clip : float, default=1.0
+        Per-record gradient clip norm C. Per-record gradients have norm at
+        most ‖x‖² (Grassmann) or 2‖x‖² (Stiefel).
+    n_rounds : int, default=200
+    local_steps : int, default=10
+        τ private steps per client per round.
+    batch_size : int, default=500
+        B, clamped to the smallest client with a warning.
+    clients_per_round : int or None, default=None
+        k clients drawn per round; all when None.
+    aggregation : {"projavg", "rlavg", "retavg", "kfavg"}, default="projavg"
+    optimizer : {"sgd", "adam"}, default="sgd"
+    lr : float, default=0.2
+    sampling : {"fixed", "poisson"}, default="fixed"
+    manifold : {"grassmann", "stiefel"}, default="grassmann"
+    n_clients : int, default=5
+        Number of random clients when ``fit`` gets no ``groups``.
+    random_state : int, RandomState instance or None, default=None
+        Seeds the initial point, client selection, batches and noise.
+    verbose : int, default=0
+        > 0 shows a progress bar over rounds.
+
+    Attributes
+    ----------
+    components_ : ndarray of shape (n_components, n_features)
+        Orthonormal rows spanning the learnt subspace.
+    n_components_ : int
+    n_features_in_ : int
+    feature_names_in_ : ndarray of str
+        Only when X has string feature names.
+    epsilon_ : float
+        Certified ε of the run (upper bound; inf when non-private).
+    delta_ : float
+    mu0_ : float or None
+        Per-step Gaussian-DP parameter 2C / (Bσ).
+    noise_std_ : float
+        σ of each ambient noise coordinate.
+    batch_size_ : int
+        B after clamping.
+    history_ : list of dict
+        Per round: ``round``, ``epsilon`` spent so far, ``lr``, ``clients``;
+        ``optimality_gap`` when ``fit`` got ``reference_X``.
+    module_ : PCAProjector
+        The trained torch module.
+
+    Examples
+    --------
+    >>> from skfedriem.datasets import make_federated_pca
+    >>> X, groups = make_federated_pca(n_clients=4, n_samples_per_client=500, n_features=8, random_state=0)
+    >>> pca = FederatedPCA(n_components=2, eps=2.0, n_rounds=20, local_steps=5, batch_size=100,
+    ...                    random_state=0).fit(X, groups=groups)
+    >>> pca.components_.shape, pca.epsilon_ <= 2.0
+    ((2, 8), True)
+    >>> pca.transform(X[:3]).shape
+    (3, 2)
+    """
+
+    _parameter_constraints: dict = {
+        "n_components": [Interval(Integral, 1, None, closed="left")],
+        "eps": [Interval(Real, 0, None, closed="neither"), None],
+        "delta": [Interval(Real, 0, 1, closed="neither")],
+        "clip": [Interval(Real, 0, None, closed="neither")],
+        "n_rounds": [Interval(Integral, 1, None, closed="left")],
+        "local_steps": [Interval(Integral, 1, None, closed="left")],
+        "batch_size": [Interval(Integral, 1, None, closed="left")],
+        "clients_per_round": [Interval(Integral, 1, None, closed="left"), None],
+        "aggregation": [StrOptions(set(AGGREGATIONS))],
+        "optimizer": [StrOptions({"sgd", "adam"})],
+        "lr": [Interval(Real, 0, None, closed="neither")],
+        "sampling": [StrOptions({"fixed", "poisson"})],
+        "manifold": [StrOptions({"grassmann", "stiefel"})],
+        "n_clients": [Interval(Integral, 1, None, closed="left")],
+        "random_state": ["random_state"],
+        "verbose": ["verbose"],
+    }
+
+    def __init__(
+        self,
+        n_components=2,
+        *,
+        eps=1.0,
+        delta=1e-5,
+        clip=1.0,
+        n_rounds=200,
+        local_steps=10,
+        batch_size=500,
+        clients_per_round=None,
+        aggregation="projavg",
+        optimizer="sgd",
+        lr=0.2,
+        sampling="fixed",
+        manifold="grassmann",
+        n_clients=5,
+        random_state=None,
+        verbose=0,
+    ):
+        self.n_components = n_components
+        self.eps = eps
+        self.delta = delta
+        self.clip = clip
+        self.n_rounds = n_rounds
+        self.local_steps = local_steps
+        self.batch_size = batch_size
+        self.clients_per_round = clients_per_round
+        self.aggregation = aggregation
+        self.optimizer = optimizer
+        self.lr = lr
+        self.sampling = sampling
+        self.manifold = manifold
+        self.n_clients = n_clients
+        self.random_state = random_state
+        self.verbose = verbose
+
+    def fit(self, X, y=None, groups=None, reference_X=None):
+        """Learn the principal subspace from the clients' records.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            All records; row i belongs to client ``groups[i]`` and is only used
+            in that client's local steps.
+        y : None
+            Ignored.
+        groups : array-like of shape (n_samples,), optional
+            The client of each record. None: ``n_clients`` random clients.
+        reference_X : array-like of shape (n_ref, n_features), optional
+            Data the server holds, on which ``history_`` reports the optimality
+            gap after every round. For experiments: passing the training data
+            here is a non-private diagnostic.
+
+        Returns
+        -------
+        self
+        """
+        validate_estimator_params(self)
+        X = validate_data(self, X, dtype=np.float64, ensure_min_samples=2)
+        n_samples, n_features = X.shape
+        if self.n_components > n_features:
+            raise ValueError(
+                f"The 'n_components' parameter of FederatedPCA must be <= n_features={n_features}. "
+                f"Got {self.n_components!r} instead."
+            )
+        if self.manifold == "grassmann" and self.n_components == n_features:
+            raise ValueError(
+                f"n_components={self.n_components} equals n_features={n_features}: the Grassmann manifold "
+                "Gr(n, n) is a single point. Use fewer components."
+            )
+        seed = np.random.SeedSequence(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
+        init_seq, split_seq, train_seq = seed.spawn(3)
+        indices, names = client_indices(
+            n_samples, groups, n_clients=self.n_clients, rng=np.random.default_rng(split_seq)
+        )
+        init_gen = torch.Generator().manual_seed(int(init_seq.generate_state(1)[0]))
+        module = PCAProjector(n_features, self.n_components, self.manifold, generator=init_gen)
+        data = torch.tensor(X)  # a copy: X may be read-only
+        monitor = None
+        if reference_X is not None:
+            reference = validate_data(self, reference_X, dtype=np.float64, reset=False)
+            monitor = lambda m: {"optimality_gap": pca_optimality_gap(m.components().numpy(), reference)}  # noqa: E731
+        trainer = FederatedTrainer(
+            module,
+            lambda losses: losses,
+            n_rounds=self.n_rounds,
+            batch_size=self.batch_size,
+            local_steps=self.local_steps,
+            clients_per_round=self.clients_per_round,
+            eps=self.eps,
+            delta=self.delta,
+            clip=self.clip,
+            sampling=self.sampling,
+            aggregation=self.aggregation,
+            optimizer=self.optimizer,
+            lr=self.lr,
+            seed_sequence=train_seq,
+            monitor=monitor,
+            verbose=self.verbose,
+        ).fit([(data[idx],) for idx in indices], client_names=names)
+        self.module_ = module
+        self.components_ = module.components().numpy().copy()
+        self.n_components_ = self.n_components
+        self.epsilon_ = trainer.epsilon_
+        self.delta_ = self.delta
+        self.mu0_ = trainer.plan_.mu0
+        self.noise_std_ = trainer.plan_.noise_std
+        self.batch_size_ = trainer.plan_.batch_size
+        self.history_ = trainer.history_
+        return self
+
+    def transform(self, X):
+        """Coordinates of X in the learnt subspace, X @ components_.T.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        X_new : ndarray of shape (n_samples, n_components)
+        """
+        check_is_fitted(self)
+        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
+        return X @ self.components_.T.astype(X.dtype, copy=False)
+
+    def inverse_transform(self, X):
+        """Map subspace coordinates back to feature space, X @ components_.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_components)
+
+        Returns
+        -------
+        X_original : ndarray of shape (n_samples, n_features)
+        """
+        check_is_fitted(self)
+        X = np.asarray(X, dtype=np.float64)
+        if X.ndim != 2 or X.shape[1] != self.n_components_:
+            raise ValueError(
+                f"inverse_transform expects shape (n_samples, {self.n_components_}). Got {X.shape} instead."
+            )
+        return X @ self.components_
+
+    @property
+    def _n_features_out(self):
+        return self.components_.shape[0]
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.transformer_tags.preserves_dtype = ["float64", "float32"]
+        tags.input_tags.allow_nan = False
+        return tags

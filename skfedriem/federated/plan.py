@@ -1,0 +1,102 @@
+"""Planning a federated run's local work and calibrating its noise (SPEC §4–5)."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+
+from ..privacy import calibrate_mu0
+
+__all__ = ["PrivacyPlan", "plan_run"]
+
+
+@dataclass(frozen=True)
+class PrivacyPlan:
+    """Everything fixed before training so σ can be calibrated.
+
+    Attributes
+    ----------
+    batch_size : int
+        B after clamping to the smallest client.
+    local_steps : tuple of int
+        τ_i for each client (same order as the clients).
+    sample_rate : float
+        q = B / m⋆, m⋆ the smallest client.
+    steps_per_round : int
+        τ = max τ_i, what the accountant charges per round.
+    total_steps : int
+        T τ.
+    mu0 : float or None
+        Per-step GDP parameter 2C / (Bσ); None for a non-private run.
+    noise_std : float
+        σ = 2C / (B μ0) (0 for a non-private run).
+    clip : float
+        C (inf for a non-private run).
+    """
+
+    batch_size: int
+    local_steps: tuple[int, ...]
+    sample_rate: float
+    steps_per_round: int
+    total_steps: int
+    mu0: float | None
+    noise_std: float
+    clip: float
+
+
+def plan_run(
+    client_sizes: list[int],
+    *,
+    client_names: list,
+    batch_size: int,
+    n_rounds: int,
+    local_steps: int | None,
+    local_epochs: float | None,
+    eps: float | None,
+    delta: float,
+    clip: float,
+    sampling: str,
+) -> PrivacyPlan:
+    """Clamp B, fix each client's τ_i and calibrate σ for (eps, delta).
+
+    Accounting follows SPEC §5: q = B / m⋆ and τ = max τ_i over the whole
+    run, whatever the participation (the server chooses and sees S_t, so
+    client sampling gives no amplification).
+    """
+    for name, size in zip(client_names, client_sizes):
+        if size < 2:
+            raise ValueError(
+                f"Client {name!r} holds {size} record(s); every client needs at least 2 "
+                "(a one-record client cannot be subsampled)."
+            )
+    smallest = min(range(len(client_sizes)), key=client_sizes.__getitem__)
+    m_star = client_sizes[smallest]
+    if batch_size > m_star:
+        warnings.warn(
+            f"batch_size={batch_size} is larger than client {client_names[smallest]!r}, which holds "
+            f"{m_star} records: using batch_size={m_star} (the accountant uses this value).",
+            UserWarning,
+            stacklevel=3,
+        )
+        batch_size = m_star
+    if (local_steps is None) == (local_epochs is None):
+        raise ValueError("Give exactly one of 'local_steps' and 'local_epochs'.")
+    if local_steps is not None:
+        taus = tuple(int(local_steps) for _ in client_sizes)
+    else:
+        taus = tuple(max(1, math.ceil(local_epochs * m / batch_size)) for m in client_sizes)
+    q = batch_size / m_star
+    tau = max(taus)
+    total = n_rounds * tau
+    if eps is None or math.isinf(eps):
+        return PrivacyPlan(batch_size, taus, q, tau, total, None, 0.0, math.inf)
+    if delta >= 1 / m_star:
+        warnings.warn(
+            f"delta={delta:g} is not small against 1/m⋆ = 1/{m_star}: (eps, delta)-DP at this delta "
+            "allows leaking a whole record of the smallest client.",
+            UserWarning,
+            stacklevel=3,
+        )
+    mu0 = calibrate_mu0(eps, delta, q, total, sampling)
+    return PrivacyPlan(batch_size, taus, q, tau, total, mu0, 2 * clip / (batch_size * mu0), clip)

@@ -1,0 +1,38 @@
+"""Metrics for experiments (computed on data someone holds in full: not private)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["pca_optimality_gap"]
+
+
+def pca_optimality_gap(components, X) -> float:
+    """F(P) − F(P⋆) for the PCA objective F(P) = −tr(P M), M = XᵀX / n.
+
+    P is the projector on the rows of ``components`` and P⋆ the top-p
+    eigenprojector of the (uncentred) second moment M of ``X``, so the gap is
+    Σ_{j<=p} λ_j(M) − tr(U M Uᵀ) >= 0.
+
+    Parameters
+    ----------
+    components : array-like of shape (n_components, n_features)
+        Orthonormal rows (e.g. ``FederatedPCA().components_``).
+    X : array-like of shape (n_samples, n_features)
+
+    Returns
+    -------
+    gap : float
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> X = np.diag([3.0, 2.0, 1.0])
+    >>> pca_optimality_gap(np.eye(3)[:1], X), pca_optimality_gap(np.eye(3)[2:], X)
+    (0.0, 2.6666666666666665)
+    """
+    U = np.asarray(components, dtype=np.float64)
+    X = np.asarray(X, dtype=np.float64)
+    M = X.T @ X / X.shape[0]
+    top = np.linalg.eigvalsh(M)[::-1][: U.shape[0]].sum()
+    return float(max(top - np.trace(U @ M @ U.T), 0.0))

@@ -1,0 +1,110 @@
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from skfedriem.federated import FederatedTrainer
+from skfedriem.privacy import epsilon_spent
+
+from ..privacy.models import StiefelNet, cross_entropy, make_data
+
+
+def clients(n=3, m=60):
+    X, y = make_data(n * m, seed=1)
+    return [(X[i * m : (i + 1) * m], y[i * m : (i + 1) * m]) for i in range(n)]
+
+
+def trainer(seed=0, **kw):
+    args = dict(n_rounds=3, batch_size=10, local_steps=2, eps=5.0, delta=1e-5, clip=1.0, lr=0.1,
+                seed_sequence=np.random.SeedSequence(seed))
+    args.update(kw)
+    return FederatedTrainer(StiefelNet(seed=0), cross_entropy, **args)
+
+
+def test_accounting_uses_smallest_client_and_largest_tau():
+    data = clients()
+    data[1] = (data[1][0][:25], data[1][1][:25])
+    t = trainer(local_steps=None, local_epochs=1).fit(data)
+    plan = t.plan_
+    assert plan.local_steps == (6, 3, 6)  # ceil(m_i / B)
+    assert plan.sample_rate == pytest.approx(10 / 25)
+    assert plan.steps_per_round == 6 and plan.total_steps == 18
+    assert t.epsilon_ == pytest.approx(epsilon_spent(plan.mu0, 0.4, 18, 1e-5), rel=1e-12)
+    assert t.epsilon_ <= 5.0
+    eps = [h["epsilon"] for h in t.history_]
+    assert eps == sorted(eps) and eps[-1] <= 5.0 * 1.01 and len(eps) == 3
+
+
+def test_batch_size_clamped_to_smallest_client_with_warning():
+    data = clients(m=8)
+    with pytest.warns(UserWarning, match=r"client 0.*8 records"):
+        t = trainer(batch_size=20).fit(data)
+    assert t.plan_.batch_size == 8 and t.plan_.sample_rate == 1.0
+
+
+def test_one_record_client_is_an_error():
+    data = clients()
+    data[2] = (data[2][0][:1], data[2][1][:1])
+    with pytest.raises(ValueError, match="Client 2 holds 1 record"):
+        trainer().fit(data)
+
+
+def test_client_selection_uniform_without_replacement():
+    t = trainer(n_rounds=300, local_steps=1, clients_per_round=2, eps=None).fit(clients(n=4))
+    picks = np.array([h["clients"] for h in t.history_])
+    assert all(len(set(p)) == 2 for p in picks)
+    counts = np.bincount(picks.ravel(), minlength=4)
+    assert np.all(np.abs(counts - 150) < 45)
+
+
+def test_deterministic_and_global_rngs_untouched():
+    data = clients()
+    a, b, c = trainer(seed=7), trainer(seed=7), trainer(seed=8)
+    torch_state, np_state = torch.get_rng_state(), np.random.get_state()[1].copy()
+    for t in (a, b, c):
+        t.fit(data)
+    assert torch.equal(torch.get_rng_state(), torch_state)
+    assert (np.random.get_state()[1] == np_state).all()
+    assert torch.equal(a.module.W, b.module.W)
+    assert not torch.equal(a.module.W, c.module.W)
+
+
+def test_transcript_records_what_the_server_sees():
+    t = trainer(record_transcript=True, clients_per_round=2, aggregation="rlavg").fit(clients())
+    assert len(t.transcript_) == 3
+    first = t.transcript_[0]
+    assert len(first["clients"]) == 2
+    assert first["submissions"]["W"].shape == (2, 6, 3)
+    # the second round starts from Out(θ_0, mean of the first round's submissions)
+    M = t.module.W.manifold
+    expected = M.retr(first["theta"]["W"], first["submissions"]["W"].mean(0))
+    torch.testing.assert_close(t.transcript_[1]["theta"]["W"], expected)
+
+
+def test_non_private_run_has_no_noise_and_infinite_epsilon():
+    t = trainer(eps=None).fit(clients())
+    assert t.plan_.noise_std == 0 and math.isinf(t.plan_.clip) and math.isinf(t.epsilon_)
+
+
+def test_training_reduces_the_loss_and_keeps_iterates_on_manifold():
+    data = clients()
+    X = torch.cat([d[0] for d in data])
+    y = torch.cat([d[1] for d in data])
+    t = trainer(n_rounds=30, eps=None, aggregation="projavg", optimizer="adam", lr=0.05)
+    with torch.no_grad():
+        before = float(cross_entropy(t.module(X), y).mean())
+    t.fit(data)
+    with torch.no_grad():
+        after = float(cross_entropy(t.module(X), y).mean())
+    assert after < before - 0.1
+    assert t.module.W.manifold.check_point(t.module.W.detach(), atol=1e-10)
+
+
+def test_bad_engine_arguments():
+    with pytest.raises(ValueError, match="'clients_per_round'.*Got 5"):
+        trainer(clients_per_round=5).fit(clients())
+    with pytest.raises(ValueError, match="'optimizer'.*Got 'rmsprop'"):
+        trainer(optimizer="rmsprop").fit(clients())
+    with pytest.raises(ValueError, match="'aggregation'"):
+        trainer(aggregation="mean")

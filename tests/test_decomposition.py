@@ -1,0 +1,176 @@
+import math
+import pickle
+
+import numpy as np
+import pytest
+import sklearn
+import torch
+from sklearn.base import clone
+from sklearn.model_selection import GridSearchCV, GroupKFold
+from sklearn.pipeline import Pipeline
+from sklearn.preprocessing import FunctionTransformer
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from skfedriem import FederatedPCA
+from skfedriem.datasets import make_federated_pca
+from skfedriem.metrics import pca_optimality_gap
+from skfedriem.models import PCAProjector
+from skfedriem.privacy import DenseGradients, per_sample_gradients, project_per_sample, trainable_parameters
+
+
+@pytest.fixture(scope="module")
+def data():
+    return make_federated_pca(4, 400, 8, n_components=2, eigengap=6.0, random_state=0)
+
+
+def small(**kw):
+    args = dict(n_components=2, n_rounds=40, local_steps=5, batch_size=100, lr=5.0, random_state=0)
+    args.update(kw)
+    return FederatedPCA(**args)
+
+
+@parametrize_with_checks(
+    [FederatedPCA(n_components=1, n_rounds=3, local_steps=2, batch_size=4, n_clients=2, random_state=0)],
+    expected_failed_checks=lambda est: {},
+)
+def test_sklearn_compatible(estimator, check):
+    check(estimator)
+
+
+@pytest.mark.parametrize("kind", ["grassmann", "stiefel"])
+def test_closed_form_tangent_gradients_match_autograd(kind, gen):
+    model = PCAProjector(7, 3, kind, generator=gen)
+    X = torch.randn(11, 7, generator=gen, dtype=torch.float64)
+    ref = DenseGradients(project_per_sample(per_sample_gradients(model, lambda o: o, (X,)), trainable_parameters(model)))
+    fast = model.per_sample_tangent_gradients(X)
+    w = torch.rand(11, generator=gen, dtype=torch.float64)
+    torch.testing.assert_close(fast.norms(), ref.norms())
+    torch.testing.assert_close(fast.weighted_sum(w)["weight"], ref.weighted_sum(w)["weight"])
+
+
+@pytest.mark.parametrize("aggregation", ["projavg", "rlavg"])
+def test_non_private_full_batch_reaches_the_optimum(aggregation, data):
+    X, groups = data
+    pca = small(eps=None, batch_size=400, n_rounds=150, local_steps=2, aggregation=aggregation).fit(X, groups=groups)
+    M = X.T @ X / len(X)
+    top = np.linalg.eigvalsh(M)[::-1][:2].sum()
+    assert pca_optimality_gap(pca.components_, X) / top < 1e-6
+
+
+@pytest.mark.parametrize("aggregation", ["retavg", "kfavg"])
+@pytest.mark.parametrize("manifold", ["grassmann", "stiefel"])
+def test_baseline_rules_converge(aggregation, manifold, data):
+    X, groups = data
+    pca = small(eps=None, n_rounds=60, aggregation=aggregation, manifold=manifold).fit(X, groups=groups)
+    assert pca_optimality_gap(pca.components_, X) < 1e-3
+    np.testing.assert_allclose(pca.components_ @ pca.components_.T, np.eye(2), atol=1e-10)
+
+
+def test_minibatch_noise_floor_is_bounded(data):
+    X, groups = data
+    pca = small(eps=None, n_rounds=80, batch_size=20).fit(X, groups=groups)
+    M = X.T @ X / len(X)
+    assert pca_optimality_gap(pca.components_, X) / np.linalg.eigvalsh(M)[-2:].sum() < 0.02
+
+
+def test_privacy_gap_shrinks_as_eps_grows(data):
+    X, groups = data
+    gaps = {}
+    for eps in (0.2, 2.0, 50.0):
+        gaps[eps] = np.median([
+            pca_optimality_gap(small(eps=eps, n_rounds=15, random_state=s).fit(X, groups=groups).components_, X)
+            for s in range(3)
+        ])
+    assert gaps[0.2] > gaps[2.0] > gaps[50.0]
+
+
+def test_projavg_and_rlavg_agree_to_first_order_in_the_step(data):
+    X, groups = data
+
+    def gap(lr):
+        P = {}
+        for agg in ("projavg", "rlavg"):
+            est = small(eps=1.0, lr=lr, n_rounds=1, aggregation=agg).fit(X, groups=groups)
+            P[agg] = est.components_.T @ est.components_
+        return np.abs(P["projavg"] - P["rlavg"]).max()
+
+    # halving the step twice divides a second-order difference by ~16
+    assert gap(0.4) / gap(0.1) > 8
+
+
+def test_fitted_attributes_and_privacy_report(data):
+    X, groups = data
+    pca = small(eps=1.0, n_rounds=10).fit(X, groups=groups, reference_X=X)
+    assert pca.components_.shape == (2, 8)
+    assert pca.epsilon_ <= 1.0 and pca.delta_ == 1e-5
+    assert pca.noise_std_ == pytest.approx(2 * 1.0 / (100 * pca.mu0_))
+    assert len(pca.history_) == 10
+    assert [h["round"] for h in pca.history_] == list(range(1, 11))
+    assert all(h["epsilon"] <= 1.0 * 1.01 for h in pca.history_)
+    assert pca.history_[-1]["optimality_gap"] == pytest.approx(pca_optimality_gap(pca.components_, X))
+    Z = pca.transform(X)
+    np.testing.assert_allclose(pca.inverse_transform(Z), X @ pca.components_.T @ pca.components_)
+    assert list(pca.get_feature_names_out()) == ["federatedpca0", "federatedpca1"]
+    again = pickle.loads(pickle.dumps(pca))
+    np.testing.assert_array_equal(again.transform(X), Z)
+    assert not hasattr(clone(pca), "components_")
+
+
+def test_same_seed_same_model(data):
+    X, groups = data
+    a = small(eps=1.0, n_rounds=5).fit(X, groups=groups)
+    b = small(eps=1.0, n_rounds=5).fit(X, groups=groups)
+    np.testing.assert_array_equal(a.components_, b.components_)
+
+
+def test_pipeline_and_grid_search_with_groups_routed():
+    X, groups = make_federated_pca(4, 60, 6, random_state=1)
+    with sklearn.config_context(enable_metadata_routing=True):
+        pca = FederatedPCA(n_rounds=3, local_steps=2, batch_size=20, random_state=0).set_fit_request(groups=True)
+        pipe = Pipeline([("scale", FunctionTransformer(lambda Z: 2 * Z)), ("pca", pca)])
+        pipe.fit(X, groups=groups)
+        search = GridSearchCV(
+            pipe,
+            {"pca__eps": [1.0, 10.0]},
+            scoring=lambda est, Xs, y=None: -pca_optimality_gap(est[-1].components_, Xs),
+            cv=GroupKFold(n_splits=2),
+        ).fit(X, groups=groups)
+    assert search.best_params_["pca__eps"] in (1.0, 10.0)
+
+
+@pytest.mark.parametrize(
+    "kwargs, fit_kwargs, match",
+    [
+        (dict(eps=0.0), {}, r"'eps' parameter of FederatedPCA must be a float in the range \(0.0, inf\) or None"),
+        (dict(eps=-1), {}, r"'eps'.*Got -1"),
+        (dict(delta=1.0), {}, r"'delta'.*Got 1.0"),
+        (dict(aggregation="fedavg"), {}, r"'aggregation'.*Got 'fedavg'"),
+        (dict(manifold="sphere"), {}, r"'manifold'.*Got 'sphere'"),
+        (dict(sampling="shuffle"), {}, r"'sampling'.*Got 'shuffle'"),
+        (dict(n_components=9), {}, r"'n_components'.*<= n_features=8.*Got 9"),
+        (dict(), dict(groups=np.zeros(3)), r"'groups'.*shape \(1600,\).*Got shape \(3,\)"),
+    ],
+)
+def test_bad_input_raises_clear_errors(kwargs, fit_kwargs, match, data):
+    X, _ = data
+    with pytest.raises(ValueError, match=match):
+        small(**kwargs).fit(X, **fit_kwargs)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_nan_and_inf_rejected(bad, data):
+    X = data[0].copy()
+    X[3, 2] = bad
+    with pytest.raises(ValueError, match="NaN|infinity"):
+        small().fit(X)
+
+
+def test_one_dimensional_input_rejected(data):
+    with pytest.raises(ValueError, match="2D array"):
+        small().fit(data[0][:, 0])
+
+
+def test_eps_none_is_non_private(data):
+    X, groups = data
+    pca = small(eps=None, n_rounds=2).fit(X, groups=groups)
+    assert math.isinf(pca.epsilon_) and pca.noise_std_ == 0 and pca.mu0_ is None
