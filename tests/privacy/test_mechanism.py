@@ -57,7 +57,7 @@ def test_clipping_bounds_every_record_over_all_blocks(clip):
     over = raw_norms > clip
     torch.testing.assert_close(norms[over], torch.full_like(norms[over], clip))
     torch.testing.assert_close(norms[~over], raw_norms[~over])
-    assert over.any() and (clip > 1 or over.all() or (~over).any())
+    assert over.any()  # the clip is active for some records at every tested C
 
 
 def test_substituting_one_record_moves_the_clipped_mean_by_at_most_2c_over_b():
