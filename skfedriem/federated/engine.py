@@ -231,15 +231,14 @@ class FederatedTrainer:
                     optimizer_states[i] = copy.deepcopy(inner.state_dict())
                 for name, p in local_params.items():
                     finals[name].append(p.detach().clone())
-            record = {"theta": theta, "clients": selected.tolist(), "submissions": {}}
+            submissions = {}
             with torch.no_grad():
                 for name, p in params.items():
                     M = manifolds[name]
-                    subs = self.aggregation.submission(M, theta[name], torch.stack(finals[name]))
-                    p.copy_(self.aggregation.output(M, theta[name], subs.mean(0)))
-                    record["submissions"][name] = subs
+                    submissions[name] = self.aggregation.submission(M, theta[name], torch.stack(finals[name]))
+                    p.copy_(self.aggregation.output(M, theta[name], submissions[name].mean(0)))
             if self.transcript_ is not None:
-                self.transcript_.append(record)
+                self.transcript_.append({"theta": theta, "clients": selected.tolist(), "submissions": submissions})
             self._end_round(t, lr, selected)
         return self
 

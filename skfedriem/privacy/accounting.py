@@ -266,7 +266,7 @@ def gdp_epsilon(mu: float, delta: float) -> float:
     """
 
     def delta_of(eps: float) -> float:
-        return norm.cdf(-eps / mu + mu / 2) - math.exp(eps) * norm.cdf(-eps / mu - mu / 2)
+        return _gdp_delta(eps, mu)
 
     if delta_of(0.0) <= delta:
         return 0.0
@@ -276,11 +276,16 @@ def gdp_epsilon(mu: float, delta: float) -> float:
     return brentq(lambda e: delta_of(e) - delta, 0.0, hi, xtol=1e-12)
 
 
+def _gdp_delta(eps: float, mu: float) -> float:
+    """δ(ε) of μ-GDP: Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2)."""
+    return norm.cdf(-eps / mu + mu / 2) - math.exp(eps) * norm.cdf(-eps / mu - mu / 2)
+
+
 def _clt_mu0(eps: float, delta: float, sample_rate: float, steps: int) -> float:
     """Starting point for calibration: invert the GDP central-limit summary."""
 
     def delta_of(mu: float) -> float:
-        return norm.cdf(-eps / mu + mu / 2) - math.exp(eps) * norm.cdf(-eps / mu - mu / 2)
+        return _gdp_delta(eps, mu)
 
     mu_tot = brentq(lambda m: delta_of(m) - delta, 1e-6, 100.0) if delta_of(100.0) > delta else 100.0
     return max(1e-6, math.sqrt(math.log1p((mu_tot / sample_rate) ** 2 / steps)))
