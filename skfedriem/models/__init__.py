@@ -1,5 +1,20 @@
 """Torch modules with manifold-tagged parameters."""
 
 from .pca import PCAProjector
+from .spdnet import BiMap, LogEig, LogReEig, ReEig, SPDNet, TraceNormalize, Vech
+from .spectral import log_eig, log_re_eig, re_eig, spectral_function
 
-__all__ = ["PCAProjector"]
+__all__ = [
+    "BiMap",
+    "LogEig",
+    "LogReEig",
+    "PCAProjector",
+    "ReEig",
+    "SPDNet",
+    "TraceNormalize",
+    "Vech",
+    "log_eig",
+    "log_re_eig",
+    "re_eig",
+    "spectral_function",
+]

@@ -2,6 +2,7 @@
 
 from .accountant import PrivacyAccountant
 from .accounting import DISCRETIZATION, calibrate_mu0, epsilon_spent, gdp_epsilon, gdp_mu
+from .layerwise import layerwise_per_sample_gradients, supports_layerwise
 from .mechanism import (
     DenseGradients,
     PerRecordGradients,
@@ -28,10 +29,12 @@ __all__ = [
     "epsilon_spent",
     "gdp_epsilon",
     "gdp_mu",
+    "layerwise_per_sample_gradients",
     "make_sampler",
     "noisy_mean",
     "per_sample_gradients",
     "private_gradient",
     "project_per_sample",
+    "supports_layerwise",
     "trainable_parameters",
 ]

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from ..manifolds import manifold_of
+from .layerwise import layerwise_per_sample_gradients
 from .per_sample import LossFn, per_sample_gradients, trainable_parameters
 
 __all__ = [
@@ -131,9 +132,11 @@ def private_gradient(
 
     Notes
     -----
-    A module may define ``per_sample_tangent_gradients(*batch) ->
-    PerRecordGradients`` giving P_θ ∇f(θ; z) in closed form (e.g. the PCA
-    loss); it then replaces the generic vmap-and-project path.
+    Per-record gradients come from, in order of preference: the module's
+    ``per_sample_tangent_gradients(*batch) -> PerRecordGradients`` (closed
+    form, e.g. the PCA loss); per-layer rules after one backward pass
+    (:func:`~skfedriem.privacy.layerwise_per_sample_gradients`, e.g. SPDNet);
+    ``torch.func.vmap`` for any other module.
 
     Without clipping and noise (``clip=inf``, ``noise_std=0``) per-sample
     gradients are not needed: the projected gradient of the summed loss is
@@ -150,6 +153,9 @@ def private_gradient(
     if callable(closed_form):
         grads = closed_form(*batch)
     else:
-        grads = DenseGradients(project_per_sample(per_sample_gradients(module, loss_fn, batch), params))
+        ambient = None if batch[0].shape[0] == 0 else layerwise_per_sample_gradients(module, loss_fn, batch)
+        if ambient is None:
+            ambient = per_sample_gradients(module, loss_fn, batch)
+        grads = DenseGradients(project_per_sample(ambient, params))
     sums = grads.weighted_sum(clip_factors(grads.norms(), clip))
     return noisy_mean(sums, params, denominator=denominator, noise_std=noise_std, generator=generator)

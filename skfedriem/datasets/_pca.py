@@ -1,4 +1,4 @@
-"""Synthetic federated datasets with known optima."""
+"""Synthetic federated PCA data with a known optimum."""
 
 from __future__ import annotations
 

@@ -1,0 +1,182 @@
+"""SPDNet (Huang & Van Gool, 2017, "A Riemannian network for SPD matrix learning").
+
+Covariance matrices go through L BiRe blocks (BiMap X ↦ WᵀXW with W on the
+Stiefel manifold, then ReEig), LogEig, Vech and a linear classifier (SPEC §6).
+No layer couples the records of a batch (no batch normalisation), so the
+per-record sensitivity of SPEC §3 holds, and every trainable layer declares its
+per-sample gradient rule for :mod:`skfedriem.privacy.layerwise`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from ..manifolds import ManifoldParameter, Stiefel
+from .spectral import log_eig, log_re_eig, re_eig
+
+__all__ = ["BiMap", "LogEig", "LogReEig", "ReEig", "SPDNet", "TraceNormalize", "Vech"]
+
+
+class BiMap(nn.Module):
+    """X ↦ Wᵀ X W with W on the Stiefel manifold St(n_in, n_out).
+
+    Parameters
+    ----------
+    n_in, n_out : int
+        Input and output matrix sizes, ``n_out <= n_in``.
+    generator : torch.Generator, optional
+        Draws the (data-independent) initial W uniformly on St(n_in, n_out).
+    dtype : torch.dtype, default=torch.float32
+    """
+
+    def __init__(
+        self,
+        n_in: int,
+        n_out: int,
+        *,
+        generator: torch.Generator | None = None,
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        super().__init__()
+        manifold = Stiefel(n_in, n_out)
+        self.weight = ManifoldParameter(manifold.random_point(generator=generator, dtype=dtype), manifold)
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        return self.weight.transpose(-1, -2) @ X @ self.weight
+
+    def per_sample_parameter_gradients(self, X: torch.Tensor, grad_output: torch.Tensor) -> dict[str, torch.Tensor]:
+        """∂ℓ_z/∂W = X_z W (G_z + G_zᵀ) for each record z, G_z = ∂ℓ_z/∂Y_z (X_z symmetric)."""
+        G = grad_output + grad_output.transpose(-1, -2)
+        return {"weight": X @ (self.weight.detach() @ G)}
+
+    def extra_repr(self) -> str:
+        n_in, n_out = self.weight.shape
+        return f"n_in={n_in}, n_out={n_out}"
+
+
+class ReEig(nn.Module):
+    """X ↦ U max(Λ, ε_R) Uᵀ, the rectified eigenvalue layer (stable backward)."""
+
+    def __init__(self, eps: float = 1e-4) -> None:
+        super().__init__()
+        self.eps = eps
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        return re_eig(X, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"eps={self.eps}"
+
+
+class LogEig(nn.Module):
+    """X ↦ U log(Λ) Uᵀ, the matrix logarithm (stable backward)."""
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        return log_eig(X)
+
+
+class LogReEig(nn.Module):
+    """ReEig then LogEig with a single eigendecomposition: X ↦ U log(max(Λ, ε_R)) Uᵀ."""
+
+    def __init__(self, eps: float = 1e-4) -> None:
+        super().__init__()
+        self.eps = eps
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        return log_re_eig(X, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"eps={self.eps}"
+
+
+class Vech(nn.Module):
+    """Upper triangle (diagonal included) of each matrix: n(n+1)/2 values."""
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        rows, cols = torch.triu_indices(X.shape[-1], X.shape[-1], device=X.device)
+        return X[..., rows, cols]
+
+
+class TraceNormalize(nn.Module):
+    """X ↦ n X / tr(X): each record on its own scale, mean eigenvalue 1.
+
+    EEG covariances in V² have eigenvalues near 1e-10, below any sensible ReEig
+    floor. Dividing each trial by its own trace uses no statistic shared across
+    records, so it leaves record-level privacy intact (a dataset-wide scale
+    would not).
+    """
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        trace = X.diagonal(dim1=-2, dim2=-1).sum(-1)
+        return X * (X.shape[-1] / trace)[..., None, None]
+
+
+class SPDNet(nn.Module):
+    """SPDNet classifier: [TraceNormalize] → (BiMap → ReEig) x L → LogEig → Vech → Linear.
+
+    The last ReEig and the LogEig share one eigendecomposition
+    (:class:`LogReEig`), the same function at half the cost.
+
+    Parameters
+    ----------
+    n_channels : int
+        Size C of the input covariance matrices.
+    n_classes : int
+        Number of output logits.
+    dims : sequence of int, default=(16,)
+        Output size of each BiMap; non-increasing, the first <= C.
+    reeig_eps : float, default=1e-4
+        ReEig floor ε_R.
+    normalize : bool, default=True
+        Divide each input by its trace / C first (see :class:`TraceNormalize`).
+    generator : torch.Generator, optional
+        Source of the initial weights.
+    dtype : torch.dtype, default=torch.float32
+
+    Examples
+    --------
+    >>> net = SPDNet(22, 4, dims=(16,))
+    >>> sum(p.numel() for p in net.parameters())
+    900
+    """
+
+    def __init__(
+        self,
+        n_channels: int,
+        n_classes: int,
+        dims: Sequence[int] = (16,),
+        reeig_eps: float = 1e-4,
+        *,
+        normalize: bool = True,
+        generator: torch.Generator | None = None,
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        super().__init__()
+        dims = tuple(int(d) for d in dims)
+        if not dims or any(d < 1 for d in dims):
+            raise ValueError(f"The 'dims' parameter must be a non-empty sequence of positive ints. Got {dims!r} instead.")
+        sizes = (int(n_channels), *dims)
+        if any(b > a for a, b in zip(sizes, sizes[1:])):
+            raise ValueError(
+                f"The 'dims' parameter must be non-increasing and start at most at n_channels={n_channels}. "
+                f"Got {dims!r} instead."
+            )
+        layers: list[nn.Module] = [TraceNormalize()] if normalize else []
+        for n_in, n_out in zip(sizes, sizes[1:]):
+            layers += [BiMap(n_in, n_out, generator=generator, dtype=dtype), ReEig(reeig_eps)]
+        layers[-1] = LogReEig(reeig_eps)
+        self.features = nn.Sequential(*layers, Vech())
+        d = dims[-1]
+        # skip_init: nn.Linear's own init would draw from the global RNG
+        self.classifier = nn.utils.skip_init(nn.Linear, d * (d + 1) // 2, n_classes, dtype=dtype)
+        with torch.no_grad():  # torch's default init law, drawn from `generator`
+            bound = (d * (d + 1) // 2) ** -0.5
+            self.classifier.weight.uniform_(-bound, bound, generator=generator)
+            self.classifier.bias.uniform_(-bound, bound, generator=generator)
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        """Logits, shape (n_matrices, n_classes), for X of shape (n_matrices, C, C)."""
+        return self.classifier(self.features(X))

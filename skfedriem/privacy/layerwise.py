@@ -1,0 +1,115 @@
+"""Per-sample gradients from one ordinary backward pass, layer by layer.
+
+When no layer couples the records of a batch, the gradient of the summed loss
+with respect to a layer's output Y is, row by row, the gradient of each
+record's own loss: ∂(Σ_z ℓ_z)/∂Y_z = ∂ℓ_z/∂Y_z. A layer that knows how its
+parameters' gradient follows from its input X_z and that output gradient
+(Linear: g_z a_zᵀ; BiMap: 2 X_z W sym(G_z)) then yields every record's
+gradient with a few batched products, after a single forward and backward
+pass. This is the grad-sample idea of Opacus (Yousefpour et al., 2021), written
+here because Opacus' hooks cannot be given rules for our manifold layers and
+its GradSampleModule wraps the model in ways the federated engine does not
+need. ``torch.func.vmap`` remains the general fallback
+(:func:`skfedriem.privacy.per_sample_gradients`), and tests check the two agree.
+
+A module supports this path when it has a method
+``per_sample_parameter_gradients(X, grad_output) -> {local name: (B, *shape)}``,
+or is a :class:`torch.nn.Linear`.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .per_sample import LossFn
+
+__all__ = ["layerwise_per_sample_gradients", "supports_layerwise"]
+
+
+def _linear_rule(layer: nn.Linear, X: torch.Tensor, grad_output: torch.Tensor) -> dict[str, torch.Tensor]:
+    grads = {"weight": grad_output.unsqueeze(-1) * X.unsqueeze(-2)}
+    if layer.bias is not None:
+        grads["bias"] = grad_output
+    return grads
+
+
+def _rule(layer: nn.Module):
+    custom = getattr(layer, "per_sample_parameter_gradients", None)
+    if callable(custom):
+        return lambda X, G: custom(X, G)
+    if type(layer) is nn.Linear:  # 2-D inputs are checked at call time
+        return lambda X, G: _linear_rule(layer, X, G)
+    return None
+
+
+def _owners(module: nn.Module) -> dict[str, nn.Module]:
+    """The submodules that directly own a trainable parameter, by prefix."""
+    return {
+        prefix: sub
+        for prefix, sub in module.named_modules()
+        if any(p.requires_grad for p in sub.parameters(recurse=False))
+    }
+
+
+def supports_layerwise(module: nn.Module) -> bool:
+    """True when every trainable parameter sits in a layer with a per-sample rule."""
+    return all(_rule(sub) is not None for sub in _owners(module).values())
+
+
+def layerwise_per_sample_gradients(
+    module: nn.Module, loss_fn: LossFn, batch: tuple[torch.Tensor, ...]
+) -> dict[str, torch.Tensor] | None:
+    """Ambient per-record gradients by layer rules, or None when they do not apply.
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        No layer may mix records (e.g. training-mode batch normalisation).
+    loss_fn : callable
+        ``loss_fn(output, *targets) -> Tensor (B,)``.
+    batch : tuple of torch.Tensor
+        ``(inputs, *targets)``.
+
+    Returns
+    -------
+    grads : dict of str to torch.Tensor or None
+        Same keys and shapes as :func:`~skfedriem.privacy.per_sample_gradients`;
+        None if a trainable layer has no rule, is called more than once per
+        forward pass, or (Linear) receives inputs that are not (B, features).
+    """
+    owners = _owners(module)
+    rules = {prefix: _rule(sub) for prefix, sub in owners.items()}
+    if any(rule is None for rule in rules.values()):
+        return None
+    calls: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {prefix: [] for prefix in owners}
+
+    def recorder(prefix: str):
+        def hook(_layer, inputs, output):
+            calls[prefix].append((inputs[0].detach(), output))
+
+        return hook
+
+    handles = [sub.register_forward_hook(recorder(prefix)) for prefix, sub in owners.items()]
+    try:
+        loss = loss_fn(module(batch[0]), *batch[1:]).sum()
+    finally:
+        for handle in handles:
+            handle.remove()
+    if any(len(c) != 1 for c in calls.values()):
+        return None
+    n_records = batch[0].shape[0]
+    for prefix, [(X, _)] in calls.items():
+        if X.shape[0] != n_records or (isinstance(owners[prefix], nn.Linear) and X.dim() != 2):
+            return None
+    prefixes = list(calls)
+    outputs_grads = torch.autograd.grad(loss, [calls[p][0][1] for p in prefixes])
+    grads: dict[str, torch.Tensor] = {}
+    for prefix, G in zip(prefixes, outputs_grads):
+        X = calls[prefix][0][0]
+        local = {n for n, p in owners[prefix].named_parameters(recurse=False) if p.requires_grad}
+        for name, g in rules[prefix](X, G).items():
+            if name in local:
+                grads[f"{prefix}.{name}" if prefix else name] = g
+    order = [name for name, p in module.named_parameters() if p.requires_grad]
+    return {name: grads[name] for name in order}

@@ -1,0 +1,97 @@
+"""MOABB loaders: FakeDataset always, the real PhysioNet files when ../shared/data is present."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("moabb")
+from moabb.datasets.fake import FakeDataset  # noqa: E402
+from moabb.evaluations import WithinSessionEvaluation  # noqa: E402
+from moabb.paradigms import LeftRightImagery  # noqa: E402
+from pyriemann.estimation import Covariances  # noqa: E402
+from sklearn.pipeline import make_pipeline  # noqa: E402
+
+from skfedriem import FederatedSPDNetClassifier  # noqa: E402
+from skfedriem.datasets import load_moabb, use_local_eegmmidb  # noqa: E402
+
+EEGMMIDB = Path(__file__).resolve().parents[3] / "shared" / "data" / "eegmmidb"
+
+
+def fake_dataset():
+    return FakeDataset(event_list=["left_hand", "right_hand"], n_sessions=2, n_runs=1, n_subjects=2, n_events=40,
+                       duration=60, seed=0)
+
+
+@pytest.mark.parametrize("clients, expected", [("subject", 2), ("session", 4)])
+def test_load_moabb_groups_by_subject_or_session(clients, expected):
+    X, y, groups = load_moabb(fake_dataset(), LeftRightImagery(fmin=8, fmax=32, resample=128), clients=clients)
+    assert X.ndim == 3 and X.shape[0] == y.shape[0] == groups.shape[0]
+    assert set(y) == {"left_hand", "right_hand"}
+    assert len(np.unique(groups)) == expected
+    assert all(g.startswith("subject-") for g in groups)
+
+
+def test_load_moabb_rejects_unknown_client_unit():
+    with pytest.raises(ValueError, match="'clients'.*'site'"):
+        load_moabb(fake_dataset(), LeftRightImagery(), clients="site")
+
+
+@pytest.mark.slow
+def test_within_session_evaluation_on_fake_dataset(tmp_path):
+    pipeline = make_pipeline(
+        Covariances("oas"),
+        FederatedSPDNetClassifier(eps=10.0, dims=(2,), n_rounds=3, batch_size=8, random_state=0),
+    )
+    evaluation = WithinSessionEvaluation(
+        paradigm=LeftRightImagery(fmin=8, fmax=32, resample=128), datasets=[fake_dataset()], overwrite=True,
+        hdf5_path=str(tmp_path), random_state=0, n_splits=2,
+    )
+    results = evaluation.process({"fed-spdnet": pipeline})
+    assert len(results) == 4  # 2 subjects x 2 sessions
+    assert results["score"].between(0, 1).all() and set(results["pipeline"]) == {"fed-spdnet"}
+
+
+def test_use_local_eegmmidb_links_files_without_touching_the_source(tmp_path, monkeypatch):
+    source = tmp_path / "src" / "S001"
+    source.mkdir(parents=True)
+    (source / "S001R04.edf").write_bytes(b"edf")
+    for var in ("MNE_DATASETS_EEGBCI_PATH", "MNE_DATA", "MOABB_DOWNLOAD_PROVIDER"):
+        monkeypatch.delenv(var, raising=False)
+    root = use_local_eegmmidb(tmp_path / "src", tmp_path / "root")
+    link = root / "MNE-eegbci-data/files/eegmmidb/1.0.0/S001/S001R04.edf"
+    assert link.is_symlink() and link.read_bytes() == b"edf"
+    import os
+
+    assert os.environ["MNE_DATASETS_EEGBCI_PATH"] == str(root)
+    assert sorted(p.name for p in (tmp_path / "src").rglob("*")) == ["S001", "S001R04.edf"]
+    with pytest.raises(ValueError, match="no PhysioNet recordings"):
+        use_local_eegmmidb(tmp_path / "root")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not EEGMMIDB.is_dir(), reason="real PhysioNet files (../shared/data/eegmmidb) not present")
+def test_real_physionet_beats_chance_non_privately(tmp_path, monkeypatch):
+    from moabb.datasets import PhysionetMI
+    from scipy.stats import binomtest
+
+    for var in ("MNE_DATASETS_EEGBCI_PATH", "MNE_DATA", "MOABB_DOWNLOAD_PROVIDER"):
+        monkeypatch.setenv(var, "")
+    use_local_eegmmidb(EEGMMIDB, tmp_path)
+    dataset = PhysionetMI(imagined=True)
+    dataset.feet_runs = []
+    X, y, groups = load_moabb(dataset, LeftRightImagery(fmin=8, fmax=32, resample=128), subjects=[1, 2, 3, 4, 5])
+    assert X.shape[0] == 225 and len(np.unique(groups)) == 5
+    covs = Covariances("oas").fit_transform(X)
+    # hold out a third of every subject's trials (stratified), 5 subjects = 5 clients
+    rng = np.random.default_rng(0)
+    test = np.zeros(len(y), dtype=bool)
+    for g in np.unique(groups):
+        for label in np.unique(y):
+            idx = np.flatnonzero((groups == g) & (y == label))
+            test[rng.choice(idx, size=len(idx) // 3, replace=False)] = True
+    clf = FederatedSPDNetClassifier(eps=None, dims=(32,), n_rounds=100, batch_size=16, lr=1e-2, random_state=0)
+    clf.fit(covs[~test], y[~test], groups=groups[~test])
+    correct = int((clf.predict(covs[test]) == y[test]).sum())
+    # classes are balanced in the test set: beating chance is a one-sided binomial test against 1/2
+    assert binomtest(correct, int(test.sum()), 0.5, alternative="greater").pvalue < 0.05, correct

@@ -1,0 +1,268 @@
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+import sklearn
+import torch
+from pyriemann.estimation import Covariances
+from sklearn.base import clone
+from sklearn.model_selection import GridSearchCV, GroupKFold, StratifiedKFold, cross_val_score
+from sklearn.pipeline import Pipeline
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from skfedriem import FederatedSPDNetClassifier
+from skfedriem.datasets import make_spd_classification
+
+FAST = dict(dims=(3,), n_rounds=8, batch_size=16, lr=3e-2, random_state=0)
+
+# Every check below first fits on a 2-D feature matrix (n_samples, n_features).
+# This estimator's input is a stack of SPD matrices (n_matrices, C, C): a 2-D
+# array is rejected with a ValueError, so these checks cannot apply. Their
+# intent is re-checked on SPD input in this file (test_sklearn_contract_on_spd_input).
+_NEEDS_2D = "fits on a 2-D feature matrix; the estimator takes 3-D SPD matrices (n_matrices, C, C)"
+EXPECTED_FAILED = {
+    name: _NEEDS_2D
+    for name in [
+        "check_fit_score_takes_y", "check_estimators_overwrite_params", "check_dont_overwrite_parameters",
+        "check_estimators_fit_returns_self", "check_readonly_memmap_input", "check_n_features_in_after_fitting",
+        "check_estimators_dtypes", "check_dtype_object", "check_pipeline_consistency", "check_estimators_nan_inf",
+        "check_estimators_pickle", "check_f_contiguous_array_estimator", "check_classifier_data_not_an_array",
+        "check_classifiers_classes", "check_classifiers_train", "check_supervised_y_2d",
+        "check_decision_proba_consistency", "check_methods_sample_order_invariance",
+        "check_methods_subset_invariance", "check_dict_unchanged", "check_fit_idempotent",
+        "check_fit_check_is_fitted", "check_n_features_in", "check_fit2d_predict1d",
+    ]
+}
+EXPECTED_FAILED["check_positive_only_tag_during_fit"] = (
+    "passes a 2-D matrix of positive values and expects a fit; 2-D input is rejected whatever its sign"
+)
+EXPECTED_FAILED["check_fit2d_1feature"] = (
+    "expects the error for a (n, 1) matrix to mention '1 feature(s)'; ours says X must be (n_matrices, C, C)"
+)
+
+
+@parametrize_with_checks(
+    [FederatedSPDNetClassifier(eps=10, dims=(2,), n_rounds=2, batch_size=8, n_clients=2, random_state=0)],
+    expected_failed_checks=lambda est: EXPECTED_FAILED,
+)
+def test_sklearn_checks(estimator, check):
+    check(estimator)
+
+
+@pytest.fixture(scope="module")
+def spd_data():
+    X, y, groups = make_spd_classification(3, 60, 6, n_classes=3, class_sep=2.0, noise=0.5, random_state=0)
+    return X, y, groups
+
+
+@pytest.fixture(scope="module")
+def signals():
+    """Raw multichannel signals whose class changes the channel mixing (for Covariances)."""
+    rs = np.random.RandomState(0)
+    mixing = [np.eye(5) + 0.6 * rs.standard_normal((5, 5)) for _ in range(2)]
+    X, y, groups = [], [], []
+    for subject in range(3):
+        for trial in range(40):
+            label = trial % 2
+            X.append(1e-5 * mixing[label] @ rs.standard_normal((5, 200)))
+            y.append(["left", "right"][label])
+            groups.append(f"subject-{subject}")
+    return np.asarray(X), np.asarray(y), np.asarray(groups)
+
+
+def test_learns_separable_classes_non_privately(spd_data):
+    X, y, groups = spd_data
+    Xt, yt, _ = make_spd_classification(3, 30, 6, n_classes=3, class_sep=2.0, noise=0.5, random_state=0)
+    clf = FederatedSPDNetClassifier(eps=None, dims=(4,), n_rounds=30, batch_size=16, lr=3e-2, random_state=0)
+    clf.fit(X, y, groups=groups)
+    assert clf.epsilon_ == np.inf and clf.noise_std_ == 0 and clf.mu0_ is None
+    assert clf.score(X, y) > 0.9
+    # same generator, different draw: same classes and client effects
+    assert clf.score(Xt, yt) > 0.85
+
+
+def test_private_fit_certifies_eps_and_keeps_a_history(spd_data):
+    X, y, groups = spd_data
+    Xv, yv = X[::5], y[::5]
+    clf = FederatedSPDNetClassifier(eps=5.0, **FAST).fit(X, y, groups=groups, validation_data=(Xv, yv))
+    assert 0 < clf.epsilon_ <= 5.0 and clf.delta_ == 1e-5
+    assert clf.noise_std_ > 0 and clf.mu0_ > 0 and clf.batch_size_ == 16
+    assert [h["round"] for h in clf.history_] == list(range(1, 9))
+    eps_curve = [h["epsilon"] for h in clf.history_]
+    assert all(a < b for a, b in zip(eps_curve, eps_curve[1:]))
+    assert all(0 <= h["valid_accuracy"] <= 1 and h["valid_loss"] > 0 for h in clf.history_)
+    proba = clf.predict_proba(X)
+    np.testing.assert_allclose(proba.sum(1), 1.0, rtol=1e-6)
+    np.testing.assert_allclose(np.log(proba), clf.predict_log_proba(X), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(clf.predict(X), clf.classes_[proba.argmax(1)])
+    assert clf.decision_function(X).shape == (len(X), 3)
+    assert clf.n_features_in_ == 6
+
+
+def test_same_seed_same_model_and_global_rngs_untouched(spd_data):
+    X, y, groups = spd_data
+    torch_state, np_state = torch.get_rng_state(), np.random.get_state()
+    a = FederatedSPDNetClassifier(eps=10.0, **FAST).fit(X, y, groups=groups)
+    b = FederatedSPDNetClassifier(eps=10.0, **FAST).fit(X, y, groups=groups)
+    assert torch.equal(torch.get_rng_state(), torch_state) and np.random.get_state()[1].tolist() == np_state[1].tolist()
+    for pa, pb in zip(a.module_.parameters(), b.module_.parameters()):
+        assert torch.equal(pa, pb)
+    c = FederatedSPDNetClassifier(eps=10.0, **{**FAST, "random_state": 1}).fit(X, y, groups=groups)
+    assert not torch.equal(a.module_.classifier.weight, c.module_.classifier.weight)
+
+
+def test_sklearn_contract_on_spd_input(spd_data):
+    """What the excused sklearn checks test, on valid SPD input."""
+    X, y, groups = spd_data
+    clf = FederatedSPDNetClassifier(eps=10.0, **FAST)
+    params = clf.get_params()
+    assert clf.fit(X, y, groups=groups) is clf  # fit returns self
+    assert clf.get_params() == params  # parameters not overwritten
+    pred = clf.predict(X)
+    # idempotent fit, sample-order and subset invariance of predictions
+    np.testing.assert_array_equal(clone(clf).fit(X, y, groups=groups).predict(X), pred)
+    order = np.random.default_rng(0).permutation(len(X))
+    np.testing.assert_array_equal(clf.predict(X[order]), pred[order])
+    np.testing.assert_array_equal(clf.predict(X[:7]), pred[:7])
+    # dtypes, lists, read-only and Fortran-ordered input
+    np.testing.assert_array_equal(clf.predict(X.astype(np.float32)), clf.predict(X.astype(np.float32).astype(float)))
+    np.testing.assert_array_equal(clf.predict(X.tolist()), pred)
+    frozen = X.copy()
+    frozen.setflags(write=False)
+    np.testing.assert_array_equal(clf.predict(np.asfortranarray(frozen)), pred)
+    # labels of any type; y as a column vector warns like sklearn
+    names = np.array(["a", "b", "c"])[y]
+    assert set(FederatedSPDNetClassifier(eps=10.0, **FAST).fit(X, names, groups=groups).predict(X)) <= set(names)
+    with pytest.warns(sklearn.exceptions.DataConversionWarning):
+        FederatedSPDNetClassifier(eps=10.0, **FAST).fit(X, y[:, None], groups=groups)
+    # pickle round trip
+    again = pickle.loads(pickle.dumps(clf))
+    np.testing.assert_array_equal(again.predict(X), pred)
+    # wrong number of channels at predict
+    with pytest.raises(ValueError, match="features"):
+        clf.predict(X[:, :5, :5])
+
+
+def test_two_classes_decision_function_is_a_logit_difference(spd_data):
+    X, y, groups = spd_data
+    keep = y < 2
+    clf = FederatedSPDNetClassifier(eps=None, **FAST).fit(X[keep], y[keep], groups=groups[keep])
+    scores = clf.decision_function(X[keep])
+    assert scores.shape == (keep.sum(),)
+    np.testing.assert_array_equal(clf.predict(X[keep]), clf.classes_[(scores > 0).astype(int)])
+
+
+def test_pipeline_with_pyriemann_covariances_and_routed_groups(signals):
+    X, y, groups = signals
+    with sklearn.config_context(enable_metadata_routing=True):
+        clf = FederatedSPDNetClassifier(eps=10.0, **FAST).set_fit_request(groups=True, validation_data=False)
+        pipe = Pipeline([("cov", Covariances("oas")), ("clf", clf)])
+        pipe.fit(X, y, groups=groups)
+        assert pipe.score(X, y) > 0.6
+        assert pipe.named_steps["clf"].epsilon_ <= 10.0
+    # without routing, the step parameter syntax
+    pipe = Pipeline([("cov", Covariances("oas")), ("clf", FederatedSPDNetClassifier(eps=10.0, **FAST))])
+    pipe.fit(X, y, clf__groups=groups)
+    assert pipe.predict(X).shape == y.shape
+
+
+def test_cross_val_score_and_grid_search_route_groups(signals):
+    X, y, groups = signals
+    pipe = Pipeline([("cov", Covariances("oas")), ("clf", FederatedSPDNetClassifier(eps=10.0, **FAST))])
+    scores = cross_val_score(pipe, X, y, cv=StratifiedKFold(3, shuffle=True, random_state=0))
+    assert scores.shape == (3,) and np.all((0 <= scores) & (scores <= 1))
+    with sklearn.config_context(enable_metadata_routing=True):
+        clf = FederatedSPDNetClassifier(eps=10.0, **FAST).set_fit_request(groups=True, validation_data=False)
+        pipe = Pipeline([("cov", Covariances("oas")), ("clf", clf)])
+        grid = {"clf__eps": [5.0, None], "clf__lr": [1e-2, 3e-2], "clf__dims": [(3,), (4, 2)]}
+        search = GridSearchCV(pipe, grid, cv=GroupKFold(3)).fit(X, y, groups=groups)
+    assert len(search.cv_results_["params"]) == 8
+    assert search.best_estimator_.named_steps["clf"].dims in [(3,), (4, 2)]
+
+
+def spd_inputs():
+    X, y, groups = make_spd_classification(2, 10, 4, random_state=0)
+    return X, y, groups
+
+
+def test_bad_matrices_are_rejected_with_their_index():
+    X, y, groups = spd_inputs()
+    clf = FederatedSPDNetClassifier(**FAST)
+    with pytest.raises(ValueError, match="square matrices"):
+        clf.fit(X[:, :, :3], y)
+    bent = X.copy()
+    bent[3, 0, 1] += 1.0
+    with pytest.raises(ValueError, match=r"symmetric.*X\[3\]"):
+        clf.fit(bent, y)
+    negative = X.copy()
+    negative[5] = -negative[5]
+    with pytest.raises(ValueError, match=r"positive definite.*X\[5\]"):
+        clf.fit(negative, y)
+    for bad in (np.nan, np.inf):
+        broken = X.copy()
+        broken[2, 1, 1] = bad
+        with pytest.raises(ValueError, match="NaN|infinity"):
+            clf.fit(broken, y)
+    fitted = clf.fit(X, y)
+    with pytest.raises(ValueError, match=r"positive definite.*X\[5\]"):
+        fitted.predict(negative)
+
+
+@pytest.mark.parametrize(
+    "params, match",
+    [
+        ({"eps": 0.0}, "'eps'"),
+        ({"eps": -1.0}, "'eps'"),
+        ({"delta": 1.0}, "'delta'"),
+        ({"delta": 0.0}, "'delta'"),
+        ({"aggregation": "median"}, "'aggregation'"),
+        ({"optimizer": "lbfgs"}, "'optimizer'"),
+        ({"sampling": "shuffle"}, "'sampling'"),
+        ({"lr_schedule": "step"}, "'lr_schedule'"),
+        ({"dtype": "float16"}, "'dtype'"),
+        ({"dims": (5,)}, "'dims'"),
+        ({"dims": (2, 3)}, "'dims'"),
+        ({"dims": 3}, "'dims'"),
+        ({"clients_per_round": 5}, "'clients_per_round'"),
+    ],
+)
+def test_bad_parameters_are_rejected(params, match):
+    X, y, groups = spd_inputs()
+    with pytest.raises((ValueError, TypeError), match=match):
+        FederatedSPDNetClassifier(**{**FAST, **params}).fit(X, y, groups=groups)
+
+
+def test_bad_targets_groups_and_validation_data():
+    X, y, groups = spd_inputs()
+    clf = FederatedSPDNetClassifier(**FAST)
+    with pytest.raises(ValueError, match="at least 2 classes"):
+        clf.fit(X, np.zeros_like(y))
+    with pytest.raises(ValueError, match="Unknown label type"):
+        clf.fit(X, y + 0.5)
+    with pytest.raises(ValueError, match="'groups'.*shape \\(20,\\)"):
+        clf.fit(X, y, groups=groups[:-1])
+    with pytest.raises(ValueError, match="holds 1 record"):
+        clf.fit(X, y, groups=np.r_[np.zeros(19), 1])
+    with pytest.raises(TypeError, match="'validation_data'"):
+        clf.fit(X, y, validation_data=X)
+    with pytest.raises(ValueError, match="absent from y"):
+        clf.fit(X, y, validation_data=(X, y + 7))
+
+
+def test_warnings_for_large_delta_and_clamped_batch():
+    X, y, groups = spd_inputs()
+    with pytest.warns(UserWarning, match="delta=0.2"):
+        FederatedSPDNetClassifier(**{**FAST, "delta": 0.2, "batch_size": 4}).fit(X, y, groups=groups)
+    with pytest.warns(UserWarning, match="batch_size=16 is larger than client"):
+        FederatedSPDNetClassifier(**FAST).fit(X, y, groups=groups)
+
+
+def test_progress_bar_only_when_verbose(spd_data, capsys):
+    X, y, groups = spd_data
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        FederatedSPDNetClassifier(**{**FAST, "n_rounds": 2}).fit(X, y, groups=groups)
+        assert capsys.readouterr().err == ""
+        FederatedSPDNetClassifier(**{**FAST, "n_rounds": 2, "verbose": 1}).fit(X, y, groups=groups)
+    assert "rounds" in capsys.readouterr().err
