@@ -8,7 +8,7 @@ Geometry-Independent Differential Privacy" (arXiv 2610.33712, 2026).
 
 __version__ = "0.1.0"
 
-from .classification import FederatedSPDNetClassifier  # noqa: E402
+from .classification import FederatedEEGNetClassifier, FederatedSPDNetClassifier  # noqa: E402
 from .decomposition import FederatedPCA  # noqa: E402
 
-__all__ = ["FederatedPCA", "FederatedSPDNetClassifier", "__version__"]
+__all__ = ["FederatedEEGNetClassifier", "FederatedPCA", "FederatedSPDNetClassifier", "__version__"]

@@ -81,7 +81,8 @@ class FederatedPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
     batch_size_ : int
         B after clamping.
     history_ : list of dict
-        Per round: ``round``, ``epsilon`` spent so far, ``lr``, ``clients``;
+        Per round: ``round``, ``epsilon`` spent so far, ``lr``, ``clients``,
+        ``aggregation_seconds``;
         ``optimality_gap`` when ``fit`` got ``reference_X``.
     module_ : PCAProjector
         The trained torch module.

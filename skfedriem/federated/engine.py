@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import math
+import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -16,6 +17,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from ..baselines.prirfed import prirfed_epsilon
 from ..manifolds import manifold_of
 from ..privacy import PrivacyAccountant, PrivateManifoldOptimizer, make_sampler, trainable_parameters
 from ..privacy.accounting import DISCRETIZATION
@@ -74,6 +76,9 @@ class FederatedTrainer:
     clip : float
         C, the per-record clip norm over all blocks.
     sampling : {"fixed", "poisson"}
+    accounting : {"rfedproj", "prirfed"}, default="rfedproj"
+        How σ is calibrated and ε reported: the whole-run composition of
+        SPEC §5, or PriRFed's per-round accounting (baseline; Poisson only).
     aggregation : {"projavg", "rlavg", "retavg", "kfavg"}
     optimizer : {"sgd", "adam"} or callable
         Client optimiser, or ``callable(params, lr) -> torch.optim.Optimizer``.
@@ -100,7 +105,8 @@ class FederatedTrainer:
     accountant_ : PrivacyAccountant
     history_ : list of dict
         Per round: ``round``, ``epsilon`` (certified so far), ``lr``,
-        ``clients`` and the monitor's values.
+        ``clients``, ``aggregation_seconds`` (server time of Sub, mean and Out)
+        and the monitor's values.
     transcript_ : list of dict or None
     """
 
@@ -118,6 +124,7 @@ class FederatedTrainer:
         delta: float = 1e-5,
         clip: float = 1.0,
         sampling: str = "fixed",
+        accounting: str = "rfedproj",
         aggregation: str = "projavg",
         optimizer: str | Callable = "sgd",
         lr: float = 0.1,
@@ -139,6 +146,7 @@ class FederatedTrainer:
         self.delta = delta
         self.clip = clip
         self.sampling = sampling
+        self.accounting = accounting
         self.aggregation = get_aggregation(aggregation)
         self.optimizer = optimizer
         self.lr = lr
@@ -186,7 +194,7 @@ class FederatedTrainer:
         plan = plan_run(
             sizes, client_names=names, batch_size=self.batch_size, n_rounds=self.n_rounds,
             local_steps=self.local_steps, local_epochs=self.local_epochs, eps=self.eps,
-            delta=self.delta, clip=self.clip, sampling=self.sampling,
+            delta=self.delta, clip=self.clip, sampling=self.sampling, accounting=self.accounting,
         )
         samplers = [make_sampler(self.sampling, m, plan.batch_size) for m in sizes]
         server_seq, *client_seqs = self.seed_sequence.spawn(1 + n_clients)
@@ -232,28 +240,35 @@ class FederatedTrainer:
                 for name, p in local_params.items():
                     finals[name].append(p.detach().clone())
             submissions = {}
+            started = time.perf_counter()
             with torch.no_grad():
                 for name, p in params.items():
                     M = manifolds[name]
                     submissions[name] = self.aggregation.submission(M, theta[name], torch.stack(finals[name]))
                     p.copy_(self.aggregation.output(M, theta[name], submissions[name].mean(0)))
+            aggregation_seconds = time.perf_counter() - started
             if self.transcript_ is not None:
                 self.transcript_.append({"theta": theta, "clients": selected.tolist(), "submissions": submissions})
-            self._end_round(t, lr, selected)
+            self._end_round(t, lr, selected, aggregation_seconds)
         return self
 
-    def _end_round(self, t: int, lr: float, selected: np.ndarray) -> None:
+    def _end_round(self, t: int, lr: float, selected: np.ndarray, aggregation_seconds: float) -> None:
         plan = self.plan_
         if plan.mu0 is not None:
             self.accountant_.step(
                 mu0=plan.mu0, sample_rate=plan.sample_rate, num_steps=plan.steps_per_round,
                 sampling=self.sampling,
             )
-            # 10x the final grid: still an upper bound, fast enough for every round
-            eps = self.accountant_.get_epsilon(self.delta, discretization=10 * DISCRETIZATION)
+            if plan.accounting == "prirfed":
+                eps = prirfed_epsilon(plan.mu0, self.delta, plan.sample_rate, plan.steps_per_round, t + 1,
+                                      total_rounds=plan.n_rounds)
+            else:
+                # 10x the final grid: still an upper bound, fast enough for every round
+                eps = self.accountant_.get_epsilon(self.delta, discretization=10 * DISCRETIZATION)
         else:
             eps = math.inf
-        entry = {"round": t + 1, "epsilon": eps, "lr": lr, "clients": selected.tolist()}
+        entry = {"round": t + 1, "epsilon": eps, "lr": lr, "clients": selected.tolist(),
+                 "aggregation_seconds": aggregation_seconds}
         if self.monitor is not None:
             entry.update(self.monitor(self.module))
         self.history_.append(entry)
@@ -261,6 +276,10 @@ class FederatedTrainer:
     @property
     def epsilon_(self) -> float:
         """Certified ε of the whole run on the fine grid (inf when non-private)."""
-        if self.plan_.mu0 is None:
+        plan = self.plan_
+        if plan.mu0 is None:
             return math.inf
+        if plan.accounting == "prirfed":
+            return prirfed_epsilon(plan.mu0, self.delta, plan.sample_rate, plan.steps_per_round,
+                                   max(1, len(self.history_)), total_rounds=plan.n_rounds)
         return self.accountant_.get_epsilon(self.delta)

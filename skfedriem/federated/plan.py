@@ -6,7 +6,10 @@ import math
 import warnings
 from dataclasses import dataclass
 
+from ..baselines.prirfed import prirfed_calibrate_mu0
 from ..privacy import calibrate_mu0
+
+ACCOUNTINGS = ("rfedproj", "prirfed")
 
 __all__ = ["PrivacyPlan", "plan_run"]
 
@@ -33,6 +36,11 @@ class PrivacyPlan:
         σ = 2C / (B μ0) (0 for a non-private run).
     clip : float
         C (inf for a non-private run).
+    accounting : {"rfedproj", "prirfed"}
+        Whole-run composition (SPEC §5) or PriRFed's per-round accounting
+        with advanced composition (a baseline).
+    n_rounds : int
+        T.
     """
 
     batch_size: int
@@ -43,6 +51,8 @@ class PrivacyPlan:
     mu0: float | None
     noise_std: float
     clip: float
+    accounting: str = "rfedproj"
+    n_rounds: int = 1
 
 
 def plan_run(
@@ -57,13 +67,21 @@ def plan_run(
     delta: float,
     clip: float,
     sampling: str,
+    accounting: str = "rfedproj",
 ) -> PrivacyPlan:
     """Clamp B, fix each client's τ_i and calibrate σ for (eps, delta).
 
     Accounting follows SPEC §5: q = B / m⋆ and τ = max τ_i over the whole
     run, whatever the participation (the server chooses and sees S_t, so
-    client sampling gives no amplification).
+    client sampling gives no amplification). ``accounting="prirfed"``
+    calibrates with PriRFed's accounting instead (Poisson sampling only).
     """
+    if accounting not in ACCOUNTINGS:
+        raise ValueError(f"The 'accounting' parameter must be one of {ACCOUNTINGS}. Got {accounting!r} instead.")
+    if accounting == "prirfed" and sampling != "poisson":
+        raise ValueError(
+            f"accounting='prirfed' accounts Poisson-subsampled steps: use sampling='poisson'. Got {sampling!r}."
+        )
     for name, size in zip(client_names, client_sizes):
         if size < 2:
             raise ValueError(
@@ -90,7 +108,7 @@ def plan_run(
     tau = max(taus)
     total = n_rounds * tau
     if eps is None or math.isinf(eps):
-        return PrivacyPlan(batch_size, taus, q, tau, total, None, 0.0, math.inf)
+        return PrivacyPlan(batch_size, taus, q, tau, total, None, 0.0, math.inf, accounting, n_rounds)
     if delta >= 1 / m_star:
         warnings.warn(
             f"delta={delta:g} is not small against 1/m⋆ = 1/{m_star}: (eps, delta)-DP at this delta "
@@ -98,5 +116,8 @@ def plan_run(
             UserWarning,
             stacklevel=3,
         )
-    mu0 = calibrate_mu0(eps, delta, q, total, sampling)
-    return PrivacyPlan(batch_size, taus, q, tau, total, mu0, 2 * clip / (batch_size * mu0), clip)
+    if accounting == "prirfed":
+        mu0 = prirfed_calibrate_mu0(eps, delta, q, tau, n_rounds)
+    else:
+        mu0 = calibrate_mu0(eps, delta, q, total, sampling)
+    return PrivacyPlan(batch_size, taus, q, tau, total, mu0, 2 * clip / (batch_size * mu0), clip, accounting, n_rounds)

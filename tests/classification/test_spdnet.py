@@ -14,33 +14,9 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 from skfedriem import FederatedSPDNetClassifier
 from skfedriem.datasets import make_spd_classification
 
+from .expected_failures import EXPECTED_FAILED
+
 FAST = dict(dims=(3,), n_rounds=8, batch_size=16, lr=3e-2, random_state=0)
-
-# Every check below first fits on a 2-D feature matrix (n_samples, n_features).
-# This estimator's input is a stack of SPD matrices (n_matrices, C, C): a 2-D
-# array is rejected with a ValueError, so these checks cannot apply. Their
-# intent is re-checked on SPD input in this file (test_sklearn_contract_on_spd_input).
-_NEEDS_2D = "fits on a 2-D feature matrix; the estimator takes 3-D SPD matrices (n_matrices, C, C)"
-EXPECTED_FAILED = {
-    name: _NEEDS_2D
-    for name in [
-        "check_fit_score_takes_y", "check_estimators_overwrite_params", "check_dont_overwrite_parameters",
-        "check_estimators_fit_returns_self", "check_readonly_memmap_input", "check_n_features_in_after_fitting",
-        "check_estimators_dtypes", "check_dtype_object", "check_pipeline_consistency", "check_estimators_nan_inf",
-        "check_estimators_pickle", "check_f_contiguous_array_estimator", "check_classifier_data_not_an_array",
-        "check_classifiers_classes", "check_classifiers_train", "check_supervised_y_2d",
-        "check_decision_proba_consistency", "check_methods_sample_order_invariance",
-        "check_methods_subset_invariance", "check_dict_unchanged", "check_fit_idempotent",
-        "check_fit_check_is_fitted", "check_n_features_in", "check_fit2d_predict1d",
-    ]
-}
-EXPECTED_FAILED["check_positive_only_tag_during_fit"] = (
-    "passes a 2-D matrix of positive values and expects a fit; 2-D input is rejected whatever its sign"
-)
-EXPECTED_FAILED["check_fit2d_1feature"] = (
-    "expects the error for a (n, 1) matrix to mention '1 feature(s)'; ours says X must be (n_matrices, C, C)"
-)
-
 
 @parametrize_with_checks(
     [FederatedSPDNetClassifier(eps=10, dims=(2,), n_rounds=2, batch_size=8, n_clients=2, random_state=0)],
@@ -124,6 +100,7 @@ def test_sklearn_contract_on_spd_input(spd_data):
     np.testing.assert_array_equal(clone(clf).fit(X, y, groups=groups).predict(X), pred)
     order = np.random.default_rng(0).permutation(len(X))
     np.testing.assert_array_equal(clf.predict(X[order]), pred[order])
+    np.testing.assert_array_equal(clf.predict(X[::-1]), pred[::-1])  # negative strides
     np.testing.assert_array_equal(clf.predict(X[:7]), pred[:7])
     # dtypes, lists, read-only and Fortran-ordered input
     np.testing.assert_array_equal(clf.predict(X.astype(np.float32)), clf.predict(X.astype(np.float32).astype(float)))

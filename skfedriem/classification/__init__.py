@@ -1,0 +1,7 @@
+"""Federated, record-level private classifiers (scikit-learn estimators)."""
+
+from ._base import FederatedClassifier
+from ._eegnet import FederatedEEGNetClassifier
+from ._spdnet import FederatedSPDNetClassifier
+
+__all__ = ["FederatedClassifier", "FederatedEEGNetClassifier", "FederatedSPDNetClassifier"]

@@ -1,0 +1,258 @@
+"""The paper's EEG comparison (SPEC §6-7) as a resumable study: arms x ε x seeds x participation.
+
+Protocol, per run (dataset, arm, ε, seed, participation):
+
+* data: a MOABB motor-imagery paradigm, band-pass 8-32 Hz, resampled to
+  128 Hz; each trial is normalised inside the model (SPDNet: trace of its
+  covariance; EEGNet: its standard deviation); clients are fixed groups of
+  subjects (SPEC §6: BNCI2014_001 3 per client, Weibo2014 and Cho2017 2,
+  PhysionetMI 1).
+* split: within every subject, stratified by class and drawn with the run's
+  seed: 60% training (the client's private records), 20% validation (held by
+  the server: the per-round learning curve) and 20% test (the reported
+  accuracy).
+* arms: ``projavg``, ``rlavg``, ``retavg`` (federated SPDNet with that
+  aggregation, ours); ``prirfed`` (SPDNet, Poisson sampling, PriRFed's
+  accounting, RetAvg); ``eegnet`` (federated EEGNet, FedAvg); and the
+  centralised references ``central-spdnet``, ``central-eegnet`` (all training
+  trials in one client).
+* participation p: k = max(1, round(p n)) clients per round.
+
+Outputs in ``out``: ``runs.csv`` (one row per finished run, the resume key),
+``curves.csv`` (validation accuracy and ε per round), ``table.md`` (mean ± sd
+per arm and ε, best federated arm in bold), ``learning_curves.png`` and
+``privacy_utility.png``.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from ..classification import FederatedEEGNetClassifier, FederatedSPDNetClassifier
+
+__all__ = ["ARMS", "DATASETS", "DatasetConfig", "load_dataset", "run_study", "split_trials"]
+
+ARMS = ("projavg", "rlavg", "retavg", "prirfed", "eegnet", "central-spdnet", "central-eegnet")
+RUN_FIELDS = ["dataset", "arm", "eps", "seed", "participation", "test_accuracy", "epsilon_certified",
+              "noise_std", "n_clients", "clients_per_round", "n_rounds", "seconds", "aggregation_ms_per_round"]
+CURVE_FIELDS = ["dataset", "arm", "eps", "seed", "participation", "round", "valid_accuracy", "epsilon"]
+
+
+@dataclass(frozen=True)
+class DatasetConfig:
+    """Paper settings of one dataset (SPEC §6 and issue 5)."""
+
+    moabb_name: str
+    n_classes: int
+    subjects_per_client: int
+    dims: tuple[int, ...]
+    reeig_eps: float
+    spdnet: dict = field(default_factory=dict)  # lr, batch_size, n_rounds
+    eegnet: dict = field(default_factory=dict)
+    subjects: tuple[int, ...] | None = None
+
+
+DATASETS: dict[str, DatasetConfig] = {
+    "BNCI2014_001": DatasetConfig("BNCI2014_001", 4, 3, (16,), 8e-5,
+                                  dict(lr=1e-2, batch_size=64, n_rounds=200), dict(lr=1e-3, batch_size=16, n_rounds=300)),
+    "Weibo2014": DatasetConfig("Weibo2014", 7, 2, (20,), 2e-5,
+                               dict(lr=1e-3, batch_size=32, n_rounds=300), dict(lr=3e-3, batch_size=128, n_rounds=300)),
+    "Cho2017": DatasetConfig("Cho2017", 2, 2, (16,), 6e-5,
+                             dict(lr=3e-2, batch_size=16, n_rounds=300), dict(lr=1e-3, batch_size=64, n_rounds=300)),
+    # offline here (../shared/data/eegmmidb): 5 subjects, one client each; 64 channels like Cho2017
+    "PhysionetMI": DatasetConfig("PhysionetMI", 2, 1, (16,), 6e-5,
+                                 dict(lr=1e-2, batch_size=16, n_rounds=200), dict(lr=1e-3, batch_size=16, n_rounds=200),
+                                 subjects=(1, 2, 3, 4, 5)),
+    # MOABB's FakeDataset (noise, 3 subjects): for tests and dry runs
+    "FakeDataset": DatasetConfig("FakeDataset", 2, 1, (2,), 1e-4,
+                                 dict(lr=1e-2, batch_size=8, n_rounds=5), dict(lr=1e-3, batch_size=8, n_rounds=5),
+                                 subjects=(1, 2, 3)),
+}
+
+
+def load_dataset(name: str, *, eegmmidb: str | Path | None = None):
+    """Trials, labels and client of each trial for a configured dataset.
+
+    Returns
+    -------
+    X : ndarray of shape (n_trials, n_channels, n_times)
+    y : ndarray of shape (n_trials,)
+    subjects : ndarray of shape (n_trials,)
+    clients : ndarray of shape (n_trials,)
+        ``"client-0"`` ..., fixed groups of ``subjects_per_client`` consecutive subjects.
+    """
+    from moabb.paradigms import LeftRightImagery, MotorImagery
+
+    from ..datasets import load_moabb, use_local_eegmmidb
+
+    if name not in DATASETS:
+        raise ValueError(f"The 'dataset' parameter must be one of {sorted(DATASETS)}. Got {name!r} instead.")
+    config = DATASETS[name]
+    if name == "FakeDataset":
+        from moabb.datasets.fake import FakeDataset
+
+        dataset = FakeDataset(event_list=["left_hand", "right_hand"], n_sessions=1, n_runs=1, n_subjects=3,
+                              n_events=40, duration=60, seed=0)
+    else:
+        import moabb.datasets
+
+        if name == "PhysionetMI" and eegmmidb is not None:
+            use_local_eegmmidb(eegmmidb)
+        dataset = getattr(moabb.datasets, config.moabb_name)()
+        if name == "PhysionetMI":
+            dataset = moabb.datasets.PhysionetMI(imagined=True)
+            dataset.feet_runs = []
+    if config.n_classes == 2:
+        paradigm = LeftRightImagery(fmin=8, fmax=32, resample=128)
+    else:
+        paradigm = MotorImagery(n_classes=config.n_classes, fmin=8, fmax=32, resample=128)
+    subjects = list(config.subjects or dataset.subject_list)
+    X, y, groups = load_moabb(dataset, paradigm, subjects=subjects, clients="subject")
+    subject_ids = np.array([int(g.split("-")[1]) for g in groups])
+    order = {s: i // config.subjects_per_client for i, s in enumerate(sorted(set(subject_ids)))}
+    clients = np.array([f"client-{order[s]}" for s in subject_ids])
+    return X, y, subject_ids, clients
+
+
+def split_trials(y: np.ndarray, subjects: np.ndarray, seed: int, fractions=(0.6, 0.2, 0.2)):
+    """Boolean masks (train, valid, test), stratified by subject and class, drawn with ``seed``."""
+    rng = np.random.default_rng(seed)
+    part = np.empty(len(y), dtype=int)
+    for s in np.unique(subjects):
+        for label in np.unique(y):
+            idx = rng.permutation(np.flatnonzero((subjects == s) & (y == label)))
+            n_valid, n_test = (int(round(f * len(idx))) for f in fractions[1:])
+            part[idx] = 0
+            part[idx[:n_test]] = 2
+            part[idx[n_test : n_test + n_valid]] = 1
+    return part == 0, part == 1, part == 2
+
+
+def make_estimator(arm: str, eps: float | None, seed: int, config: DatasetConfig, n_clients: int,
+                   participation: float, n_rounds: int | None):
+    """The estimator of one arm, with the dataset's paper settings."""
+    if arm not in ARMS:
+        raise ValueError(f"Unknown arm {arm!r}; choose from {ARMS}.")
+    eegnet = arm in ("eegnet", "central-eegnet")
+    settings = dict(config.eegnet if eegnet else config.spdnet)
+    if n_rounds is not None:
+        settings["n_rounds"] = n_rounds
+    central = arm.startswith("central-")
+    k = None if central else max(1, int(round(participation * n_clients)))
+    common = dict(eps=eps, delta=1e-5, clients_per_round=k, random_state=seed, **settings)
+    if eegnet:
+        return FederatedEEGNetClassifier(**common)
+    extra = dict(dims=config.dims, reeig_eps=config.reeig_eps)
+    if arm == "prirfed":
+        extra.update(aggregation="retavg", sampling="poisson", accounting="prirfed")
+    elif not central:
+        extra.update(aggregation=arm)
+    return FederatedSPDNetClassifier(**common, **extra)
+
+
+def _key(row: dict) -> tuple:
+    return (row["dataset"], row["arm"], str(row["eps"]), str(row["seed"]), f"{float(row['participation']):g}")
+
+
+def _eps_label(eps: float | None) -> str:
+    return "none" if eps is None else f"{eps:g}"
+
+
+def run_study(dataset: str, arms, eps_values, seeds: int, participations, out: str | Path, *,
+              n_rounds: int | None = None, eegmmidb: str | Path | None = None, verbose: int = 1) -> Path:
+    """Run every (arm, ε, seed, participation) not already in ``out/runs.csv``; then write the report.
+
+    Parameters
+    ----------
+    dataset : str
+        A key of :data:`DATASETS`.
+    arms : sequence of str
+        From :data:`ARMS`.
+    eps_values : sequence of float or None
+        None is the non-private run.
+    seeds : int
+        Seeds 0 .. seeds − 1 (split, initialisation, batches and noise).
+    participations : sequence of float
+        Fractions of clients per round (central arms ignore it).
+    out : path
+        Output folder (created).
+    n_rounds : int, optional
+        Overrides the dataset's number of rounds (quick runs).
+    eegmmidb : path, optional
+        Local PhysioNet files for ``PhysionetMI``.
+    verbose : int, default=1
+        > 0 shows a progress bar over runs.
+
+    Returns
+    -------
+    out : Path
+    """
+    from .report import write_report
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    bad = [a for a in arms if a not in ARMS]
+    if bad:
+        raise ValueError(f"Unknown arm(s) {bad}; choose from {ARMS}.")
+    runs_path, curves_path = out / "runs.csv", out / "curves.csv"
+    done = set()
+    if runs_path.exists():
+        with runs_path.open() as f:
+            done = {_key(row) for row in csv.DictReader(f)}
+    todo = [(arm, eps, seed, p) for p in participations for eps in eps_values for arm in arms for seed in range(seeds)
+            if _key(dict(dataset=dataset, arm=arm, eps=_eps_label(eps), seed=seed, participation=p)) not in done]
+    todo = [t for i, t in enumerate(todo) if not (t[0].startswith("central-") and t[3] != participations[0])]
+    if todo:
+        config = DATASETS[dataset]
+        X, y, subjects, clients = load_dataset(dataset, eegmmidb=eegmmidb)
+        covariances = _covariances(X) if any(not a.endswith("eegnet") for a, *_ in todo) else None
+        n_clients = len(np.unique(clients))
+        for arm, eps, seed, p in tqdm(todo, disable=verbose <= 0, desc=f"{dataset} runs", unit="run"):
+            train, valid, test = split_trials(y, subjects, seed)
+            inputs = X if arm.endswith("eegnet") else covariances
+            groups = np.zeros(len(y), dtype=int) if arm.startswith("central-") else clients
+            est = make_estimator(arm, eps, seed, config, n_clients, p, n_rounds)
+            t0 = time.perf_counter()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)  # batch clamping is reported in the CSV via n_rounds
+                est.fit(inputs[train], y[train], groups=groups[train], validation_data=(inputs[valid], y[valid]))
+            seconds = time.perf_counter() - t0
+            row = dict(dataset=dataset, arm=arm, eps=_eps_label(eps), seed=seed, participation=f"{p:g}",
+                       test_accuracy=est.score(inputs[test], y[test]),
+                       epsilon_certified=est.epsilon_, noise_std=est.noise_std_,
+                       n_clients=1 if arm.startswith("central-") else n_clients,
+                       clients_per_round=est.clients_per_round or (1 if arm.startswith("central-") else n_clients),
+                       n_rounds=est.n_rounds, seconds=seconds,
+                       aggregation_ms_per_round=1e3 * float(np.mean([h["aggregation_seconds"] for h in est.history_])))
+            curves = [dict(dataset=dataset, arm=arm, eps=row["eps"], seed=seed, participation=row["participation"],
+                           round=h["round"], valid_accuracy=h["valid_accuracy"], epsilon=h["epsilon"])
+                      for h in est.history_]
+            _append(curves_path, CURVE_FIELDS, curves)
+            _append(runs_path, RUN_FIELDS, [row])  # last: a run counts as done once its curve is saved
+    write_report(out)
+    return out
+
+
+def _covariances(X: np.ndarray) -> np.ndarray:
+    from pyriemann.estimation import Covariances
+
+    return Covariances("oas").fit_transform(X)
+
+
+def _append(path: Path, fields: list[str], rows: list[dict]) -> None:
+    new = not path.exists()
+    with path.open("a", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        if new:
+            writer.writeheader()
+        for row in rows:
+            writer.writerow({k: (f"{v:.6g}" if isinstance(v, float) and math.isfinite(v) else v)
+                             for k, v in row.items()})

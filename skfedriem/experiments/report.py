@@ -1,0 +1,109 @@
+"""Tables and figures from a study folder (``runs.csv``, ``curves.csv``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["results_table", "write_report"]
+
+
+def _eps_order(labels) -> list[str]:
+    finite = sorted((e for e in set(labels) if e != "none"), key=float, reverse=True)
+    return (["none"] if "none" in set(labels) else []) + finite
+
+
+def results_table(runs) -> str:
+    """Markdown tables (one per participation): test accuracy (%) mean ± sd over seeds, arms x ε.
+
+    The best federated arm of each column is in bold (centralised references
+    are not ranked).
+    """
+    runs = runs.assign(eps=runs["eps"].astype(str), participation=runs["participation"].astype(float))
+    eps_cols = _eps_order(runs["eps"])
+    parts = []
+    for p, block in runs.groupby("participation", sort=False):
+        central = runs[runs["arm"].str.startswith("central-")]
+        block = block if block["arm"].str.startswith("central-").any() else _concat(block, central)
+        stats = block.groupby(["arm", "eps"])["test_accuracy"].agg(["mean", "std", "count"])
+        arms = list(dict.fromkeys(block["arm"]))
+        best = {}
+        for e in eps_cols:
+            federated = [(stats.loc[(a, e), "mean"], a) for a in arms
+                         if (a, e) in stats.index and not a.startswith("central-")]
+            if federated:
+                best[e] = max(federated)[1]
+        lines = [f"participation {p:g} (test accuracy %, mean ± sd over seeds; n = seeds)", "",
+                 "| arm | " + " | ".join(f"ε = {e}" for e in eps_cols) + " |",
+                 "|---|" + "---|" * len(eps_cols)]
+        for a in arms:
+            cells = []
+            for e in eps_cols:
+                if (a, e) not in stats.index:
+                    cells.append("")
+                    continue
+                m, s, n = stats.loc[(a, e)]
+                text = f"{100 * m:.1f} ± {100 * (0 if np.isnan(s) else s):.1f} (n={int(n)})"
+                cells.append(f"**{text}**" if best.get(e) == a else text)
+            lines.append(f"| {a} | " + " | ".join(cells) + " |")
+        parts.append("\n".join(lines))
+    return "\n\n".join(parts) + "\n"
+
+
+def _concat(a, b):
+    import pandas as pd
+
+    return pd.concat([a, b])
+
+
+def write_report(out: str | Path) -> None:
+    """Write ``table.md``, ``learning_curves.png`` and ``privacy_utility.png`` into ``out``."""
+    import pandas as pd
+
+    out = Path(out)
+    runs = pd.read_csv(out / "runs.csv", dtype={"eps": str})
+    (out / "table.md").write_text(results_table(runs))
+    curves = pd.read_csv(out / "curves.csv", dtype={"eps": str})
+    key = ["dataset", "arm", "eps", "seed", "participation", "round"]
+    curves = curves.drop_duplicates(subset=key, keep="last")  # a run interrupted before its row was saved
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:  # pragma: no cover - matplotlib is in the bench/eeg extras
+        return
+    first = curves["participation"].iloc[0]
+    eps_cols = _eps_order(curves["eps"].astype(str))
+    fig, axes = plt.subplots(1, len(eps_cols), figsize=(4 * len(eps_cols), 3.2), squeeze=False)
+    for ax, e in zip(axes[0], eps_cols):
+        sel = curves[(curves["eps"] == e) & (curves["participation"] == first)]
+        for arm, block in sel.groupby("arm"):
+            mean = block.groupby("round")["valid_accuracy"].mean()
+            ax.plot(mean.index, mean.values, label=arm)
+        ax.set_title(f"ε = {e}")
+        ax.set_xlabel("round")
+    axes[0][0].set_ylabel("validation accuracy")
+    axes[0][-1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "learning_curves.png", dpi=110)
+    plt.close(fig)
+
+    runs = runs[runs["participation"] == runs["participation"].iloc[0]]
+    finite = sorted(float(e) for e in set(runs["eps"]) if e != "none")
+    x_none = 2 * max(finite) if finite else 1.0
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    for arm, block in runs.groupby("arm"):
+        stats = block.groupby("eps")["test_accuracy"].agg(["mean", "std"])
+        xs = [x_none if e == "none" else float(e) for e in stats.index]
+        order = np.argsort(xs)
+        ax.errorbar(np.array(xs)[order], stats["mean"].values[order], yerr=stats["std"].fillna(0).values[order],
+                    marker="o", capsize=3, label=arm)
+    ax.set_xscale("log")
+    ax.set_xlabel("ε (rightmost: non-private)")
+    ax.set_ylabel("test accuracy")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "privacy_utility.png", dpi=110)
+    plt.close(fig)

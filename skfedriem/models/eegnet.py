@@ -1,0 +1,111 @@
+"""EEGNet (Lawhern et al., 2018), the Euclidean baseline of SPEC §6, without batch normalisation.
+
+Written here rather than imported from braindecode: braindecode 1.8 pulls
+torchaudio 2.11, whose PyPI wheel is a CUDA build that fails to import next to
+the CPU torch 2.13 this project pins, and no torchaudio 2.13 exists. The
+network is short.
+
+Changes from the original, both for record-level DP:
+
+* Batch normalisation is removed (in training mode it mixes the records of a
+  batch and raises the sensitivity from 2C/B to 2C, SPEC §3). The convolution
+  before each removed BatchNorm gets a bias instead (BatchNorm's shift).
+* Dropout is left out: inside ``torch.func.vmap`` it would draw from the
+  global RNG, breaking determinism by ``random_state``; DP noise regularises.
+
+Each trial is first divided by its own standard deviation (no statistic shared
+across trials, so no privacy cost): MOABB returns volts.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+__all__ = ["EEGNet", "TrialStandardize"]
+
+
+class TrialStandardize(nn.Module):
+    """X ↦ X / std(X) per trial (over channels and time)."""
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        scale = X.std(dim=(-2, -1), keepdim=True)
+        return X / scale.clamp_min(torch.finfo(X.dtype).tiny)
+
+
+def _init_uniform_(layer: nn.Module, generator: torch.Generator | None) -> None:
+    """torch's default law for Conv/Linear (uniform ±1/√fan_in), drawn from ``generator``."""
+    fan_in = layer.weight[0].numel()
+    bound = fan_in**-0.5
+    with torch.no_grad():
+        layer.weight.uniform_(-bound, bound, generator=generator)
+        if layer.bias is not None:
+            layer.bias.uniform_(-bound, bound, generator=generator)
+
+
+class EEGNet(nn.Module):
+    """EEGNet-F1,D on raw trials (n_trials, n_channels, n_times) -> logits.
+
+    temporal conv (1 x kernel_length, F1 filters) -> depthwise spatial conv
+    (n_channels x 1, D per filter) -> ELU -> average pool /4 -> separable conv
+    (1 x 16 depthwise, then 1 x 1 to F2) -> ELU -> average pool /8 -> linear.
+
+    Parameters
+    ----------
+    n_channels, n_times : int
+        Trial shape; ``n_times`` >= 32.
+    n_classes : int
+    F1, D, F2 : int, default=8, 2, 16
+        EEGNet-8,2 by default.
+    kernel_length : int, default=64
+        Temporal kernel (half the sampling rate in the paper: 64 at 128 Hz).
+    generator : torch.Generator, optional
+        Source of the initial weights.
+    dtype : torch.dtype, default=torch.float32
+
+    Examples
+    --------
+    >>> net = EEGNet(22, 256, 4)
+    >>> net(torch.randn(5, 22, 256, generator=torch.Generator().manual_seed(0))).shape
+    torch.Size([5, 4])
+    """
+
+    def __init__(
+        self,
+        n_channels: int,
+        n_times: int,
+        n_classes: int,
+        *,
+        F1: int = 8,
+        D: int = 2,
+        F2: int = 16,
+        kernel_length: int = 64,
+        generator: torch.Generator | None = None,
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        super().__init__()
+        if n_times < 32:
+            raise ValueError(f"EEGNet needs n_times >= 32 (two poolings by 4 and 8). Got {n_times!r} instead.")
+        conv = lambda *a, **k: nn.utils.skip_init(nn.Conv2d, *a, dtype=dtype, **k)  # noqa: E731
+        self.standardize = TrialStandardize()
+        self.temporal = conv(1, F1, (1, kernel_length), padding=(0, kernel_length // 2))
+        self.spatial = conv(F1, F1 * D, (n_channels, 1), groups=F1)
+        self.pool1 = nn.AvgPool2d((1, 4))
+        self.depthwise = conv(F1 * D, F1 * D, (1, 16), padding=(0, 8), groups=F1 * D, bias=False)
+        self.pointwise = conv(F1 * D, F2, (1, 1))
+        self.pool2 = nn.AvgPool2d((1, 8))
+        with torch.no_grad():
+            n_features = self._features(torch.zeros(1, n_channels, n_times, dtype=dtype)).shape[1]
+        self.classifier = nn.utils.skip_init(nn.Linear, n_features, n_classes, dtype=dtype)
+        for layer in (self.temporal, self.spatial, self.depthwise, self.pointwise, self.classifier):
+            _init_uniform_(layer, generator)
+
+    def _features(self, X: torch.Tensor) -> torch.Tensor:
+        h = self.spatial(self.temporal(self.standardize(X).unsqueeze(1)))
+        h = self.pool1(nn.functional.elu(h))
+        h = self.pool2(nn.functional.elu(self.pointwise(self.depthwise(h))))
+        return h.flatten(start_dim=1)
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        """Logits, shape (n_trials, n_classes), for X of shape (n_trials, n_channels, n_times)."""
+        return self.classifier(self._features(X))

@@ -1,0 +1,89 @@
+import csv
+
+import numpy as np
+import pytest
+
+pytest.importorskip("moabb")
+pytest.importorskip("matplotlib")
+
+from skfedriem.experiments.__main__ import main  # noqa: E402
+from skfedriem.experiments.eeg import DATASETS, make_estimator, run_study, split_trials  # noqa: E402
+
+
+def read_rows(path):
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def test_split_is_disjoint_stratified_and_seeded():
+    y = np.repeat([0, 1], 50)
+    subjects = np.tile(np.repeat([1, 2], 25), 2)
+    train, valid, test = split_trials(y, subjects, seed=0)
+    assert not (train & valid).any() and not (train & test).any() and not (valid & test).any()
+    assert (train | valid | test).all()
+    for s in (1, 2):
+        for label in (0, 1):
+            cell = (subjects == s) & (y == label)
+            assert (test & cell).sum() == 5 and (valid & cell).sum() == 5
+    again = split_trials(y, subjects, seed=0)
+    assert all(np.array_equal(a, b) for a, b in zip((train, valid, test), again))
+    assert not np.array_equal(split_trials(y, subjects, seed=1)[2], test)
+
+
+def test_arms_map_to_the_right_estimators():
+    config = DATASETS["BNCI2014_001"]
+    prirfed = make_estimator("prirfed", 5.0, 0, config, 3, 1.0, None)
+    assert (prirfed.accounting, prirfed.sampling, prirfed.aggregation) == ("prirfed", "poisson", "retavg")
+    assert prirfed.dims == (16,) and prirfed.reeig_eps == 8e-5 and prirfed.lr == 1e-2 and prirfed.n_rounds == 200
+    rl = make_estimator("rlavg", None, 3, config, 3, 0.5, 7)
+    assert rl.aggregation == "rlavg" and rl.clients_per_round == 2 and rl.n_rounds == 7 and rl.random_state == 3
+    eegnet = make_estimator("eegnet", 10.0, 0, config, 3, 1.0, None)
+    assert type(eegnet).__name__ == "FederatedEEGNetClassifier" and eegnet.batch_size == 16 and eegnet.n_rounds == 300
+    assert make_estimator("central-spdnet", 10.0, 0, config, 3, 0.5, None).clients_per_round is None
+    with pytest.raises(ValueError, match="Unknown arm"):
+        make_estimator("fedprox", 1.0, 0, config, 3, 1.0, None)
+
+
+@pytest.mark.slow
+def test_runner_end_to_end_is_consistent_and_resumable(tmp_path):
+    out = tmp_path / "study"
+    arms = ["projavg", "prirfed", "eegnet", "central-spdnet"]
+    main(["eeg", "--dataset", "FakeDataset", "--arms", *arms, "--eps", "none", "10", "--seeds", "2",
+          "--participation", "1.0", "0.67", "--rounds", "2", "--out", str(out), "--quiet"])
+    rows = read_rows(out / "runs.csv")
+    # 4 arms x 2 eps x 2 seeds at p = 1, the 3 federated arms again at p = 0.67
+    assert len(rows) == 4 * 2 * 2 + 3 * 2 * 2
+    for row in rows:
+        assert 0 <= float(row["test_accuracy"]) <= 1
+        if row["eps"] == "10":
+            assert float(row["epsilon_certified"]) <= 10 and float(row["noise_std"]) > 0
+        else:
+            assert row["epsilon_certified"] == "inf"
+        assert int(row["clients_per_round"]) == {"1": 3, "0.67": 2}[row["participation"]] or row["arm"] == "central-spdnet"
+    curves = read_rows(out / "curves.csv")
+    assert len(curves) == 2 * len(rows)  # 2 rounds per run
+    table = (out / "table.md").read_text()
+    cell = [r for r in rows if (r["arm"], r["eps"], r["participation"]) == ("projavg", "none", "1")]
+    mean = 100 * np.mean([float(r["test_accuracy"]) for r in cell])
+    assert f"| projavg | " in table and f"{mean:.1f} ±" in table
+    for figure in ("learning_curves.png", "privacy_utility.png"):
+        assert (out / figure).stat().st_size > 1000
+
+    # resume: a finished study runs nothing; a lost row is run again, and only it
+    before = (out / "runs.csv").read_text()
+    main(["eeg", "--dataset", "FakeDataset", "--arms", *arms, "--eps", "none", "10", "--seeds", "2",
+          "--participation", "1.0", "0.67", "--rounds", "2", "--out", str(out), "--quiet"])
+    assert (out / "runs.csv").read_text() == before
+    lines = before.splitlines(keepends=True)
+    (out / "runs.csv").write_text("".join(lines[:-1]))
+    main(["eeg", "--dataset", "FakeDataset", "--arms", *arms, "--eps", "none", "10", "--seeds", "2",
+          "--participation", "1.0", "0.67", "--rounds", "2", "--out", str(out), "--quiet"])
+    after = read_rows(out / "runs.csv")
+    assert len(after) == len(rows)
+    timings = ("seconds", "aggregation_ms_per_round")
+    assert {k: v for k, v in after[-1].items() if k not in timings} == {k: v for k, v in rows[-1].items() if k not in timings}
+
+
+def test_cli_rejects_bad_eps():
+    with pytest.raises(SystemExit):
+        main(["eeg", "--dataset", "FakeDataset", "--eps", "-1"])

@@ -1,0 +1,55 @@
+import pytest
+import torch
+import torch.nn.functional as F
+
+from skfedriem.models import EEGNet, TrialStandardize
+from skfedriem.privacy import layerwise_per_sample_gradients, per_sample_gradients
+
+
+def trials(gen, n=6, channels=4, times=64):
+    return 1e-5 * torch.randn(n, channels, times, generator=gen, dtype=torch.float64)
+
+
+def test_shapes_and_scale_invariance(gen):
+    X = trials(gen)
+    net = EEGNet(4, 64, 3, F1=4, D=2, F2=4, kernel_length=16, generator=torch.Generator().manual_seed(0),
+                 dtype=torch.float64)
+    out = net(X)
+    assert out.shape == (6, 3)
+    torch.testing.assert_close(net(1e6 * X), out)  # volts or microvolts: same logits
+    assert not any(isinstance(m, torch.nn.BatchNorm2d) or isinstance(m, torch.nn.Dropout) for m in net.modules())
+
+
+def test_trial_standardize_uses_each_trial_alone(gen):
+    X = trials(gen, n=3)
+    out = TrialStandardize()(X)
+    torch.testing.assert_close(out.std(dim=(-2, -1)), torch.ones(3, dtype=torch.float64))
+    torch.testing.assert_close(TrialStandardize()(X[1:]), out[1:])
+
+
+def test_initialisation_is_seeded_and_leaves_the_global_rng_alone():
+    state = torch.get_rng_state()
+    a = EEGNet(4, 64, 2, generator=torch.Generator().manual_seed(1))
+    b = EEGNet(4, 64, 2, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(torch.get_rng_state(), state)
+    for pa, pb in zip(a.parameters(), b.parameters()):
+        assert torch.equal(pa, pb)
+
+
+def test_per_sample_gradients_by_vmap_match_a_loop(gen):
+    X = trials(gen, n=5)
+    y = torch.tensor([0, 1, 0, 1, 1])
+    net = EEGNet(4, 64, 2, F1=2, D=2, F2=4, kernel_length=8, generator=gen, dtype=torch.float64)
+    loss = lambda out, t: F.cross_entropy(out, t, reduction="none")  # noqa: E731
+    assert layerwise_per_sample_gradients(net, loss, (X, y)) is None  # convolutions: the vmap path
+    grads = per_sample_gradients(net, loss, (X, y))
+    for i in range(5):
+        net.zero_grad()
+        loss(net(X[i : i + 1]), y[i : i + 1]).sum().backward()
+        for name, p in net.named_parameters():
+            torch.testing.assert_close(grads[name][i], p.grad)
+
+
+def test_too_short_trials_are_rejected():
+    with pytest.raises(ValueError, match="n_times >= 32"):
+        EEGNet(4, 16, 2)
