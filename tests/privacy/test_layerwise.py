@@ -81,3 +81,18 @@ def test_private_gradient_clips_each_record_through_the_layerwise_path():
     grads = private_gradient(net, cross_entropy, (X, y), clip=1e-3, noise_std=0.0, denominator=1)
     norm = torch.sqrt(sum(g.pow(2).sum() for g in grads.values()))
     torch.testing.assert_close(norm, torch.tensor(1e-3, dtype=torch.float64))
+
+
+def test_spdnet_private_gradient_is_tangent_and_bounded():
+    net = SPDNet(8, 3, dims=(5,), generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    X, y = spd_batch(n=32)
+    gen = torch.Generator().manual_seed(1)
+    W = net.features[1].weight.detach()
+    clean = private_gradient(net, cross_entropy, (X, y), clip=1e-2, noise_std=0.0, denominator=32)
+    # each of the 32 records contributes at most C / B: the mean has norm <= C
+    assert torch.sqrt(sum(g.pow(2).sum() for g in clean.values())) <= 1e-2 + 1e-12
+    noisy = private_gradient(net, cross_entropy, (X, y), clip=1e-2, noise_std=3.0, denominator=32, generator=gen)
+    G = noisy["features.1.weight"]
+    # noise dominates and is tangent to the Stiefel manifold at W: WᵀG skew-symmetric
+    assert G.norm() > 10 * clean["features.1.weight"].norm()
+    torch.testing.assert_close(W.T @ G + G.T @ W, torch.zeros(5, 5, dtype=torch.float64), atol=1e-10, rtol=0)
