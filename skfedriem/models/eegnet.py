@@ -100,9 +100,25 @@ class EEGNet(nn.Module):
         for layer in (self.temporal, self.spatial, self.depthwise, self.pointwise, self.classifier):
             _init_uniform_(layer, generator)
 
+    def _temporal_then_spatial(self, X: torch.Tensor) -> torch.Tensor:
+        """spatial(temporal(X)) evaluated spatial-first: the same function, ~n_channels/D x cheaper.
+
+        Both convolutions are linear and act on different axes, so the
+        temporal filter of each output can be applied after the channels are
+        combined (zero padding commutes too); the temporal bias passes through
+        the spatial weights. The parameters (and their gradients) are those of
+        ``self.temporal`` and ``self.spatial``.
+        """
+        F1, D = self.temporal.out_channels, self.spatial.out_channels // self.temporal.out_channels
+        spatial = self.spatial.weight.flatten(start_dim=1)  # (F1 D, C)
+        z = spatial @ X  # (B, F1 D, T)
+        kernel = self.temporal.weight.flatten(start_dim=1).repeat_interleave(D, dim=0).unsqueeze(1)
+        h = nn.functional.conv1d(z, kernel, padding=self.temporal.padding[1], groups=F1 * D)
+        bias = self.temporal.bias.repeat_interleave(D) * spatial.sum(1) + self.spatial.bias
+        return (h + bias[:, None]).unsqueeze(2)  # (B, F1 D, 1, T')
+
     def _features(self, X: torch.Tensor) -> torch.Tensor:
-        h = self.spatial(self.temporal(self.standardize(X).unsqueeze(1)))
-        h = self.pool1(nn.functional.elu(h))
+        h = self.pool1(nn.functional.elu(self._temporal_then_spatial(self.standardize(X))))
         h = self.pool2(nn.functional.elu(self.pointwise(self.depthwise(h))))
         return h.flatten(start_dim=1)
 

@@ -53,3 +53,13 @@ def test_per_sample_gradients_by_vmap_match_a_loop(gen):
 def test_too_short_trials_are_rejected():
     with pytest.raises(ValueError, match="n_times >= 32"):
         EEGNet(4, 16, 2)
+
+
+def test_spatial_first_evaluation_equals_the_layer_order_of_eegnet(gen):
+    X = trials(gen, n=3, channels=5, times=70)
+    net = EEGNet(5, 70, 2, F1=3, D=2, F2=4, kernel_length=9, generator=gen, dtype=torch.float64)
+    with torch.no_grad():
+        net.spatial.bias.copy_(torch.randn(6, generator=gen, dtype=torch.float64))
+    x = net.standardize(X)
+    reference = net.spatial(net.temporal(x.unsqueeze(1)))  # the original order: temporal, then spatial
+    torch.testing.assert_close(net._temporal_then_spatial(x), reference)
