@@ -10,7 +10,6 @@ measured 9-18x and ProjAvg 0.50 / 0.67 / 1.61 ms).
 """
 
 import json
-import statistics
 import time
 
 import numpy as np

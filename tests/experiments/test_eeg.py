@@ -7,7 +7,7 @@ pytest.importorskip("moabb")
 pytest.importorskip("matplotlib")
 
 from skfedriem.experiments.__main__ import main  # noqa: E402
-from skfedriem.experiments.eeg import DATASETS, make_estimator, run_study, split_trials  # noqa: E402
+from skfedriem.experiments.eeg import DATASETS, make_estimator, split_trials  # noqa: E402
 
 
 def read_rows(path):
@@ -65,7 +65,7 @@ def test_runner_end_to_end_is_consistent_and_resumable(tmp_path):
     table = (out / "table.md").read_text()
     cell = [r for r in rows if (r["arm"], r["eps"], r["participation"]) == ("projavg", "none", "1")]
     mean = 100 * np.mean([float(r["test_accuracy"]) for r in cell])
-    assert f"| projavg | " in table and f"{mean:.1f} ±" in table
+    assert "| projavg | " in table and f"{mean:.1f} ±" in table
     for figure in ("learning_curves.png", "privacy_utility.png"):
         assert (out / figure).stat().st_size > 1000
 
