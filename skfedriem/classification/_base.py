@@ -12,7 +12,7 @@ parameters that ``GridSearchCV`` can tune.
 
 from __future__ import annotations
 
-from abc import abstractmethod
+from abc import ABCMeta, abstractmethod
 from numbers import Integral, Real
 
 import numpy as np
@@ -45,7 +45,7 @@ def _forward_in_chunks(module: torch.nn.Module, inputs: torch.Tensor) -> torch.T
         return torch.cat([module(inputs[i : i + _PREDICT_CHUNK]) for i in range(0, len(inputs), _PREDICT_CHUNK)])
 
 
-class FederatedClassifier(ClassifierMixin, BaseEstimator):
+class FederatedClassifier(ClassifierMixin, BaseEstimator, metaclass=ABCMeta):
     """Base of the federated private classifiers; subclasses say what X is and which network to train.
 
     Subclasses define ``__init__`` (all parameters, keyword-only),
