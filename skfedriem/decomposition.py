@@ -222,12 +222,8 @@ class FederatedPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         self.module_ = module
         self.components_ = module.components().numpy().copy()
         self.n_components_ = self.n_components
-        self.epsilon_ = trainer.epsilon_
-        self.delta_ = self.delta
-        self.mu0_ = trainer.plan_.mu0
-        self.noise_std_ = trainer.plan_.noise_std
-        self.batch_size_ = trainer.plan_.batch_size
-        self.history_ = trainer.history_
+        for name, value in trainer.fitted_attributes().items():
+            setattr(self, name, value)
         return self
 
     def transform(self, X):

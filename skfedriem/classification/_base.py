@@ -152,12 +152,8 @@ class FederatedClassifier(ClassifierMixin, BaseEstimator, metaclass=ABCMeta):
             **local,
         ).fit([(inputs[idx], targets[idx]) for idx in indices], client_names=names)
         self.module_ = module.eval()
-        self.epsilon_ = trainer.epsilon_
-        self.delta_ = self.delta
-        self.mu0_ = trainer.plan_.mu0
-        self.noise_std_ = trainer.plan_.noise_std
-        self.batch_size_ = trainer.plan_.batch_size
-        self.history_ = trainer.history_
+        for name, value in trainer.fitted_attributes().items():
+            setattr(self, name, value)
         return self
 
     def _validation_monitor(self, validation_data, encoder: LabelEncoder, dtype: torch.dtype):

@@ -42,7 +42,7 @@ __all__ = ["ARMS", "DATASETS", "DatasetConfig", "load_dataset", "run_study", "sp
 
 ARMS = ("projavg", "rlavg", "retavg", "prirfed", "eegnet", "central-spdnet", "central-eegnet")
 RUN_FIELDS = ["dataset", "arm", "eps", "seed", "participation", "test_accuracy", "epsilon_certified",
-              "noise_std", "n_clients", "clients_per_round", "n_rounds", "seconds", "aggregation_ms_per_round"]
+              "noise_std", "batch_size", "n_clients", "clients_per_round", "n_rounds", "seconds", "aggregation_ms_per_round"]
 CURVE_FIELDS = ["dataset", "arm", "eps", "seed", "participation", "round", "valid_accuracy", "epsilon"]
 
 
@@ -106,10 +106,11 @@ def load_dataset(name: str, *, eegmmidb: str | Path | None = None):
 
         if name == "PhysionetMI" and eegmmidb is not None:
             use_local_eegmmidb(eegmmidb)
-        dataset = getattr(moabb.datasets, config.moabb_name)()
         if name == "PhysionetMI":
             dataset = moabb.datasets.PhysionetMI(imagined=True)
-            dataset.feet_runs = []
+            dataset.feet_runs = []  # left/right imagery only (all that is on disk offline)
+        else:
+            dataset = getattr(moabb.datasets, config.moabb_name)()
     if config.n_classes == 2:
         paradigm = LeftRightImagery(fmin=8, fmax=32, resample=128)
     else:
@@ -222,12 +223,12 @@ def run_study(dataset: str, arms, eps_values, seeds: int, participations, out: s
             est = make_estimator(arm, eps, seed, config, n_clients, p, n_rounds)
             t0 = time.perf_counter()
             with warnings.catch_warnings():
-                warnings.simplefilter("ignore", UserWarning)  # batch clamping is reported in the CSV via n_rounds
+                warnings.simplefilter("ignore", UserWarning)  # batch clamping: the CSV records batch_size
                 est.fit(inputs[train], y[train], groups=groups[train], validation_data=(inputs[valid], y[valid]))
             seconds = time.perf_counter() - t0
             row = dict(dataset=dataset, arm=arm, eps=_eps_label(eps), seed=seed, participation=f"{p:g}",
                        test_accuracy=est.score(inputs[test], y[test]),
-                       epsilon_certified=est.epsilon_, noise_std=est.noise_std_,
+                       epsilon_certified=est.epsilon_, noise_std=est.noise_std_, batch_size=est.batch_size_,
                        n_clients=1 if arm.startswith("central-") else n_clients,
                        clients_per_round=est.clients_per_round or (1 if arm.startswith("central-") else n_clients),
                        n_rounds=est.n_rounds, seconds=seconds,

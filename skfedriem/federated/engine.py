@@ -273,6 +273,16 @@ class FederatedTrainer:
             entry.update(self.monitor(self.module))
         self.history_.append(entry)
 
+    def fitted_attributes(self) -> dict:
+        """What an estimator exposes after :meth:`fit`, all post-processing of the transcript.
+
+        ``epsilon_`` (certified, fine grid), ``delta_``, ``mu0_``, ``noise_std_``,
+        ``batch_size_`` (after clamping) and ``history_``.
+        """
+        plan = self.plan_
+        return {"epsilon_": self.epsilon_, "delta_": self.delta, "mu0_": plan.mu0, "noise_std_": plan.noise_std,
+                "batch_size_": plan.batch_size, "history_": self.history_}
+
     @property
     def epsilon_(self) -> float:
         """Certified ε of the whole run on the fine grid (inf when non-private)."""

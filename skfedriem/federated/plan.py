@@ -39,8 +39,6 @@ class PrivacyPlan:
     accounting : {"rfedproj", "prirfed"}
         Whole-run composition (SPEC §5) or PriRFed's per-round accounting
         with advanced composition (a baseline).
-    n_rounds : int
-        T.
     """
 
     batch_size: int
@@ -52,7 +50,11 @@ class PrivacyPlan:
     noise_std: float
     clip: float
     accounting: str = "rfedproj"
-    n_rounds: int = 1
+
+    @property
+    def n_rounds(self) -> int:
+        """T = total_steps / τ."""
+        return self.total_steps // self.steps_per_round
 
 
 def plan_run(
@@ -108,7 +110,7 @@ def plan_run(
     tau = max(taus)
     total = n_rounds * tau
     if eps is None or math.isinf(eps):
-        return PrivacyPlan(batch_size, taus, q, tau, total, None, 0.0, math.inf, accounting, n_rounds)
+        return PrivacyPlan(batch_size, taus, q, tau, total, None, 0.0, math.inf, accounting)
     if delta >= 1 / m_star:
         warnings.warn(
             f"delta={delta:g} is not small against 1/m⋆ = 1/{m_star}: (eps, delta)-DP at this delta "
@@ -120,4 +122,4 @@ def plan_run(
         mu0 = prirfed_calibrate_mu0(eps, delta, q, tau, n_rounds)
     else:
         mu0 = calibrate_mu0(eps, delta, q, total, sampling)
-    return PrivacyPlan(batch_size, taus, q, tau, total, mu0, 2 * clip / (batch_size * mu0), clip, accounting, n_rounds)
+    return PrivacyPlan(batch_size, taus, q, tau, total, mu0, 2 * clip / (batch_size * mu0), clip, accounting)

@@ -101,7 +101,11 @@ class EEGNet(nn.Module):
             _init_uniform_(layer, generator)
 
     def _temporal_then_spatial(self, X: torch.Tensor) -> torch.Tensor:
-        """spatial(temporal(X)) evaluated spatial-first: the same function, ~n_channels/D x cheaper.
+        """spatial(temporal(X)) evaluated spatial-first: the same function, fewer multiply-adds.
+
+        Per trial and time step: F1·C·K (temporal conv on every channel) plus
+        F1·D·C, instead of F1·D·(C + K); with C = 64, K = 64, F1 = 8, D = 2
+        that is 33k against 2k.
 
         Both convolutions are linear and act on different axes, so the
         temporal filter of each output can be applied after the channels are

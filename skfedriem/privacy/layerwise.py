@@ -37,7 +37,7 @@ def _linear_rule(layer: nn.Linear, X: torch.Tensor, grad_output: torch.Tensor) -
 def _rule(layer: nn.Module):
     custom = getattr(layer, "per_sample_parameter_gradients", None)
     if callable(custom):
-        return lambda X, G: custom(X, G)
+        return custom
     if type(layer) is nn.Linear:  # 2-D inputs are checked at call time
         return lambda X, G: _linear_rule(layer, X, G)
     return None

@@ -54,7 +54,7 @@ def test_runner_end_to_end_is_consistent_and_resumable(tmp_path):
     # 4 arms x 2 eps x 2 seeds at p = 1, the 3 federated arms again at p = 0.67
     assert len(rows) == 4 * 2 * 2 + 3 * 2 * 2
     for row in rows:
-        assert 0 <= float(row["test_accuracy"]) <= 1
+        assert 0 <= float(row["test_accuracy"]) <= 1 and 2 <= int(row["batch_size"]) <= 8
         if row["eps"] == "10":
             assert float(row["epsilon_certified"]) <= 10 and float(row["noise_std"]) > 0
         else:
