@@ -118,7 +118,7 @@ class SPDNet(nn.Module):
     """SPDNet classifier: [TraceNormalize] → (BiMap → ReEig) x L → LogEig → Vech → Linear.
 
     The last ReEig and the LogEig share one eigendecomposition
-    (:class:`LogReEig`), the same function at half the cost.
+    (:class:`LogReEig`), the same function with one eigendecomposition instead of two.
 
     Parameters
     ----------

@@ -130,6 +130,7 @@ def log_re_eig(X: torch.Tensor, floor: float) -> torch.Tensor:
 
     ReEig keeps the eigenvectors, so the eigendecomposition LogEig would
     compute is already known; fusing halves the eigh calls of a BiRe block
-    followed by LogEig (the dominant cost of SPDNet on CPU).
+    followed by LogEig (eigh is the largest single op of a step:
+    benchmarks/spdnet_step.py).
     """
     return spectral_function(X, "log_reeig", floor)
