@@ -130,7 +130,6 @@ def log_re_eig(X: torch.Tensor, floor: float) -> torch.Tensor:
 
     ReEig keeps the eigenvectors, so the eigendecomposition LogEig would
     compute is already known; fusing halves the eigh calls of a BiRe block
-    followed by LogEig (eigh is the largest single op of a step:
-    benchmarks/spdnet_step.py).
+    followed by LogEig.
     """
     return spectral_function(X, "log_reeig", floor)
