@@ -13,7 +13,7 @@ $(PY):
 setup: $(PY)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e ".[test,eeg]"
+	$(PY) -m pip install --quiet -e ".[test,eeg,flower]"
 
 demo: setup
 	$(PY) examples/demo.py

@@ -16,7 +16,12 @@ from .federated import AGGREGATIONS, FederatedTrainer
 from .metrics import pca_optimality_gap
 from .models import PCAProjector
 
-__all__ = ["FederatedPCA"]
+__all__ = ["FederatedPCA", "identity_loss"]
+
+
+def identity_loss(losses: torch.Tensor) -> torch.Tensor:
+    """The PCA module already returns the per-record losses."""
+    return losses
 
 
 class FederatedPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
@@ -60,6 +65,11 @@ class FederatedPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         Number of random clients when ``fit`` gets no ``groups``.
     random_state : int, RandomState instance or None, default=None
         Seeds the initial point, client selection, batches and noise.
+    backend : {"local", "flower"}, default="local"
+        ``"local"`` runs the clients in this process; ``"flower"`` runs the
+        same protocol on Flower's simulation engine (one virtual SuperNode
+        per client; same seeds, so the same model and ε). Needs
+        ``pip install "skfedriem[flower]"``.
     verbose : int, default=0
         > 0 shows a progress bar over rounds.
 
@@ -82,7 +92,8 @@ class FederatedPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         B after clamping.
     history_ : list of dict
         Per round: ``round``, ``epsilon`` spent so far, ``lr``, ``clients``,
-        ``aggregation_seconds``;
+        ``replied``, ``aggregation_seconds``, ``submission_seconds``,
+        ``round_seconds``;
         ``optimality_gap`` when ``fit`` got ``reference_X``.
     module_ : PCAProjector
         The trained torch module.
@@ -116,6 +127,7 @@ class FederatedPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         "n_clients": [Interval(Integral, 1, None, closed="left")],
         "random_state": ["random_state"],
         "verbose": ["verbose"],
+        "backend": [StrOptions({"local", "flower"})],
     }
 
     def __init__(
@@ -136,6 +148,7 @@ class FederatedPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         manifold="grassmann",
         n_clients=5,
         random_state=None,
+        backend="local",
         verbose=0,
     ):
         self.n_components = n_components
@@ -154,6 +167,7 @@ class FederatedPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         self.n_clients = n_clients
         self.random_state = random_state
         self.verbose = verbose
+        self.backend = backend
 
     def fit(self, X, y=None, groups=None, reference_X=None):
         """Learn the principal subspace from the clients' records.
@@ -179,6 +193,22 @@ class FederatedPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         validate_estimator_params(self)
         X = validate_data(self, X, dtype=np.float64, ensure_min_samples=2)
         n_samples, n_features = X.shape
+        self._check_n_features(n_features)
+        init_seq, split_seq, train_seq = self._seeds()
+        indices, names = client_indices(
+            n_samples, groups, n_clients=self.n_clients, rng=np.random.default_rng(split_seq)
+        )
+        data = torch.tensor(X)  # a copy: X may be read-only
+        monitor = None
+        if reference_X is not None:
+            reference = validate_data(self, reference_X, dtype=np.float64, reset=False)
+            monitor = lambda m: {"optimality_gap": pca_optimality_gap(m.components().numpy(), reference)}  # noqa: E731
+        trainer = self._trainer(n_features, init_seq, train_seq, monitor)
+        trainer.fit([(data[idx],) for idx in indices], client_names=names, backend=self.backend)
+        self._set_fitted(trainer)
+        return self
+
+    def _check_n_features(self, n_features: int) -> None:
         if self.n_components > n_features:
             raise ValueError(
                 f"The 'n_components' parameter of FederatedPCA must be <= n_features={n_features}. "
@@ -189,21 +219,22 @@ class FederatedPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
                 f"n_components={self.n_components} equals n_features={n_features}: the Grassmann manifold "
                 "Gr(n, n) is a single point. Use fewer components."
             )
+
+    def _seeds(self) -> list[np.random.SeedSequence]:
+        """(initial point, client split, training) seed sequences from ``random_state``."""
         seed = np.random.SeedSequence(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
-        init_seq, split_seq, train_seq = seed.spawn(3)
-        indices, names = client_indices(
-            n_samples, groups, n_clients=self.n_clients, rng=np.random.default_rng(split_seq)
-        )
+        return seed.spawn(3)
+
+    def _trainer(self, n_features: int, init_seq, train_seq, monitor=None) -> FederatedTrainer:
+        """The round loop of this estimator's settings, on a fresh initial subspace.
+
+        Shared by :meth:`fit` and the Flower deployment's ServerApp
+        (:mod:`skfedriem.flower.pca_app`).
+        """
         init_gen = torch.Generator().manual_seed(int(init_seq.generate_state(1)[0]))
-        module = PCAProjector(n_features, self.n_components, self.manifold, generator=init_gen)
-        data = torch.tensor(X)  # a copy: X may be read-only
-        monitor = None
-        if reference_X is not None:
-            reference = validate_data(self, reference_X, dtype=np.float64, reset=False)
-            monitor = lambda m: {"optimality_gap": pca_optimality_gap(m.components().numpy(), reference)}  # noqa: E731
-        trainer = FederatedTrainer(
-            module,
-            lambda losses: losses,
+        return FederatedTrainer(
+            PCAProjector(n_features, self.n_components, self.manifold, generator=init_gen),
+            identity_loss,
             n_rounds=self.n_rounds,
             batch_size=self.batch_size,
             local_steps=self.local_steps,
@@ -218,13 +249,15 @@ class FederatedPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
             seed_sequence=train_seq,
             monitor=monitor,
             verbose=self.verbose,
-        ).fit([(data[idx],) for idx in indices], client_names=names)
-        self.module_ = module
-        self.components_ = module.components().numpy().copy()
+        )
+
+    def _set_fitted(self, trainer: FederatedTrainer) -> None:
+        """Fitted attributes from a finished trainer (post-processing of the iterates)."""
+        self.module_ = trainer.module
+        self.components_ = trainer.module.components().numpy().copy()
         self.n_components_ = self.n_components
         for name, value in trainer.fitted_attributes().items():
             setattr(self, name, value)
-        return self
 
     def transform(self, X):
         """Coordinates of X in the learnt subspace, X @ components_.T.

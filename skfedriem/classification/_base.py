@@ -71,6 +71,7 @@ class FederatedClassifier(ClassifierMixin, BaseEstimator, metaclass=ABCMeta):
         "dtype": [StrOptions(set(DTYPES))],
         "random_state": ["random_state"],
         "verbose": ["verbose"],
+        "backend": [StrOptions({"local", "flower"})],
     }
 
     @abstractmethod
@@ -150,7 +151,8 @@ class FederatedClassifier(ClassifierMixin, BaseEstimator, metaclass=ABCMeta):
             monitor=monitor,
             verbose=self.verbose,
             **local,
-        ).fit([(inputs[idx], targets[idx]) for idx in indices], client_names=names)
+        ).fit([(inputs[idx], targets[idx]) for idx in indices], client_names=names,
+              backend=self.backend)
         self.module_ = module.eval()
         for name, value in trainer.fitted_attributes().items():
             setattr(self, name, value)

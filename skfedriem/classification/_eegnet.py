@@ -47,6 +47,7 @@ class FederatedEEGNetClassifier(FederatedClassifier):
     n_clients : int, default=3
     dtype : {"float32", "float64"}, default="float32"
     random_state : int, RandomState instance or None, default=None
+    backend : {"local", "flower"}, default="local"
     verbose : int, default=0
 
     Attributes
@@ -97,6 +98,7 @@ class FederatedEEGNetClassifier(FederatedClassifier):
         n_clients=3,
         dtype="float32",
         random_state=None,
+        backend="local",
         verbose=0,
     ):
         self.eps = eps
@@ -121,6 +123,7 @@ class FederatedEEGNetClassifier(FederatedClassifier):
         self.dtype = dtype
         self.random_state = random_state
         self.verbose = verbose
+        self.backend = backend
 
     def _check_inputs(self, X: np.ndarray, name: str = "X") -> np.ndarray:
         if X.ndim != 3:

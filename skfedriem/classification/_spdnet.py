@@ -75,6 +75,11 @@ class FederatedSPDNetClassifier(FederatedClassifier):
     random_state : int, RandomState instance or None, default=None
         Seeds the initial weights, the client split, client selection, batches
         and noise.
+    backend : {"local", "flower"}, default="local"
+        ``"local"`` runs the clients in this process; ``"flower"`` runs the
+        same protocol on Flower's simulation engine (one virtual SuperNode
+        per client; same seeds, so the same model and ε). Needs
+        ``pip install "skfedriem[flower]"``.
     verbose : int, default=0
         > 0 shows a progress bar over rounds.
 
@@ -96,7 +101,8 @@ class FederatedSPDNetClassifier(FederatedClassifier):
         B after clamping.
     history_ : list of dict
         Per round: ``round``, ``epsilon`` spent so far, ``lr``, ``clients``,
-        ``aggregation_seconds``;
+        ``replied``, ``aggregation_seconds``, ``submission_seconds``,
+        ``round_seconds``;
         ``valid_loss`` and ``valid_accuracy`` when ``fit`` got
         ``validation_data`` (data the server holds; never the training trials).
 
@@ -139,6 +145,7 @@ class FederatedSPDNetClassifier(FederatedClassifier):
         n_clients=3,
         dtype="float32",
         random_state=None,
+        backend="local",
         verbose=0,
     ):
         self.eps = eps
@@ -161,6 +168,7 @@ class FederatedSPDNetClassifier(FederatedClassifier):
         self.dtype = dtype
         self.random_state = random_state
         self.verbose = verbose
+        self.backend = backend
 
     def _check_inputs(self, X: np.ndarray, name: str = "X") -> np.ndarray:
         return check_spd(X, name=name)

@@ -232,7 +232,8 @@ def run_study(dataset: str, arms, eps_values, seeds: int, participations, out: s
                        n_clients=1 if arm.startswith("central-") else n_clients,
                        clients_per_round=est.clients_per_round or (1 if arm.startswith("central-") else n_clients),
                        n_rounds=est.n_rounds, seconds=seconds,
-                       aggregation_ms_per_round=1e3 * float(np.mean([h["aggregation_seconds"] for h in est.history_])))
+                       aggregation_ms_per_round=1e3 * float(np.mean([h["aggregation_seconds"] + h["submission_seconds"]
+                                                                      for h in est.history_])))
             curves = [dict(dataset=dataset, arm=arm, eps=row["eps"], seed=seed, participation=row["participation"],
                            round=h["round"], valid_accuracy=h["valid_accuracy"], epsilon=h["epsilon"])
                       for h in est.history_]

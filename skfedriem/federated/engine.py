@@ -19,15 +19,14 @@ from tqdm.auto import tqdm
 
 from ..baselines.prirfed import prirfed_epsilon
 from ..manifolds import manifold_of
-from ..privacy import PrivacyAccountant, PrivateManifoldOptimizer, make_sampler, trainable_parameters
+from ..privacy import PrivacyAccountant, trainable_parameters
 from ..privacy.accounting import DISCRETIZATION
 from ..privacy.per_sample import LossFn
 from .aggregation import get_aggregation
+from .client import OPTIMIZERS, ClientState, RoundInstructions, run_client_round
 from .plan import PrivacyPlan, plan_run
 
-__all__ = ["FederatedTrainer", "OPTIMIZERS", "lr_at_round"]
-
-OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam}
+__all__ = ["OPTIMIZERS", "FederatedTrainer", "LocalTransport", "lr_at_round"]
 
 
 def lr_at_round(lr: float, schedule: str | Callable[[int], float], round_: int, n_rounds: int) -> float:
@@ -39,10 +38,6 @@ def lr_at_round(lr: float, schedule: str | Callable[[int], float], round_: int, 
     if schedule == "cosine":
         return lr * 0.5 * (1 + math.cos(math.pi * round_ / n_rounds))
     raise ValueError(f"The 'lr_schedule' parameter must be 'constant', 'cosine' or a callable. Got {schedule!r} instead.")
-
-
-def _torch_seed(seq: np.random.SeedSequence) -> int:
-    return int(seq.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))
 
 
 class FederatedTrainer:
@@ -105,9 +100,13 @@ class FederatedTrainer:
     accountant_ : PrivacyAccountant
     history_ : list of dict
         Per round: ``round``, ``epsilon`` (certified so far), ``lr``,
-        ``clients``, ``aggregation_seconds`` (server time of Sub, mean and Out)
-        and the monitor's values.
+        ``clients`` (selected), ``replied`` (whose submission arrived),
+        ``aggregation_seconds`` (server time of the mean and Out),
+        ``submission_seconds`` (total client time of Sub), ``round_seconds``
+        (wall time of the round at the server, clients included) and the
+        monitor's values.
     transcript_ : list of dict or None
+        Per round: θ_t, the clients that replied and their stacked submissions.
     """
 
     def __init__(
@@ -157,18 +156,8 @@ class FederatedTrainer:
         self.record_transcript = record_transcript
         self.verbose = verbose
 
-    def _make_optimizer(self, params, lr: float) -> torch.optim.Optimizer:
-        if callable(self.optimizer):
-            return self.optimizer(params, lr)
-        try:
-            return OPTIMIZERS[self.optimizer](params, lr=lr)
-        except KeyError:
-            raise ValueError(
-                f"The 'optimizer' parameter must be one of {sorted(OPTIMIZERS)} or a callable. "
-                f"Got {self.optimizer!r} instead."
-            ) from None
-
-    def fit(self, clients: Sequence[tuple[torch.Tensor, ...]], client_names: Sequence | None = None):
+    def fit(self, clients: Sequence[tuple[torch.Tensor, ...]], client_names: Sequence | None = None,
+            *, backend: str = "local"):
         """Run the T rounds on the clients' records.
 
         Parameters
@@ -178,81 +167,109 @@ class FederatedTrainer:
             Only client i's local steps ever touch them.
         client_names : sequence, optional
             Labels used in messages (default: 0 .. n−1).
+        backend : {"local", "flower"}, default="local"
+            ``"local"`` runs the clients in this process; ``"flower"`` runs the
+            same protocol on Flower's simulation engine (ServerApp and
+            ClientApps exchanging messages; needs ``skfedriem[flower]``).
 
         Returns
         -------
         self
         """
-        n_clients = len(clients)
-        names = list(client_names) if client_names is not None else list(range(n_clients))
+        if not callable(self.optimizer) and self.optimizer not in OPTIMIZERS:
+            raise ValueError(
+                f"The 'optimizer' parameter must be one of {sorted(OPTIMIZERS)} or a callable. "
+                f"Got {self.optimizer!r} instead."
+            )
+        names = list(client_names) if client_names is not None else list(range(len(clients)))
+        sizes = [int(c[0].shape[0]) for c in clients]
+        server_seq, *client_seqs = self.seed_sequence.spawn(1 + len(clients))
+        if backend == "local":
+            transport = LocalTransport(self, clients, [ClientState.from_seed(s) for s in client_seqs])
+            return self.serve(transport, sizes, names, server_seq)
+        if backend == "flower":
+            from ..flower.simulation import run_trainer_in_simulation
+
+            run_trainer_in_simulation(self, clients, names, client_seqs, server_seq)
+            return self
+        raise ValueError(f"The 'backend' parameter must be 'local' or 'flower'. Got {backend!r} instead.")
+
+    def client_instructions(self, client: int, lr: float) -> RoundInstructions:
+        """The public instructions for client ``client`` in a round at learning rate ``lr``."""
+        plan = self.plan_
+        return RoundInstructions(lr=lr, local_steps=plan.local_steps[client], batch_size=plan.batch_size,
+                                 clip=plan.clip, noise_std=plan.noise_std, sampling=self.sampling,
+                                 aggregation=self.aggregation.name)
+
+    def serve(self, transport, client_sizes: list[int], client_names: list,
+              server_seq: np.random.SeedSequence) -> FederatedTrainer:
+        """The server's side of the T rounds, over any transport to the clients.
+
+        Parameters
+        ----------
+        transport : object
+            ``transport.run_round(t, selected, theta, instructions)`` runs the
+            selected clients (indices into ``client_sizes``) from θ_t and returns
+            ``{client: (submission, submission_seconds)}`` for those that replied.
+        client_sizes : list of int
+            m_i (public under substitution neighbours), for planning.
+        client_names : list
+        server_seq : numpy.random.SeedSequence
+            Draws the clients of each round.
+
+        Returns
+        -------
+        self
+
+        Notes
+        -----
+        A round is charged to the accountant whether or not every selected
+        client replied: a client that dies mid-round still took its steps.
+        The round's update averages the submissions that arrived (θ is
+        unchanged when none did); ``history_`` records who replied.
+        """
+        n_clients = len(client_sizes)
         k = n_clients if self.clients_per_round is None else self.clients_per_round
         if not 1 <= k <= n_clients:
             raise ValueError(
                 f"The 'clients_per_round' parameter must be in [1, {n_clients}]. Got {self.clients_per_round!r} instead."
             )
-        sizes = [int(c[0].shape[0]) for c in clients]
-        plan = plan_run(
-            sizes, client_names=names, batch_size=self.batch_size, n_rounds=self.n_rounds,
+        self.plan_: PrivacyPlan = plan_run(
+            client_sizes, client_names=client_names, batch_size=self.batch_size, n_rounds=self.n_rounds,
             local_steps=self.local_steps, local_epochs=self.local_epochs, eps=self.eps,
             delta=self.delta, clip=self.clip, sampling=self.sampling, accounting=self.accounting,
         )
-        samplers = [make_sampler(self.sampling, m, plan.batch_size) for m in sizes]
-        server_seq, *client_seqs = self.seed_sequence.spawn(1 + n_clients)
         server_rng = np.random.default_rng(server_seq)
-        client_rngs = [np.random.default_rng(s) for s in client_seqs]
-        client_gens = [torch.Generator().manual_seed(_torch_seed(s)) for s in client_seqs]
-        optimizer_states: list[dict | None] = [None] * n_clients
-
-        self.plan_: PrivacyPlan = plan
         self.accountant_ = PrivacyAccountant()
         self.history_: list[dict] = []
         self.transcript_: list[dict] | None = [] if self.record_transcript else None
-
         params = trainable_parameters(self.module)
         manifolds = {name: manifold_of(p) for name, p in params.items()}
-        local = copy.deepcopy(self.module)
-        local_params = trainable_parameters(local)
 
         for t in tqdm(range(self.n_rounds), disable=self.verbose <= 0, desc="rounds", unit="round"):
+            round_started = time.perf_counter()
             lr = lr_at_round(self.lr, self.lr_schedule, t, self.n_rounds)
             theta = {name: p.detach().clone() for name, p in params.items()}
             selected = np.sort(server_rng.choice(n_clients, size=k, replace=False))
-            finals = {name: [] for name in params}
-            for i in selected:
-                with torch.no_grad():
-                    for name, p in local_params.items():
-                        p.copy_(theta[name])
-                inner = self._make_optimizer(local.parameters(), lr)
-                if not self.reset_optimizer and optimizer_states[i] is not None:
-                    inner.load_state_dict(optimizer_states[i])
-                    for group in inner.param_groups:
-                        group["lr"] = lr
-                step = PrivateManifoldOptimizer(
-                    local, inner, loss_fn=self.loss_fn, clip=plan.clip, noise_std=plan.noise_std,
-                    generator=client_gens[i],
-                )
-                data, sampler, rng = clients[i], samplers[i], client_rngs[i]
-                for _ in range(plan.local_steps[i]):
-                    idx = torch.from_numpy(sampler.sample(rng))
-                    step.step(tuple(x[idx] for x in data), denominator=sampler.denominator)
-                if not self.reset_optimizer:
-                    optimizer_states[i] = copy.deepcopy(inner.state_dict())
-                for name, p in local_params.items():
-                    finals[name].append(p.detach().clone())
-            submissions = {}
+            replies = transport.run_round(t, selected.tolist(), theta,
+                                          {int(i): self.client_instructions(int(i), lr) for i in selected})
+            replied = sorted(replies)
             started = time.perf_counter()
+            submissions = {name: torch.stack([replies[i][0][name] for i in replied]) if replied else None
+                           for name in params}
             with torch.no_grad():
                 for name, p in params.items():
-                    M = manifolds[name]
-                    submissions[name] = self.aggregation.submission(M, theta[name], torch.stack(finals[name]))
-                    p.copy_(self.aggregation.output(M, theta[name], submissions[name].mean(0)))
+                    if replied:
+                        p.copy_(self.aggregation.output(manifolds[name], theta[name], submissions[name].mean(0)))
             aggregation_seconds = time.perf_counter() - started
             if self.transcript_ is not None:
-                self.transcript_.append({"theta": theta, "clients": selected.tolist(), "submissions": submissions})
-            self._end_round(t, lr, selected, aggregation_seconds)
+                self.transcript_.append({"theta": theta, "clients": replied, "submissions": submissions})
+            self._end_round(t, lr, selected, replied, aggregation_seconds,
+                            sum(replies[i][1] for i in replied), time.perf_counter() - round_started)
         return self
 
-    def _end_round(self, t: int, lr: float, selected: np.ndarray, aggregation_seconds: float) -> None:
+    def _end_round(self, t: int, lr: float, selected: np.ndarray, replied: list[int], aggregation_seconds: float,
+                   submission_seconds: float, round_seconds: float) -> None:
         plan = self.plan_
         if plan.mu0 is not None:
             self.accountant_.step(
@@ -267,8 +284,9 @@ class FederatedTrainer:
                 eps = self.accountant_.get_epsilon(self.delta, discretization=10 * DISCRETIZATION)
         else:
             eps = math.inf
-        entry = {"round": t + 1, "epsilon": eps, "lr": lr, "clients": selected.tolist(),
-                 "aggregation_seconds": aggregation_seconds}
+        entry = {"round": t + 1, "epsilon": eps, "lr": lr, "clients": selected.tolist(), "replied": replied,
+                 "aggregation_seconds": aggregation_seconds, "submission_seconds": submission_seconds,
+                 "round_seconds": round_seconds}
         if self.monitor is not None:
             entry.update(self.monitor(self.module))
         self.history_.append(entry)
@@ -293,3 +311,23 @@ class FederatedTrainer:
             return prirfed_epsilon(plan.mu0, self.delta, plan.sample_rate, plan.steps_per_round,
                                    max(1, len(self.history_)), total_rounds=plan.n_rounds)
         return self.accountant_.get_epsilon(self.delta)
+
+
+class LocalTransport:
+    """The clients in this process: each runs :func:`run_client_round` on its own records and state."""
+
+    def __init__(self, trainer: FederatedTrainer, clients: Sequence[tuple[torch.Tensor, ...]],
+                 states: list[ClientState]) -> None:
+        self.trainer = trainer
+        self.clients = clients
+        self.states = states
+        self.working_copy = copy.deepcopy(trainer.module)
+
+    def run_round(self, t: int, selected: list[int], theta: dict[str, torch.Tensor],
+                  instructions: dict[int, RoundInstructions]) -> dict[int, tuple[dict, float]]:
+        """Run the selected clients from θ_t; every one replies."""
+        trainer = self.trainer
+        return {i: run_client_round(self.working_copy, theta, self.clients[i], self.states[i], instructions[i],
+                                    loss_fn=trainer.loss_fn, optimizer=trainer.optimizer,
+                                    reset_optimizer=trainer.reset_optimizer)
+                for i in selected}

@@ -97,7 +97,7 @@ def plan_run(
             f"batch_size={batch_size} is larger than client {client_names[smallest]!r}, which holds "
             f"{m_star} records: using batch_size={m_star} (the accountant uses this value).",
             UserWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
         batch_size = m_star
     if (local_steps is None) == (local_epochs is None):
@@ -116,7 +116,7 @@ def plan_run(
             f"delta={delta:g} is not small against 1/m⋆ = 1/{m_star}: (eps, delta)-DP at this delta "
             "allows leaking a whole record of the smallest client.",
             UserWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
     if accounting == "prirfed":
         mu0 = prirfed_calibrate_mu0(eps, delta, q, tau, n_rounds)

@@ -5,6 +5,8 @@ import pytest
 import torch
 
 from skfedriem.federated import FederatedTrainer
+from skfedriem.federated.client import ClientState
+from skfedriem.federated.engine import LocalTransport
 from skfedriem.privacy import epsilon_spent
 
 from ..privacy.models import StiefelNet, cross_entropy, make_data
@@ -108,3 +110,66 @@ def test_bad_engine_arguments():
         trainer(optimizer="rmsprop").fit(clients())
     with pytest.raises(ValueError, match="'aggregation'"):
         trainer(aggregation="mean")
+
+
+class DroppingTransport(LocalTransport):
+    """Clients in ``dead`` take their steps but their submissions never arrive (a site going down)."""
+
+    def __init__(self, *args, dead=(), **kw):
+        super().__init__(*args, **kw)
+        self.dead = set(dead)
+        self.ran = []
+
+    def run_round(self, t, selected, theta, instructions):
+        replies = super().run_round(t, selected, theta, instructions)
+        self.ran.append(sorted(replies))
+        return {i: r for i, r in replies.items() if i not in self.dead}
+
+
+def serve_with(dead, seed=0, **kw):
+    t = trainer(seed=seed, **kw)
+    data = clients()
+    server_seq, *client_seqs = t.seed_sequence.spawn(1 + len(data))
+    transport = DroppingTransport(t, data, [ClientState.from_seed(s) for s in client_seqs], dead=dead)
+    return t.serve(transport, [len(d[0]) for d in data], [0, 1, 2], server_seq), transport
+
+
+def test_serve_over_local_transport_is_fit():
+    fitted = trainer().fit(clients())
+    served, _ = serve_with(dead=())
+    for a, b in zip(fitted.module.parameters(), served.module.parameters()):
+        assert torch.equal(a, b)
+    assert [h["clients"] for h in fitted.history_] == [h["replied"] for h in served.history_]
+
+
+def test_lost_submissions_are_left_out_but_the_round_is_charged():
+    full, _ = serve_with(dead=())
+    lossy, transport = serve_with(dead=(0,))
+    assert all(0 in ran for ran in transport.ran)  # client 0 did take its private steps
+    assert [h["replied"] for h in lossy.history_] == [[1, 2]] * 3
+    assert [h["clients"] for h in lossy.history_] == [[0, 1, 2]] * 3
+    assert lossy.epsilon_ == full.epsilon_  # the ledger charges every round, dead client included
+    assert [h["epsilon"] for h in lossy.history_] == [h["epsilon"] for h in full.history_]
+    assert not all(torch.equal(a, b) for a, b in zip(full.module.parameters(), lossy.module.parameters()))
+
+
+def test_round_without_any_submission_keeps_theta():
+    t, _ = serve_with(dead=(0, 1, 2), n_rounds=2)
+    fresh = trainer(n_rounds=2).module
+    for a, b in zip(fresh.parameters(), t.module.parameters()):
+        assert torch.equal(a, b)
+    assert [h["replied"] for h in t.history_] == [[], []]
+    assert t.accountant_.steps == 2 * 2  # T rounds of tau steps, charged although nothing arrived
+
+
+def test_unknown_backend_is_rejected():
+    with pytest.raises(ValueError, match="'backend'.*'local' or 'flower'.*'ray'"):
+        trainer().fit(clients(), backend="ray")
+
+
+def test_client_state_round_trips_through_bytes():
+    state = ClientState.from_seed(np.random.SeedSequence(3))
+    state.rng.random(5), torch.randn(3, generator=state.generator)
+    copy = ClientState.from_bytes(state.to_bytes())
+    assert np.array_equal(state.rng.integers(0, 1 << 30, 10), copy.rng.integers(0, 1 << 30, 10))
+    assert torch.equal(torch.randn(4, generator=state.generator), torch.randn(4, generator=copy.generator))
