@@ -15,6 +15,10 @@ Node configuration of a SuperNode (``--node-config``):
 * ``name``: the client's name (default: the file's stem).
 * ``seed``: an integer seeding this client's batches and noise (default: fresh
   OS entropy). It never leaves the site.
+* ``max-epsilon`` (and ``delta``, default 1e-5): the site's own budget. The
+  client charges every round it takes part in to its own ledger (from the
+  round's clip, noise and batch size and its own record count) and refuses,
+  with an error reply, a round that would exceed it or that carries no noise.
 
 Run configuration (``--run-config``; defaults in ``APP_DIR/pyproject.toml``):
 ``n-clients`` (SuperNodes to wait for), ``n-features``, ``n-components``,
@@ -102,11 +106,13 @@ def _site(context: Context) -> ClientSetup:
         if X.shape[1] != n_features:
             raise ValueError(f"{path} holds {X.shape[1]} features per record; the run expects n-features={n_features}.")
         seed = context.node_config.get("seed")
+        max_epsilon = context.node_config.get("max-epsilon")
         module = PCAProjector(n_features, est.n_components, est.manifold)
         _SITE[path] = ClientSetup(
             name=str(context.node_config.get("name", Path(path).stem)), data=(torch.from_numpy(X),), module=module,
             loss_fn=identity_loss, seed=np.random.SeedSequence(None if seed is None else int(seed)),
-            optimizer=est.optimizer,
+            optimizer=est.optimizer, max_epsilon=None if max_epsilon is None else float(max_epsilon),
+            delta=float(context.node_config.get("delta", 1e-5)),
         )
     return _SITE[path]
 
