@@ -113,7 +113,8 @@ def run_trainer_in_simulation(trainer, clients: Sequence[tuple[torch.Tensor, ...
             warnings.filterwarnings("ignore", message="Tip: In future versions of Ray", category=FutureWarning)
             try:
                 run_simulation(server, make_client_app(setup), num_supernodes=len(clients),
-                               backend_config={"client_resources": {"num_cpus": cpus_per_client, "num_gpus": 0.0}})
+                               backend_config={"client_resources": {"num_cpus": cpus_per_client, "num_gpus": 0.0},
+                                               "init_args": {"log_to_driver": trainer.verbose > 1}})
             except BaseException:
                 if not failure:
                     raise
