@@ -24,7 +24,7 @@ from ..privacy.accounting import DISCRETIZATION
 from ..privacy.per_sample import LossFn
 from .aggregation import get_aggregation
 from .client import OPTIMIZERS, ClientState, RoundInstructions, run_client_round
-from .plan import PrivacyPlan, plan_run
+from .plan import PrivacyPlan, check_client_sizes, plan_run
 
 __all__ = ["OPTIMIZERS", "FederatedTrainer", "LocalTransport", "lr_at_round"]
 
@@ -190,9 +190,21 @@ class FederatedTrainer:
         if backend == "flower":
             from ..flower.simulation import run_trainer_in_simulation
 
+            # fail before Flower and Ray start (tens of seconds) on what the server would reject
+            self._clients_per_round(len(clients))
+            check_client_sizes(sizes, names)
+
             run_trainer_in_simulation(self, clients, names, client_seqs, server_seq)
             return self
         raise ValueError(f"The 'backend' parameter must be 'local' or 'flower'. Got {backend!r} instead.")
+
+    def _clients_per_round(self, n_clients: int) -> int:
+        k = n_clients if self.clients_per_round is None else self.clients_per_round
+        if not 1 <= k <= n_clients:
+            raise ValueError(
+                f"The 'clients_per_round' parameter must be in [1, {n_clients}]. Got {self.clients_per_round!r} instead."
+            )
+        return k
 
     def client_instructions(self, client: int, lr: float) -> RoundInstructions:
         """The public instructions for client ``client`` in a round at learning rate ``lr``."""
@@ -229,11 +241,7 @@ class FederatedTrainer:
         unchanged when none did); ``history_`` records who replied.
         """
         n_clients = len(client_sizes)
-        k = n_clients if self.clients_per_round is None else self.clients_per_round
-        if not 1 <= k <= n_clients:
-            raise ValueError(
-                f"The 'clients_per_round' parameter must be in [1, {n_clients}]. Got {self.clients_per_round!r} instead."
-            )
+        k = self._clients_per_round(n_clients)
         self.plan_: PrivacyPlan = plan_run(
             client_sizes, client_names=client_names, batch_size=self.batch_size, n_rounds=self.n_rounds,
             local_steps=self.local_steps, local_epochs=self.local_epochs, eps=self.eps,

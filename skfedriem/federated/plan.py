@@ -11,7 +11,7 @@ from ..privacy import calibrate_mu0
 
 ACCOUNTINGS = ("rfedproj", "prirfed")
 
-__all__ = ["PrivacyPlan", "plan_run"]
+__all__ = ["PrivacyPlan", "check_client_sizes", "plan_run"]
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,16 @@ class PrivacyPlan:
         return self.total_steps // self.steps_per_round
 
 
+def check_client_sizes(client_sizes: list[int], client_names: list) -> None:
+    """ValueError naming the first client with fewer than 2 records (it cannot be subsampled)."""
+    for name, size in zip(client_names, client_sizes):
+        if size < 2:
+            raise ValueError(
+                f"Client {name!r} holds {size} record(s); every client needs at least 2 "
+                "(a one-record client cannot be subsampled)."
+            )
+
+
 def plan_run(
     client_sizes: list[int],
     *,
@@ -84,12 +94,7 @@ def plan_run(
         raise ValueError(
             f"accounting='prirfed' accounts Poisson-subsampled steps: use sampling='poisson'. Got {sampling!r}."
         )
-    for name, size in zip(client_names, client_sizes):
-        if size < 2:
-            raise ValueError(
-                f"Client {name!r} holds {size} record(s); every client needs at least 2 "
-                "(a one-record client cannot be subsampled)."
-            )
+    check_client_sizes(client_sizes, client_names)
     smallest = min(range(len(client_sizes)), key=client_sizes.__getitem__)
     m_star = client_sizes[smallest]
     if batch_size > m_star:

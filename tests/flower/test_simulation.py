@@ -35,3 +35,13 @@ def test_spdnet_flower_simulation_reports_the_same_privacy():
     assert [h["epsilon"] for h in flower.history_] == [h["epsilon"] for h in local.history_]
     # the same noise draws too: each client's streams come from the same seed on both backends
     np.testing.assert_allclose(flower.predict_proba(X), local.predict_proba(X), atol=1e-6)
+
+
+def test_flower_backend_rejects_bad_settings_before_starting_flower():
+    X, groups = make_federated_pca(n_clients=3, n_samples_per_client=20, n_features=4, random_state=0)
+    with pytest.raises(ValueError, match="'clients_per_round'.*\\[1, 3\\].*Got 4"):
+        FederatedPCA(n_components=1, eps=None, n_rounds=1, clients_per_round=4, backend="flower").fit(X, groups=groups)
+    groups = groups.copy()
+    groups[0] = 99  # a one-record client
+    with pytest.raises(ValueError, match="Client 99 holds 1 record"):
+        FederatedPCA(n_components=1, eps=None, n_rounds=1, backend="flower").fit(X, groups=groups)
