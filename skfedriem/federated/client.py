@@ -23,21 +23,23 @@ from ..privacy import PrivateManifoldOptimizer, make_sampler, trainable_paramete
 from ..privacy.per_sample import LossFn
 from .aggregation import get_aggregation
 
-__all__ = ["ClientState", "RoundInstructions", "make_optimizer", "run_client_round"]
+__all__ = ["ClientState", "RoundInstructions", "check_optimizer", "make_optimizer", "run_client_round"]
 
 OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam}
 
 
-def make_optimizer(optimizer: str | Callable, params, lr: float) -> torch.optim.Optimizer:
-    """A client optimiser: a name in :data:`OPTIMIZERS` or ``callable(params, lr)``."""
-    if callable(optimizer):
-        return optimizer(params, lr)
-    try:
-        return OPTIMIZERS[optimizer](params, lr=lr)
-    except (KeyError, TypeError):
+def check_optimizer(optimizer) -> None:
+    """ValueError unless ``optimizer`` is a name in :data:`OPTIMIZERS` or a callable."""
+    if not callable(optimizer) and not (isinstance(optimizer, str) and optimizer in OPTIMIZERS):
         raise ValueError(
             f"The 'optimizer' parameter must be one of {sorted(OPTIMIZERS)} or a callable. Got {optimizer!r} instead."
-        ) from None
+        )
+
+
+def make_optimizer(optimizer: str | Callable, params, lr: float) -> torch.optim.Optimizer:
+    """A client optimiser: a name in :data:`OPTIMIZERS` or ``callable(params, lr)``."""
+    check_optimizer(optimizer)
+    return optimizer(params, lr) if callable(optimizer) else OPTIMIZERS[optimizer](params, lr=lr)
 
 
 def torch_seed(seq: np.random.SeedSequence) -> int:

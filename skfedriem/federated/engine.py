@@ -23,7 +23,7 @@ from ..privacy import PrivacyAccountant, trainable_parameters
 from ..privacy.accounting import DISCRETIZATION
 from ..privacy.per_sample import LossFn
 from .aggregation import get_aggregation
-from .client import OPTIMIZERS, ClientState, RoundInstructions, run_client_round
+from .client import OPTIMIZERS, ClientState, RoundInstructions, check_optimizer, run_client_round
 from .plan import PrivacyPlan, check_client_sizes, plan_run
 
 __all__ = ["OPTIMIZERS", "FederatedTrainer", "LocalTransport", "lr_at_round"]
@@ -176,11 +176,7 @@ class FederatedTrainer:
         -------
         self
         """
-        if not callable(self.optimizer) and self.optimizer not in OPTIMIZERS:
-            raise ValueError(
-                f"The 'optimizer' parameter must be one of {sorted(OPTIMIZERS)} or a callable. "
-                f"Got {self.optimizer!r} instead."
-            )
+        check_optimizer(self.optimizer)
         names = list(client_names) if client_names is not None else list(range(len(clients)))
         sizes = [int(c[0].shape[0]) for c in clients]
         server_seq, *client_seqs = self.seed_sequence.spawn(1 + len(clients))
@@ -263,11 +259,11 @@ class FederatedTrainer:
                                           {int(i): self.client_instructions(int(i), lr) for i in selected})
             replied = sorted(replies)
             started = time.perf_counter()
-            submissions = {name: torch.stack([replies[i][0][name] for i in replied]) if replied else None
-                           for name in params}
-            with torch.no_grad():
-                for name, p in params.items():
-                    if replied:
+            submissions = None
+            if replied:  # otherwise θ stays
+                submissions = {name: torch.stack([replies[i][0][name] for i in replied]) for name in params}
+                with torch.no_grad():
+                    for name, p in params.items():
                         p.copy_(self.aggregation.output(manifolds[name], theta[name], submissions[name].mean(0)))
             aggregation_seconds = time.perf_counter() - started
             if self.transcript_ is not None:

@@ -13,7 +13,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError('The Flower backend needs Flower: pip install "skfedriem[flower]".') from exc
 
-from ._client_app import ClientSetup, make_client_app
+from ._client_app import ClientSetup, PrivacyBudgetExceeded, make_client_app
 from ._protocol import FlowerTransport, discover_clients
 
-__all__ = ["ClientSetup", "FlowerTransport", "discover_clients", "make_client_app"]
+__all__ = ["ClientSetup", "FlowerTransport", "PrivacyBudgetExceeded", "discover_clients", "make_client_app"]

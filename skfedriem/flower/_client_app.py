@@ -22,9 +22,9 @@ from ._protocol import decode_arrays, decode_instructions, encode_arrays
 __all__ = ["ClientSetup", "PrivacyBudgetExceeded", "make_client_app"]
 
 _STATE_KEY = "skfedriem"
-# Refused without accounting (the PLD of so large a mu0 is slow to build): a single Gaussian step
-# at mu0 = 10 costs epsilon = 91.8 at delta = 1e-5, still > 87 after amplification by subsampling
-# at any rate q >= 0.01 (log(1 + q(e^eps - 1))), far above any budget a site would set.
+# Refused without accounting, because the PLD of a larger mu0 is slow to build. mu0 = 10 is a noise
+# multiplier B*sigma/(2C) of 0.1: one step at q = 0.01 already costs epsilon = 75 (fixed) or 23
+# (Poisson) at delta = 1e-5 (tests/flower/test_client_app.py measures it with our accountant).
 _MU0_CEILING = 10.0
 
 
@@ -82,7 +82,7 @@ def _charge_site_ledger(client: ClientSetup, ledger: PrivacyAccountant, instruct
     mu0 = 2 * instructions.clip / (instructions.batch_size * instructions.noise_std)
     if mu0 > _MU0_CEILING:
         raise PrivacyBudgetExceeded(f"Site {client.name!r} refuses a round with per-step mu0 = {mu0:.3g} > "
-                                    f"{_MU0_CEILING:g}: one such step alone costs epsilon > 87 at delta = 1e-5.")
+                                    f"{_MU0_CEILING:g} (a noise multiplier below {1 / _MU0_CEILING:g}).")
     after = PrivacyAccountant()
     after.load_state_dict(ledger.state_dict())
     after.step(mu0=mu0,

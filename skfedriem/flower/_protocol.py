@@ -13,7 +13,6 @@ engine's own code. Two message types:
 
 from __future__ import annotations
 
-import logging
 import time
 import warnings
 from dataclasses import asdict
@@ -26,8 +25,6 @@ from ..federated.client import RoundInstructions
 
 __all__ = ["FlowerTransport", "decode_arrays", "decode_instructions", "discover_clients", "encode_arrays",
            "encode_instructions"]
-
-logger = logging.getLogger("skfedriem.flower")
 
 
 def encode_arrays(tensors: dict[str, torch.Tensor]) -> ArrayRecord:
@@ -129,11 +126,11 @@ class FlowerTransport:
     def run_round(self, t: int, selected: list[int], theta: dict[str, torch.Tensor],
                   instructions: dict[int, RoundInstructions]) -> dict[int, tuple[dict, float]]:
         """Send θ_t and the instructions to the selected clients; decode the submissions that come back."""
-        online = set(self.grid.get_node_ids()) if self.on_failure == "skip" else None
+        online = set(self.grid.get_node_ids())
         weights = encode_arrays(theta)
         sent = {i: Message(RecordDict({"theta": weights, "instructions": encode_instructions(instructions[i])}),
                            dst_node_id=self.node_ids[i], message_type="train", group_id=str(t + 1))
-                for i in selected if online is None or self.node_ids[i] in online}
+                for i in selected if self.node_ids[i] in online}
         replies = self.grid.send_and_receive(list(sent.values()), timeout=self.timeout)
         # the grid set each message's id when pushing it; an error reply may come from the SuperLink itself
         client_of = {message.metadata.message_id: i for i, message in sent.items()}

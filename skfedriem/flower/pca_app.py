@@ -139,9 +139,8 @@ def _serve(grid: Grid, context: Context) -> None:
     trainer.serve(transport, sizes, names, server_seq)
     est.n_features_in_ = n_features
     est._set_fitted(trainer)
-    history = [{k: v for k, v in h.items()} for h in est.history_]
     result = {"clients": names, "n_records": sizes, "epsilon": est.epsilon_, "delta": est.delta_,
-              "noise_std": est.noise_std_, "components": est.components_.tolist(), "history": history}
+              "noise_std": est.noise_std_, "components": est.components_.tolist(), "history": est.history_}
     (out / "result.json").write_text(json.dumps(result, indent=1))
     with (out / "federated_pca.pkl").open("wb") as f:
         pickle.dump(est, f)

@@ -12,8 +12,11 @@ from flwr.supercore.task_identity import TaskIdentity
 from skfedriem.decomposition import identity_loss
 from skfedriem.federated.client import ClientState, RoundInstructions, run_client_round
 from skfedriem.flower import ClientSetup, make_client_app
+from skfedriem.flower._client_app import _MU0_CEILING, PrivacyBudgetExceeded
 from skfedriem.flower._protocol import decode_arrays, encode_arrays, encode_instructions
 from skfedriem.models import PCAProjector
+from skfedriem.privacy import PrivacyAccountant
+from skfedriem.privacy.accounting import DISCRETIZATION
 
 
 @pytest.fixture(autouse=True)
@@ -77,16 +80,24 @@ def test_train_reply_is_the_submission_of_the_engine_round_and_state_stays_on_th
 def test_site_budget_refuses_noiseless_and_over_budget_rounds():
     client, app = setup(max_epsilon=3.0)
     theta = theta_of(client.module)
-    with pytest.raises(Exception, match="without noise"):
+    with pytest.raises(PrivacyBudgetExceeded, match="without noise"):
         app(train_message(theta, noise_std=0.0)[0], context())
-    with pytest.raises(Exception, match="mu0 = 2e\\+03 > 10"):
+    with pytest.raises(PrivacyBudgetExceeded, match="mu0 = 2e\\+03 > 10"):
         app(train_message(theta, noise_std=1e-4)[0], context())
-    with pytest.raises(Exception, match="would reach .* > max-epsilon=3"):
+    with pytest.raises(PrivacyBudgetExceeded, match="would reach .* > max-epsilon=3"):
         app(train_message(theta, noise_std=0.1)[0], context())  # mu0 = 2: about 14 in one round
     ctx = context()
     rounds = 0
-    with pytest.raises(Exception, match="would reach"):
+    with pytest.raises(PrivacyBudgetExceeded, match="would reach"):
         for rounds in range(1, 100):
             app(train_message(theta, noise_std=0.5, local_steps=5)[0], ctx)  # mu0 = 0.4, q = 0.2
     assert 1 < rounds < 99  # some rounds ran, then the ledger stopped the site
     assert "ledger" in ctx.state.config_records["skfedriem"]  # kept with the streams, on the site
+
+
+@pytest.mark.parametrize("sampling, floor", [("fixed", 75.0), ("poisson", 22.0)])
+def test_rounds_above_the_mu0_ceiling_are_meaningless_privacy(sampling, floor):
+    """What the ceiling's comment states: one step at mu0 = 10, q = 0.01 already costs a large epsilon."""
+    ledger = PrivacyAccountant()
+    ledger.step(mu0=_MU0_CEILING, sample_rate=0.01, num_steps=1, sampling=sampling)
+    assert ledger.get_epsilon(1e-5, discretization=10 * DISCRETIZATION) > floor
