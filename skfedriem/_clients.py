@@ -13,7 +13,6 @@ def client_indices(
     *,
     n_clients: int,
     rng: np.random.Generator,
-    stratify: np.ndarray | None = None,
 ) -> tuple[list[np.ndarray], list]:
     """Indices of each client's records and the client labels.
 
@@ -23,11 +22,13 @@ def client_indices(
     groups : array-like of shape (n_samples,) or None
         The client of each record; clients are the sorted unique labels.
         None splits the records at random into ``n_clients`` clients of equal
-        size (stratified by ``stratify`` when given).
+        size. The split depends on the records' positions only, never on
+        their values or labels: substituting one record moves no other record
+        to another client, which the per-client privacy proof assumes.
     n_clients : int
         Used only when ``groups`` is None.
     rng : numpy.random.Generator
-    stratify : ndarray of shape (n_samples,), optional
+        Public randomness of the split.
 
     Returns
     -------
@@ -40,8 +41,6 @@ def client_indices(
                 f"n_clients={n_clients} needs at least {2 * n_clients} samples (2 per client); got {n_samples}."
             )
         order = rng.permutation(n_samples)
-        if stratify is not None:
-            order = order[np.argsort(stratify[order], kind="stable")]  # deal classes round-robin
         assignment = np.empty(n_samples, dtype=int)
         assignment[order] = np.arange(n_samples) % n_clients
         return [np.flatnonzero(assignment == c) for c in range(n_clients)], list(range(n_clients))

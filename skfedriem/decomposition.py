@@ -7,14 +7,16 @@ from numbers import Integral, Real
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
-from sklearn.utils import check_random_state
+from sklearn.utils import check_array
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ._clients import client_indices
 from ._compat import Interval, StrOptions, validate_estimator_params
+from ._seeding import RunSeeds, run_seeds
 from .federated import AGGREGATIONS, FederatedTrainer
 from .metrics import pca_optimality_gap
 from .models import PCAProjector
+from .privacy import PrivacyBudget
 
 __all__ = ["FederatedPCA", "identity_loss"]
 
@@ -32,7 +34,7 @@ class FederatedPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
     the Grassmann manifold (a projector P, record loss −xᵀPx) or the Stiefel
     manifold (a basis U, loss −‖Uᵀx‖²), aggregated by ProjAvg, RLAvg, RetAvg
     or KFAvg. The noise is calibrated so the whole run is (eps, delta)-DP
-    under substitution of one record of any client (SPEC §5).
+    under substitution of one record of any client.
 
     The data are **not centred**: a private mean would spend privacy budget.
     Centre them beforehand if you hold a public or separately privatised mean.
@@ -62,9 +64,29 @@ class FederatedPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
     sampling : {"fixed", "poisson"}, default="fixed"
     manifold : {"grassmann", "stiefel"}, default="grassmann"
     n_clients : int, default=5
-        Number of random clients when ``fit`` gets no ``groups``.
+        Number of random clients when ``fit`` gets no ``groups`` (a split by
+        record position only).
+    init : "random" or array-like of shape (n_components, n_features), default="random"
+        The initial subspace: random, or a *public* basis (e.g. from public
+        data or a previous private run's ``components_``); it is sent to every
+        client, so it must not be computed from their records.
     random_state : int, RandomState instance or None, default=None
-        Seeds the initial point, client selection, batches and noise.
+        None: the initial point, the client split and the client selection
+        use fresh OS entropy, and every client's batches and noise 128 bits of
+        its own. An int (or RandomState) seeds everything, for reproducible
+        experiments: anyone who knows it can replay the noise, so such a run
+        is not private against them (a :class:`~skfedriem.exceptions.SeededNoiseWarning` says so).
+    secure_mode : bool, default=False
+        Batches and noise from the OS's cryptographically secure generator,
+        with Gaussian sampling hardened against floating-point attacks
+        (:class:`~skfedriem.privacy.SecureRandomness`); needs ``random_state=None``.
+    privacy_budget : PrivacyBudget, optional
+        A total budget shared by every fit on the same records (grid search,
+        cross-validation): the fit is charged before training and refused if
+        the composition would exceed it.
+    client_timings : bool, default=False
+        Add ``round_seconds`` and ``submission_seconds`` to ``history_``: a
+        non-private diagnostic (they time work on the clients' records).
     backend : {"local", "flower"}, default="local"
         ``"local"`` runs the clients in this process; ``"flower"`` runs the
         same protocol on Flower's simulation engine (one virtual SuperNode
@@ -92,9 +114,9 @@ class FederatedPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         B after clamping.
     history_ : list of dict
         Per round: ``round``, ``epsilon`` spent so far, ``lr``, ``clients``,
-        ``replied``, ``aggregation_seconds``, ``submission_seconds``,
-        ``round_seconds``;
-        ``optimality_gap`` when ``fit`` got ``reference_X``.
+        ``replied``, ``aggregation_seconds`` (all post-processing of what the
+        server sees); ``optimality_gap`` when ``fit`` got ``reference_X``;
+        ``round_seconds`` and ``submission_seconds`` with ``client_timings``.
     module_ : PCAProjector
         The trained torch module.
 
@@ -102,8 +124,8 @@ class FederatedPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
     --------
     >>> from skfedriem.datasets import make_federated_pca
     >>> X, groups = make_federated_pca(n_clients=4, n_samples_per_client=500, n_features=8, random_state=0)
-    >>> pca = FederatedPCA(n_components=2, eps=2.0, n_rounds=20, local_steps=5, batch_size=100,
-    ...                    random_state=0).fit(X, groups=groups)
+    >>> pca = FederatedPCA(n_components=2, eps=2.0, n_rounds=20, local_steps=5, batch_size=100
+    ...                    ).fit(X, groups=groups)
     >>> pca.components_.shape, pca.epsilon_ <= 2.0
     ((2, 8), True)
     >>> pca.transform(X[:3]).shape
@@ -125,7 +147,11 @@ class FederatedPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         "sampling": [StrOptions({"fixed", "poisson"})],
         "manifold": [StrOptions({"grassmann", "stiefel"})],
         "n_clients": [Interval(Integral, 1, None, closed="left")],
+        "init": [StrOptions({"random"}), "array-like"],
         "random_state": ["random_state"],
+        "secure_mode": ["boolean"],
+        "privacy_budget": [PrivacyBudget, None],
+        "client_timings": ["boolean"],
         "verbose": ["verbose"],
         "backend": [StrOptions({"local", "flower"})],
     }
@@ -147,7 +173,11 @@ class FederatedPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         sampling="fixed",
         manifold="grassmann",
         n_clients=5,
+        init="random",
         random_state=None,
+        secure_mode=False,
+        privacy_budget=None,
+        client_timings=False,
         backend="local",
         verbose=0,
     ):
@@ -165,7 +195,11 @@ class FederatedPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         self.sampling = sampling
         self.manifold = manifold
         self.n_clients = n_clients
+        self.init = init
         self.random_state = random_state
+        self.secure_mode = secure_mode
+        self.privacy_budget = privacy_budget
+        self.client_timings = client_timings
         self.verbose = verbose
         self.backend = backend
 
@@ -194,16 +228,16 @@ class FederatedPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         X = validate_data(self, X, dtype=np.float64, ensure_min_samples=2)
         n_samples, n_features = X.shape
         self._check_n_features(n_features)
-        init_seq, split_seq, train_seq = self._seeds()
+        seeds = self._seeds()
         indices, names = client_indices(
-            n_samples, groups, n_clients=self.n_clients, rng=np.random.default_rng(split_seq)
+            n_samples, groups, n_clients=self.n_clients, rng=np.random.default_rng(seeds.split)
         )
         data = torch.tensor(X)  # a copy: X may be read-only
         monitor = None
         if reference_X is not None:
             reference = validate_data(self, reference_X, dtype=np.float64, reset=False)
             monitor = lambda m: {"optimality_gap": pca_optimality_gap(m.components().numpy(), reference)}  # noqa: E731
-        trainer = self._trainer(n_features, init_seq, train_seq, monitor)
+        trainer = self._trainer(n_features, seeds, monitor)
         trainer.fit([(data[idx],) for idx in indices], client_names=names, backend=self.backend)
         self._set_fitted(trainer)
         return self
@@ -220,20 +254,32 @@ class FederatedPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
                 "Gr(n, n) is a single point. Use fewer components."
             )
 
-    def _seeds(self) -> list[np.random.SeedSequence]:
-        """(initial point, client split, training) seed sequences from ``random_state``."""
-        seed = np.random.SeedSequence(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
-        return seed.spawn(3)
+    def _seeds(self) -> RunSeeds:
+        """Public and secret seed sequences of a fit (see :mod:`skfedriem._seeding`)."""
+        return run_seeds(self.random_state, private=self.eps is not None, secure_mode=self.secure_mode,
+                         owner=type(self).__name__)
 
-    def _trainer(self, n_features: int, init_seq, train_seq, monitor=None) -> FederatedTrainer:
+    def _initial_basis(self, n_features: int) -> torch.Tensor | None:
+        if isinstance(self.init, str):
+            return None
+        basis = check_array(self.init, dtype=np.float64, input_name="init")
+        if basis.shape != (self.n_components, n_features):
+            raise ValueError(f"The 'init' parameter of FederatedPCA must have shape (n_components, n_features) = "
+                             f"({self.n_components}, {n_features}). Got {basis.shape} instead.")
+        if np.linalg.matrix_rank(basis) < self.n_components:
+            raise ValueError("The 'init' parameter of FederatedPCA must have linearly independent rows.")
+        return torch.from_numpy(basis.T.copy())
+
+    def _trainer(self, n_features: int, seeds: RunSeeds, monitor=None) -> FederatedTrainer:
         """The round loop of this estimator's settings, on a fresh initial subspace.
 
         Shared by :meth:`fit` and the Flower deployment's ServerApp
         (:mod:`skfedriem.flower.pca_app`).
         """
-        init_gen = torch.Generator().manual_seed(int(init_seq.generate_state(1)[0]))
+        init_gen = torch.Generator().manual_seed(int(seeds.init.generate_state(1)[0]))
         return FederatedTrainer(
-            PCAProjector(n_features, self.n_components, self.manifold, generator=init_gen),
+            PCAProjector(n_features, self.n_components, self.manifold, generator=init_gen,
+                         basis=self._initial_basis(n_features)),
             identity_loss,
             n_rounds=self.n_rounds,
             batch_size=self.batch_size,
@@ -246,7 +292,12 @@ class FederatedPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
             aggregation=self.aggregation,
             optimizer=self.optimizer,
             lr=self.lr,
-            seed_sequence=train_seq,
+            seed_sequence=seeds.server,
+            client_seed=seeds.clients,
+            secure_mode=self.secure_mode,
+            privacy_budget=self.privacy_budget,
+            run_name=repr(self),
+            client_timings=self.client_timings,
             monitor=monitor,
             verbose=self.verbose,
         )

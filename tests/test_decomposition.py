@@ -148,6 +148,9 @@ def test_pipeline_and_grid_search_with_groups_routed():
         (dict(manifold="sphere"), {}, r"'manifold'.*Got 'sphere'"),
         (dict(sampling="shuffle"), {}, r"'sampling'.*Got 'shuffle'"),
         (dict(n_components=9), {}, r"'n_components'.*<= n_features=8.*Got 9"),
+        (dict(init=np.eye(3, 8)), {}, r"'init'.*shape \(n_components, n_features\) = \(2, 8\).*\(3, 8\)"),
+        (dict(init=np.ones((2, 8))), {}, r"'init'.*linearly independent"),
+        (dict(init="pca"), {}, r"'init'.*Got 'pca'"),
         (dict(), dict(groups=np.zeros(3)), r"'groups'.*shape \(1600,\).*Got shape \(3,\)"),
     ],
 )
@@ -174,3 +177,20 @@ def test_eps_none_is_non_private(data):
     X, groups = data
     pca = small(eps=None, n_rounds=2).fit(X, groups=groups)
     assert math.isinf(pca.epsilon_) and pca.noise_std_ == 0 and pca.mu0_ is None
+
+
+@pytest.mark.parametrize("manifold", ["grassmann", "stiefel"])
+def test_a_public_initial_subspace_is_the_first_iterate(manifold, data):
+    X, groups = data
+    init = np.array([[1.0, 1.0, 0, 0, 0, 0, 0, 0], [0, 1.0, 0, 0, 0, 0, 0, 0]])
+    pca = small(eps=None, n_rounds=1, local_steps=1, lr=1e-12, init=init, manifold=manifold).fit(X, groups=groups)
+    basis = np.linalg.qr(init.T)[0]
+    np.testing.assert_allclose(pca.components_.T @ pca.components_, basis @ basis.T, atol=1e-9)
+
+
+def test_an_extreme_record_cannot_poison_a_private_fit(data):
+    X, groups = data
+    X = X.copy()
+    X[5] = 1e200  # its gradient overflows: it contributes zero, the release stays finite
+    pca = small(eps=4.0, n_rounds=3).fit(X, groups=groups)
+    assert np.isfinite(pca.components_).all()

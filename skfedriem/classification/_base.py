@@ -20,18 +20,20 @@ import torch
 import torch.nn.functional as F
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.preprocessing import LabelEncoder
-from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._clients import client_indices
 from .._compat import Interval, StrOptions, validate_estimator_params
+from .._seeding import run_seeds
 from ..federated import AGGREGATIONS, FederatedTrainer
 from ..federated.plan import ACCOUNTINGS
+from ..privacy import PrivacyBudget
 
 __all__ = ["FederatedClassifier"]
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
+_NUMPY_DTYPES = {"float32": np.float32, "float64": np.float64}
 _PREDICT_CHUNK = 1024
 
 
@@ -70,13 +72,16 @@ class FederatedClassifier(ClassifierMixin, BaseEstimator, metaclass=ABCMeta):
         "n_clients": [Interval(Integral, 1, None, closed="left")],
         "dtype": [StrOptions(set(DTYPES))],
         "random_state": ["random_state"],
+        "secure_mode": ["boolean"],
+        "privacy_budget": [PrivacyBudget, None],
+        "client_timings": ["boolean"],
         "verbose": ["verbose"],
         "backend": [StrOptions({"local", "flower"})],
     }
 
     @abstractmethod
     def _check_inputs(self, X: np.ndarray, name: str = "X") -> np.ndarray:
-        """Model-specific checks of a validated float64 array; returns it."""
+        """Model-specific checks of a validated array, finite in the model's dtype; returns it."""
 
     @abstractmethod
     def _build_module(self, input_shape: tuple[int, ...], n_classes: int, generator: torch.Generator,
@@ -94,8 +99,10 @@ class FederatedClassifier(ClassifierMixin, BaseEstimator, metaclass=ABCMeta):
         y : array-like of shape (n_trials,)
             Class labels of any type.
         groups : array-like of shape (n_trials,), optional
-            The client of each trial (e.g. subject or site). None: a
-            stratified random split into ``n_clients`` clients.
+            The client of each trial (e.g. subject or site). None: a random
+            split into ``n_clients`` clients by trial position only (never by
+            label: a split that depended on the labels would let one record
+            move others between clients).
         validation_data : tuple (X_valid, y_valid), optional
             Held-out trials the server holds; ``history_`` reports loss and
             accuracy on them after every round. Training trials passed here
@@ -111,23 +118,22 @@ class FederatedClassifier(ClassifierMixin, BaseEstimator, metaclass=ABCMeta):
         encoder = LabelEncoder().fit(y)
         if len(encoder.classes_) < 2:
             raise ValueError(
-                f"FederatedSPDNetClassifier needs at least 2 classes in y; got only {encoder.classes_.tolist()!r}."
+                f"{type(self).__name__} needs at least 2 classes in y; got only {encoder.classes_.tolist()!r}."
             )
-        X = self._check_inputs(X)
+        X = self._validated_trials(X)
         self.classes_ = encoder.classes_
         codes = encoder.transform(y)
         dtype = DTYPES[self.dtype]
-        seed = np.random.SeedSequence(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
-        init_seq, split_seq, train_seq = seed.spawn(3)
-        indices, names = client_indices(
-            len(X), groups, n_clients=self.n_clients, rng=np.random.default_rng(split_seq), stratify=codes
-        )
-        init_gen = torch.Generator().manual_seed(int(init_seq.generate_state(1)[0]))
+        seeds = run_seeds(self.random_state, private=self.eps is not None, secure_mode=self.secure_mode,
+                          owner=type(self).__name__)
+        indices, names = client_indices(len(X), groups, n_clients=self.n_clients,
+                                        rng=np.random.default_rng(seeds.split))
+        init_gen = torch.Generator().manual_seed(int(seeds.init.generate_state(1)[0]))
         module = self._build_module(X.shape[1:], len(self.classes_), init_gen, dtype)
         monitor = None
         if validation_data is not None:
             monitor = self._validation_monitor(validation_data, encoder, dtype)
-        inputs = torch.as_tensor(np.ascontiguousarray(X), dtype=dtype)
+        inputs = torch.from_numpy(np.ascontiguousarray(X))
         targets = torch.as_tensor(codes, dtype=torch.long)
         local = {"local_steps": self.local_steps} if self.local_steps is not None else {
             "local_epochs": self.local_epochs
@@ -147,7 +153,12 @@ class FederatedClassifier(ClassifierMixin, BaseEstimator, metaclass=ABCMeta):
             optimizer=self.optimizer,
             lr=self.lr,
             lr_schedule=self.lr_schedule,
-            seed_sequence=train_seq,
+            seed_sequence=seeds.server,
+            client_seed=seeds.clients,
+            secure_mode=self.secure_mode,
+            privacy_budget=self.privacy_budget,
+            run_name=repr(self),
+            client_timings=self.client_timings,
             monitor=monitor,
             verbose=self.verbose,
             **local,
@@ -166,15 +177,15 @@ class FederatedClassifier(ClassifierMixin, BaseEstimator, metaclass=ABCMeta):
                 "The 'validation_data' parameter must be a pair (X_valid, y_valid). "
                 f"Got {type(validation_data).__name__} instead."
             ) from None
-        X_valid = self._check_inputs(validate_data(self, X_valid, allow_nd=True, dtype=np.float64, reset=False),
-                                     name="X_valid")
+        X_valid = self._validated_trials(validate_data(self, X_valid, allow_nd=True, dtype=np.float64, reset=False),
+                                         name="X_valid")
         y_valid = np.asarray(y_valid)
         if y_valid.shape != (len(X_valid),):
             raise ValueError(f"y_valid must have shape ({len(X_valid)},). Got {y_valid.shape} instead.")
         unknown = np.setdiff1d(y_valid, encoder.classes_)
         if unknown.size:
             raise ValueError(f"y_valid holds labels absent from y: {unknown.tolist()!r}.")
-        inputs = torch.as_tensor(np.ascontiguousarray(X_valid), dtype=dtype)
+        inputs = torch.from_numpy(np.ascontiguousarray(X_valid))
         targets = torch.as_tensor(encoder.transform(y_valid), dtype=torch.long)
 
         def monitor(module: torch.nn.Module) -> dict:
@@ -186,11 +197,27 @@ class FederatedClassifier(ClassifierMixin, BaseEstimator, metaclass=ABCMeta):
 
         return monitor
 
+    def _validated_trials(self, X: np.ndarray, name: str = "X") -> np.ndarray:
+        """X (validated, float64) in the model's dtype, finite there, after the model's own checks.
+
+        Validation happens at the dtype the network computes in: a trial that is
+        finite in float64 but overflows float32 is refused here, by index, rather
+        than reaching the network as inf.
+        """
+        cast = X.astype(_NUMPY_DTYPES[self.dtype], copy=False)
+        bad = np.flatnonzero(~np.isfinite(cast.reshape(len(cast), -1)).all(axis=1))
+        if bad.size:
+            raise ValueError(
+                f"{name}[{bad[0]}] is not finite in {self.dtype} (|values| up to {np.abs(X[bad[0]]).max():.3g}; "
+                f"{self.dtype} holds at most {np.finfo(cast.dtype).max:.3g}). {bad.size} of {len(X)} trials are "
+                "affected: rescale the data, or use dtype='float64'."
+            )
+        return self._check_inputs(cast, name=name)
+
     def _logits(self, X) -> np.ndarray:
         check_is_fitted(self)
-        X = self._check_inputs(validate_data(self, X, allow_nd=True, dtype=np.float64, reset=False))
-        inputs = torch.as_tensor(np.ascontiguousarray(X), dtype=DTYPES[self.dtype])
-        return _forward_in_chunks(self.module_, inputs).double().numpy()
+        X = self._validated_trials(validate_data(self, X, allow_nd=True, dtype=np.float64, reset=False))
+        return _forward_in_chunks(self.module_, torch.from_numpy(np.ascontiguousarray(X))).double().numpy()
 
     def decision_function(self, X):
         """Logits of each class.

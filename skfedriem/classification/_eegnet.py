@@ -47,6 +47,17 @@ class FederatedEEGNetClassifier(FederatedClassifier):
     n_clients : int, default=3
     dtype : {"float32", "float64"}, default="float32"
     random_state : int, RandomState instance or None, default=None
+        None: fresh OS entropy, and each client's batches and noise are
+        private. An int seeds everything (reproducible): anyone who knows it
+        can remove the noise (a :class:`~skfedriem.exceptions.SeededNoiseWarning` says so).
+    secure_mode : bool, default=False
+        Batches and noise from the OS's cryptographically secure generator,
+        hardened against floating-point attacks; needs ``random_state=None``.
+    privacy_budget : PrivacyBudget, optional
+        A total budget shared by every fit on the same trials; a fit that would
+        exceed it is refused before training.
+    client_timings : bool, default=False
+        Add ``round_seconds`` and ``submission_seconds`` to ``history_`` (not private).
     backend : {"local", "flower"}, default="local"
     verbose : int, default=0
 
@@ -60,8 +71,7 @@ class FederatedEEGNetClassifier(FederatedClassifier):
     >>> import numpy as np
     >>> rng = np.random.default_rng(0)
     >>> X, y = 1e-5 * rng.standard_normal((60, 4, 64)), np.arange(60) % 2
-    >>> clf = FederatedEEGNetClassifier(eps=10.0, F1=2, D=1, F2=2, kernel_length=8, n_rounds=2,
-    ...                                 random_state=0).fit(X, y)
+    >>> clf = FederatedEEGNetClassifier(eps=10.0, F1=2, D=1, F2=2, kernel_length=8, n_rounds=2).fit(X, y)
     >>> clf.predict(X[:3]).shape
     (3,)
     """
@@ -98,6 +108,9 @@ class FederatedEEGNetClassifier(FederatedClassifier):
         n_clients=3,
         dtype="float32",
         random_state=None,
+        secure_mode=False,
+        privacy_budget=None,
+        client_timings=False,
         backend="local",
         verbose=0,
     ):
@@ -122,6 +135,9 @@ class FederatedEEGNetClassifier(FederatedClassifier):
         self.n_clients = n_clients
         self.dtype = dtype
         self.random_state = random_state
+        self.secure_mode = secure_mode
+        self.privacy_budget = privacy_budget
+        self.client_timings = client_timings
         self.verbose = verbose
         self.backend = backend
 

@@ -19,8 +19,8 @@ class FederatedSPDNetClassifier(FederatedClassifier):
 
     Each client (a hospital, a lab, a subject...) keeps its trials; the server
     only sees the iterates. Every client runs private local steps (per-trial
-    gradients projected to the tangent space, clipped, averaged, plus tangent
-    Gaussian noise: SPEC §3), the server averages the submissions with the
+    gradients projected to the tangent space, clipped, averaged, plus Gaussian
+    noise, projected to the tangent space), the server averages the submissions with the
     chosen manifold aggregation (the BiMap weights live on the Stiefel
     manifold, the linear layer is Euclidean and averaged), and the noise is
     calibrated so the whole run is (eps, delta)-DP with respect to replacing
@@ -68,13 +68,28 @@ class FederatedSPDNetClassifier(FederatedClassifier):
         PriRFed's per-round accounting and advanced composition (a baseline,
         with ``sampling="poisson"``; about 5x more noise at equal ε).
     n_clients : int, default=3
-        When ``fit`` gets no ``groups``: the number of clients of a stratified
-        random split.
+        When ``fit`` gets no ``groups``: the number of clients of a random
+        split by trial position (not by label).
     dtype : {"float32", "float64"}, default="float32"
-        Precision of the network.
+        Precision of the network; inputs are validated in it (a trial that
+        overflows float32 is refused by index).
     random_state : int, RandomState instance or None, default=None
-        Seeds the initial weights, the client split, client selection, batches
-        and noise.
+        None: the initial weights, the client split and the client selection
+        use fresh OS entropy, and every client's batches and noise 128 bits of
+        its own. An int (or RandomState) seeds everything, for reproducible
+        experiments: anyone who knows it can replay the noise, so such a run
+        is not private against them (a :class:`~skfedriem.exceptions.SeededNoiseWarning` says so).
+    secure_mode : bool, default=False
+        Batches and noise from the OS's cryptographically secure generator,
+        with Gaussian sampling hardened against floating-point attacks
+        (:class:`~skfedriem.privacy.SecureRandomness`); needs ``random_state=None``.
+    privacy_budget : PrivacyBudget, optional
+        A total budget shared by every fit on the same trials (grid search,
+        cross-validation): the fit is charged before training and refused if
+        the composition would exceed it.
+    client_timings : bool, default=False
+        Add ``round_seconds`` and ``submission_seconds`` to ``history_``: a
+        non-private diagnostic (they time work on the clients' trials).
     backend : {"local", "flower"}, default="local"
         ``"local"`` runs the clients in this process; ``"flower"`` runs the
         same protocol on Flower's simulation engine (one virtual SuperNode
@@ -101,18 +116,17 @@ class FederatedSPDNetClassifier(FederatedClassifier):
         B after clamping.
     history_ : list of dict
         Per round: ``round``, ``epsilon`` spent so far, ``lr``, ``clients``,
-        ``replied``, ``aggregation_seconds``, ``submission_seconds``,
-        ``round_seconds``;
-        ``valid_loss`` and ``valid_accuracy`` when ``fit`` got
-        ``validation_data`` (data the server holds; never the training trials).
+        ``replied``, ``aggregation_seconds`` (all post-processing of what the
+        server sees); ``valid_loss`` and ``valid_accuracy`` when ``fit`` got
+        ``validation_data`` (data the server holds; never the training trials);
+        ``round_seconds`` and ``submission_seconds`` with ``client_timings``.
 
     Examples
     --------
     >>> from skfedriem.datasets import make_spd_classification
     >>> X, y, groups = make_spd_classification(n_clients=3, n_matrices_per_client=60, n_channels=6,
     ...                                        random_state=0)
-    >>> clf = FederatedSPDNetClassifier(eps=10.0, dims=(4,), n_rounds=5, batch_size=16,
-    ...                                 random_state=0).fit(X, y, groups=groups)
+    >>> clf = FederatedSPDNetClassifier(eps=10.0, dims=(4,), n_rounds=5, batch_size=16).fit(X, y, groups=groups)
     >>> clf.predict(X[:3]).shape, clf.epsilon_ <= 10.0
     ((3,), True)
     """
@@ -145,6 +159,9 @@ class FederatedSPDNetClassifier(FederatedClassifier):
         n_clients=3,
         dtype="float32",
         random_state=None,
+        secure_mode=False,
+        privacy_budget=None,
+        client_timings=False,
         backend="local",
         verbose=0,
     ):
@@ -167,6 +184,9 @@ class FederatedSPDNetClassifier(FederatedClassifier):
         self.n_clients = n_clients
         self.dtype = dtype
         self.random_state = random_state
+        self.secure_mode = secure_mode
+        self.privacy_budget = privacy_budget
+        self.client_timings = client_timings
         self.verbose = verbose
         self.backend = backend
 

@@ -148,7 +148,7 @@ def make_estimator(arm: str, eps: float | None, seed: int, config: DatasetConfig
         settings["n_rounds"] = n_rounds
     central = arm.startswith("central-")
     k = None if central else max(1, int(round(participation * n_clients)))
-    common = dict(eps=eps, delta=1e-5, clients_per_round=k, random_state=seed, **settings)
+    common = dict(eps=eps, delta=1e-5, clients_per_round=k, random_state=seed, client_timings=True, **settings)
     if eegnet:
         return FederatedEEGNetClassifier(**common)
     extra = dict(dims=config.dims, reeig_eps=config.reeig_eps)
@@ -223,7 +223,8 @@ def run_study(dataset: str, arms, eps_values, seeds: int, participations, out: s
             est = make_estimator(arm, eps, seed, config, n_clients, p, n_rounds)
             t0 = time.perf_counter()
             with warnings.catch_warnings():
-                warnings.simplefilter("ignore", UserWarning)  # batch clamping: the CSV records batch_size
+                # batch clamping (the CSV records batch_size) and SeededNoiseWarning (the study is seeded on purpose)
+                warnings.simplefilter("ignore", UserWarning)
                 est.fit(inputs[train], y[train], groups=groups[train], validation_data=(inputs[valid], y[valid]))
             seconds = time.perf_counter() - t0
             row = dict(dataset=dataset, arm=arm, eps=_eps_label(eps), seed=seed, participation=f"{p:g}",

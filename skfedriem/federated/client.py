@@ -1,14 +1,15 @@
-"""One client's side of a round (SPEC §3–4): private local steps, then its submission.
+"""One client's side of a round: check θ_t, take the private local steps, return its submission.
 
 The same code runs in-process (the ``"local"`` backend) and inside a Flower
-ClientApp: everything a client keeps between rounds (its random streams and,
-optionally, its optimiser state) is in :class:`ClientState`, which the Flower
-app stores in the node's own context and never sends.
+ClientApp: everything a client keeps between rounds (its secret randomness
+and, optionally, its optimiser state) is in :class:`ClientState`, which the
+Flower app stores in the node's own context and never sends.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 import pickle
 import time
 from collections.abc import Callable
@@ -18,12 +19,15 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..exceptions import InvalidIterateError
 from ..manifolds import manifold_of
 from ..privacy import PrivateManifoldOptimizer, make_sampler, trainable_parameters
 from ..privacy.per_sample import LossFn
+from ..privacy.randomness import SecretRandomness, SecureRandomness, SeededRandomness
 from .aggregation import get_aggregation
 
-__all__ = ["ClientState", "RoundInstructions", "check_optimizer", "make_optimizer", "run_client_round"]
+__all__ = ["ClientState", "RoundInstructions", "check_iterate", "check_optimizer", "make_optimizer",
+           "run_client_round"]
 
 OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam}
 
@@ -42,48 +46,91 @@ def make_optimizer(optimizer: str | Callable, params, lr: float) -> torch.optim.
     return optimizer(params, lr) if callable(optimizer) else OPTIMIZERS[optimizer](params, lr=lr)
 
 
-def torch_seed(seq: np.random.SeedSequence) -> int:
-    """A 63-bit torch seed drawn from ``seq``."""
-    return int(seq.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))
-
-
 @dataclass
 class ClientState:
     """What a client carries from one round to the next; it never leaves the client.
 
     Attributes
     ----------
-    rng : numpy.random.Generator
-        Draws the batches.
-    generator : torch.Generator
-        Draws the noise.
+    randomness : SecretRandomness
+        Draws the batches and the noise.
     optimizer_state : dict or None
         Kept only when the optimiser is not reset between rounds.
     """
 
-    rng: np.random.Generator
-    generator: torch.Generator
+    randomness: SecretRandomness
     optimizer_state: dict | None = None
 
     @classmethod
-    def from_seed(cls, seq: np.random.SeedSequence) -> ClientState:
-        """Fresh streams from the client's own seed sequence."""
-        return cls(np.random.default_rng(seq), torch.Generator().manual_seed(torch_seed(seq)))
+    def fresh(cls, seed: np.random.SeedSequence | None = None, *, secure_mode: bool = False) -> ClientState:
+        """A new client's state.
+
+        Parameters
+        ----------
+        seed : numpy.random.SeedSequence, optional
+            Seeds the batches and noise (reproducible, and replayable by anyone
+            who knows the seed). None: 128 bits of fresh OS entropy.
+        secure_mode : bool, default=False
+            The OS's cryptographically secure generator instead (``seed`` must be None).
+        """
+        if secure_mode:
+            if seed is not None:
+                raise ValueError("secure_mode draws from the OS's secure generator and cannot be seeded.")
+            return cls(SecureRandomness())
+        return cls(SeededRandomness(seed if seed is not None else np.random.SeedSequence()))
 
     def to_bytes(self) -> bytes:
         """Serialise (for a Flower node's private context)."""
-        return pickle.dumps({"rng": self.rng.bit_generator.state, "generator": self.generator.get_state(),
-                             "optimizer_state": self.optimizer_state})
+        return pickle.dumps({"randomness": self.randomness.to_bytes(), "optimizer_state": self.optimizer_state})
 
     @classmethod
     def from_bytes(cls, data: bytes) -> ClientState:
         """Inverse of :meth:`to_bytes`."""
         state = pickle.loads(data)  # written by this client into its own context
-        rng = np.random.default_rng()
-        rng.bit_generator.state = state["rng"]
-        generator = torch.Generator()
-        generator.set_state(state["generator"])
-        return cls(rng, generator, state["optimizer_state"])
+        return cls(SecretRandomness.from_bytes(state["randomness"]), state["optimizer_state"])
+
+
+def iterate_tolerance(dtype: torch.dtype) -> float:
+    """How far from its manifold a received θ_t may be: √(machine ε) of its dtype (3.5e-4 in float32)."""
+    return math.sqrt(torch.finfo(dtype).eps)
+
+
+def check_iterate(module: nn.Module, theta: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """θ_t as the client's model holds it, or :class:`~skfedriem.exceptions.InvalidIterateError`.
+
+    Every trainable block must be present, with the model's shape, finite,
+    and (manifold blocks) on the manifold within :func:`iterate_tolerance`
+    of the model's dtype. An honest server always sends such a point (its
+    output map ends with a projection Π). The private step is safe for any θ
+    (noise is added before the tangent projection), so this check is not
+    what makes a round private: it refuses, loudly, a server that is broken
+    or probing, rather than silently projecting its θ back, so the refusal
+    shows in the server's log and in the client's.
+
+    Returns
+    -------
+    theta : dict of str to Tensor
+        The same values, in the model's dtype.
+    """
+    params = trainable_parameters(module)
+    unexpected, missing = sorted(set(theta) - set(params)), sorted(set(params) - set(theta))
+    if unexpected or missing:
+        raise InvalidIterateError(f"The server's θ_t names blocks {sorted(theta)}; this model has {sorted(params)} "
+                                  f"(missing {missing}, unexpected {unexpected}).")
+    checked = {}
+    for name, param in params.items():
+        value = torch.as_tensor(theta[name])
+        if tuple(value.shape) != tuple(param.shape):
+            raise InvalidIterateError(f"The server's θ_t[{name!r}] has shape {tuple(value.shape)}; "
+                                      f"the model's is {tuple(param.shape)}.")
+        value = value.to(param.dtype)
+        manifold = manifold_of(param)
+        ok, reason = manifold.check_point(value, atol=iterate_tolerance(param.dtype), explain=True)
+        if not ok:
+            raise InvalidIterateError(f"The server's θ_t[{name!r}] is not a point of {manifold!r}: {reason}. "
+                                      "The client refuses the round.")
+        checked[name] = value
+    return checked
 
 
 @dataclass(frozen=True)
@@ -123,14 +170,15 @@ def run_client_round(
     optimizer: str | Callable = "sgd",
     reset_optimizer: bool = True,
 ) -> tuple[dict[str, torch.Tensor], float]:
-    """τ_i private local steps from θ_t, then the submission Sub(θ_t, θ_i) of every block.
+    """Check θ_t, take τ_i private local steps from it, return the submission Sub(θ_t, θ_i) of every block.
 
     Parameters
     ----------
     module : torch.nn.Module
         The client's working copy; its parameters are overwritten with θ_t.
     theta : dict of str to Tensor
-        θ_t, by trainable-parameter name.
+        θ_t, by trainable-parameter name, as the server sent it (checked by
+        :func:`check_iterate`: a bad θ_t raises InvalidIterateError).
     data : tuple of Tensor
         The client's records ``(inputs, *targets)``.
     state : ClientState
@@ -147,6 +195,7 @@ def run_client_round(
     submission_seconds : float
         Time spent in Sub (reported with the aggregation cost).
     """
+    theta = check_iterate(module, theta)
     params = trainable_parameters(module)
     with torch.no_grad():
         for name, p in params.items():
@@ -157,10 +206,10 @@ def run_client_round(
         for group in inner.param_groups:
             group["lr"] = instructions.lr
     step = PrivateManifoldOptimizer(module, inner, loss_fn=loss_fn, clip=instructions.clip,
-                                    noise_std=instructions.noise_std, generator=state.generator)
+                                    noise_std=instructions.noise_std, randomness=state.randomness)
     sampler = make_sampler(instructions.sampling, int(data[0].shape[0]), instructions.batch_size)
     for _ in range(instructions.local_steps):
-        idx = torch.from_numpy(sampler.sample(state.rng))
+        idx = torch.from_numpy(sampler.sample(state.randomness))
         step.step(tuple(x[idx] for x in data), denominator=sampler.denominator)
     if not reset_optimizer:
         state.optimizer_state = copy.deepcopy(inner.state_dict())

@@ -1,4 +1,4 @@
-"""The federated round loop (SPEC §4), for any module with manifold-tagged parameters.
+"""The federated round loop, for any module with manifold-tagged parameters.
 
 The loop knows nothing of PCA or SPDNet: it needs a torch module, a
 per-record loss, and the clients' records. A new model, manifold or
@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 
 from ..baselines.prirfed import prirfed_epsilon
 from ..manifolds import manifold_of
-from ..privacy import PrivacyAccountant, trainable_parameters
+from ..privacy import PrivacyAccountant, PrivacyBudget, trainable_parameters
 from ..privacy.accounting import DISCRETIZATION
 from ..privacy.per_sample import LossFn
 from .aggregation import get_aggregation
@@ -41,14 +41,15 @@ def lr_at_round(lr: float, schedule: str | Callable[[int], float], round_: int, 
 
 
 class FederatedTrainer:
-    """Private federated training of a torch module (DP-RFedProj, SPEC §3–5).
+    """Private federated training of a torch module (DP-RFedProj, Pautrel et al. 2026).
 
     Each round the server draws ``clients_per_round`` of the n clients
     uniformly without replacement and broadcasts θ_t; each selected client
-    runs its τ_i private local steps (fresh uniform batches, per-sample tangent
-    gradients clipped over all blocks, tangent Gaussian noise, any optimiser,
-    projection) and submits Sub(θ_t, θ_i); the server averages the
-    submissions and sets θ_{t+1} = Out(θ_t, Δ̄), per parameter block.
+    checks θ_t, runs its τ_i private local steps (fresh uniform batches,
+    per-sample tangent gradients clipped over all blocks, ambient Gaussian
+    noise then the tangent projection, any optimiser, projection onto the
+    manifold) and submits Sub(θ_t, θ_i); the server averages the submissions
+    and sets θ_{t+1} = Out(θ_t, Δ̄), per parameter block.
 
     Parameters
     ----------
@@ -73,7 +74,7 @@ class FederatedTrainer:
     sampling : {"fixed", "poisson"}
     accounting : {"rfedproj", "prirfed"}, default="rfedproj"
         How σ is calibrated and ε reported: the whole-run composition of
-        SPEC §5, or PriRFed's per-round accounting (baseline; Poisson only).
+        the paper, or PriRFed's per-round accounting (baseline; Poisson only).
     aggregation : {"projavg", "rlavg", "retavg", "kfavg"}
     optimizer : {"sgd", "adam"} or callable
         Client optimiser, or ``callable(params, lr) -> torch.optim.Optimizer``.
@@ -83,8 +84,25 @@ class FederatedTrainer:
     reset_optimizer : bool, default=True
         Fresh optimiser state for each client at every round; otherwise each
         client keeps its own state across rounds (it never leaves the client).
-    seed_sequence : numpy.random.SeedSequence
-        The single source of randomness (client selection, batches, noise).
+    seed_sequence : numpy.random.SeedSequence, optional
+        The server's public randomness (client selection). Default: OS entropy.
+    client_seed : numpy.random.SeedSequence, optional
+        Seeds the clients' secret randomness (batches and noise): client i
+        gets its i-th spawned child. Reproducible, and replayable by anyone
+        who knows it. None (default): every client draws 128 bits of fresh OS
+        entropy, never derived from ``seed_sequence``.
+    secure_mode : bool, default=False
+        The clients draw batches and noise from the OS's cryptographically
+        secure generator, with hardened Gaussian sampling
+        (:class:`~skfedriem.privacy.SecureRandomness`); ``client_seed`` must be None.
+    privacy_budget : PrivacyBudget, optional
+        Charged with the planned run before the first round; a run that would
+        exceed it is refused (:class:`~skfedriem.exceptions.PrivacyBudgetExceeded`).
+    run_name : str, optional
+        How the run is named in ``privacy_budget`` (default: the module's class).
+    client_timings : bool, default=False
+        Record ``round_seconds`` and ``submission_seconds`` in the history.
+        Not private: they time work done on the clients' records.
     monitor : callable, optional
         ``monitor(module) -> dict`` called after every round on the new θ; its
         values go into :attr:`history_`. It runs at the server, so it must only
@@ -99,12 +117,12 @@ class FederatedTrainer:
     plan_ : PrivacyPlan
     accountant_ : PrivacyAccountant
     history_ : list of dict
-        Per round: ``round``, ``epsilon`` (certified so far), ``lr``,
-        ``clients`` (selected), ``replied`` (whose submission arrived),
-        ``aggregation_seconds`` (server time of the mean and Out),
-        ``submission_seconds`` (total client time of Sub), ``round_seconds``
-        (wall time of the round at the server, clients included) and the
-        monitor's values.
+        Per round, post-processing of what the server sees: ``round``,
+        ``epsilon`` (certified so far), ``lr``, ``clients`` (selected),
+        ``replied`` (whose submission arrived), ``aggregation_seconds``
+        (server time of the mean and Out) and the monitor's values. With
+        ``client_timings``: ``submission_seconds`` (total client time of Sub)
+        and ``round_seconds`` (wall time of the round, clients included).
     transcript_ : list of dict or None
         Per round: θ_t, the clients that replied and their stacked submissions.
     """
@@ -130,6 +148,11 @@ class FederatedTrainer:
         lr_schedule: str | Callable[[int], float] = "constant",
         reset_optimizer: bool = True,
         seed_sequence: np.random.SeedSequence | None = None,
+        client_seed: np.random.SeedSequence | None = None,
+        secure_mode: bool = False,
+        privacy_budget: PrivacyBudget | None = None,
+        run_name: str | None = None,
+        client_timings: bool = False,
         monitor: Callable[[nn.Module], dict] | None = None,
         record_transcript: bool = False,
         verbose: int = 0,
@@ -152,6 +175,14 @@ class FederatedTrainer:
         self.lr_schedule = lr_schedule
         self.reset_optimizer = reset_optimizer
         self.seed_sequence = seed_sequence if seed_sequence is not None else np.random.SeedSequence()
+        if secure_mode and client_seed is not None:
+            raise ValueError("secure_mode=True draws the clients' batches and noise from the OS's secure generator; "
+                             "it cannot be seeded. Got a client_seed.")
+        self.client_seed = client_seed
+        self.secure_mode = secure_mode
+        self.privacy_budget = privacy_budget
+        self.run_name = run_name
+        self.client_timings = client_timings
         self.monitor = monitor
         self.record_transcript = record_transcript
         self.verbose = verbose
@@ -179,10 +210,10 @@ class FederatedTrainer:
         check_optimizer(self.optimizer)
         names = list(client_names) if client_names is not None else list(range(len(clients)))
         sizes = [int(c[0].shape[0]) for c in clients]
-        server_seq, *client_seqs = self.seed_sequence.spawn(1 + len(clients))
+        client_seeds = self.client_seeds(len(clients))
         if backend == "local":
-            transport = LocalTransport(self, clients, [ClientState.from_seed(s) for s in client_seqs])
-            return self.serve(transport, sizes, names, server_seq)
+            states = [ClientState.fresh(seed, secure_mode=self.secure_mode) for seed in client_seeds]
+            return self.serve(LocalTransport(self, clients, states), sizes, names, self.seed_sequence)
         if backend == "flower":
             from ..flower.simulation import run_trainer_in_simulation
 
@@ -190,9 +221,17 @@ class FederatedTrainer:
             self._clients_per_round(len(clients))
             check_client_sizes(sizes, names)
 
-            run_trainer_in_simulation(self, clients, names, client_seqs, server_seq)
+            run_trainer_in_simulation(self, clients, names, client_seeds, self.seed_sequence)
             return self
         raise ValueError(f"The 'backend' parameter must be 'local' or 'flower'. Got {backend!r} instead.")
+
+    def client_seeds(self, n_clients: int) -> list[np.random.SeedSequence | None]:
+        """Each client's secret seed: children of ``client_seed``, else fresh OS entropy (None in secure mode)."""
+        if self.secure_mode:
+            return [None] * n_clients
+        if self.client_seed is not None:
+            return self.client_seed.spawn(n_clients)
+        return [np.random.SeedSequence() for _ in range(n_clients)]
 
     def _clients_per_round(self, n_clients: int) -> int:
         k = n_clients if self.clients_per_round is None else self.clients_per_round
@@ -223,7 +262,7 @@ class FederatedTrainer:
             m_i (public under substitution neighbours), for planning.
         client_names : list
         server_seq : numpy.random.SeedSequence
-            Draws the clients of each round.
+            Draws the clients of each round (public randomness).
 
         Returns
         -------
@@ -231,8 +270,11 @@ class FederatedTrainer:
 
         Notes
         -----
-        A round is charged to the accountant whether or not every selected
-        client replied: a client that dies mid-round still took its steps.
+        With a ``privacy_budget``, the planned run is charged to it before the
+        first round (and refused, before any client is contacted, when it
+        would exceed it). A round is charged to the accountant whether or not
+        every selected client replied: a client that dies mid-round still took
+        its steps.
         The round's update averages the submissions that arrived (θ is
         unchanged when none did); ``history_`` records who replied.
         """
@@ -243,6 +285,8 @@ class FederatedTrainer:
             local_steps=self.local_steps, local_epochs=self.local_epochs, eps=self.eps,
             delta=self.delta, clip=self.clip, sampling=self.sampling, accounting=self.accounting,
         )
+        if self.privacy_budget is not None:
+            self.privacy_budget.charge(self.plan_.release(), label=self.run_name or type(self.module).__name__)
         server_rng = np.random.default_rng(server_seq)
         self.accountant_ = PrivacyAccountant()
         self.history_: list[dict] = []
@@ -289,8 +333,9 @@ class FederatedTrainer:
         else:
             eps = math.inf
         entry = {"round": t + 1, "epsilon": eps, "lr": lr, "clients": selected.tolist(), "replied": replied,
-                 "aggregation_seconds": aggregation_seconds, "submission_seconds": submission_seconds,
-                 "round_seconds": round_seconds}
+                 "aggregation_seconds": aggregation_seconds}
+        if self.client_timings:
+            entry.update(submission_seconds=submission_seconds, round_seconds=round_seconds)
         if self.monitor is not None:
             entry.update(self.monitor(self.module))
         self.history_.append(entry)

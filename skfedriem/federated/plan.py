@@ -1,4 +1,4 @@
-"""Planning a federated run's local work and calibrating its noise (SPEC §4–5)."""
+"""Planning a federated run's local work and calibrating its noise."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import warnings
 from dataclasses import dataclass
 
 from ..baselines.prirfed import prirfed_calibrate_mu0
-from ..privacy import calibrate_mu0
+from ..privacy import PrivacyAccountant, calibrate_mu0
 
 ACCOUNTINGS = ("rfedproj", "prirfed")
 
@@ -37,8 +37,9 @@ class PrivacyPlan:
     clip : float
         C (inf for a non-private run).
     accounting : {"rfedproj", "prirfed"}
-        Whole-run composition (SPEC §5) or PriRFed's per-round accounting
+        Whole-run composition (the paper's) or PriRFed's per-round accounting
         with advanced composition (a baseline).
+    sampling : {"fixed", "poisson"}
     """
 
     batch_size: int
@@ -50,6 +51,20 @@ class PrivacyPlan:
     noise_std: float
     clip: float
     accounting: str = "rfedproj"
+    sampling: str = "fixed"
+
+    def release(self) -> PrivacyAccountant | None:
+        """The whole planned run as accountant steps (None when it adds no noise).
+
+        This is the mechanism's own privacy-loss accounting, whichever
+        ``accounting`` calibrated σ: PriRFed's looser accounting only reports
+        a larger ε for the same steps.
+        """
+        if self.mu0 is None:
+            return None
+        release = PrivacyAccountant()
+        release.step(mu0=self.mu0, sample_rate=self.sample_rate, num_steps=self.total_steps, sampling=self.sampling)
+        return release
 
     @property
     def n_rounds(self) -> int:
@@ -83,7 +98,7 @@ def plan_run(
 ) -> PrivacyPlan:
     """Clamp B, fix each client's τ_i and calibrate σ for (eps, delta).
 
-    Accounting follows SPEC §5: q = B / m⋆ and τ = max τ_i over the whole
+    Accounting: q = B / m⋆ and τ = max τ_i over the whole
     run, whatever the participation (the server chooses and sees S_t, so
     client sampling gives no amplification). ``accounting="prirfed"``
     calibrates with PriRFed's accounting instead (Poisson sampling only).
@@ -115,7 +130,7 @@ def plan_run(
     tau = max(taus)
     total = n_rounds * tau
     if eps is None or math.isinf(eps):
-        return PrivacyPlan(batch_size, taus, q, tau, total, None, 0.0, math.inf, accounting)
+        return PrivacyPlan(batch_size, taus, q, tau, total, None, 0.0, math.inf, accounting, sampling)
     if delta >= 1 / m_star:
         warnings.warn(
             f"delta={delta:g} is not small against 1/m⋆ = 1/{m_star}: (eps, delta)-DP at this delta "
@@ -127,4 +142,5 @@ def plan_run(
         mu0 = prirfed_calibrate_mu0(eps, delta, q, tau, n_rounds)
     else:
         mu0 = calibrate_mu0(eps, delta, q, total, sampling)
-    return PrivacyPlan(batch_size, taus, q, tau, total, mu0, 2 * clip / (batch_size * mu0), clip, accounting)
+    return PrivacyPlan(batch_size, taus, q, tau, total, mu0, 2 * clip / (batch_size * mu0), clip, accounting,
+                       sampling)

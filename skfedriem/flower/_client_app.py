@@ -1,8 +1,7 @@
-"""A Flower ClientApp around the engine's client round."""
+"""A Flower ClientApp around the engine's client round, with the site's own persistent privacy ledger."""
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -13,8 +12,9 @@ from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from torch import nn
 
-from ..federated.client import ClientState, run_client_round
-from ..privacy import PrivacyAccountant
+from ..exceptions import PrivacyBudgetExceeded
+from ..federated.client import ClientState, RoundInstructions, check_iterate, run_client_round
+from ..privacy import PrivacyAccountant, PrivacyBudget
 from ..privacy.accounting import DISCRETIZATION
 from ..privacy.per_sample import LossFn
 from ._protocol import decode_arrays, decode_instructions, encode_arrays
@@ -41,39 +41,59 @@ class ClientSetup:
     module : torch.nn.Module
         A working copy of the model (its values are overwritten with θ_t).
     loss_fn : callable
-    seed : numpy.random.SeedSequence
-        Seeds the client's batches and noise; it never leaves the client.
+    seed : numpy.random.SeedSequence, optional
+        Seeds the client's batches and noise for this run (reproducible, and
+        replayable by anyone who knows it; the simulation backend passes the
+        in-process backend's seeds). None (default): every run starts from
+        128 bits of fresh OS entropy, so no two runs share noise. It never
+        leaves the client.
+    secure_mode : bool, default=False
+        Batches and noise from the OS's cryptographically secure generator
+        (``seed`` must then be None).
     optimizer : str or callable
     reset_optimizer : bool
     max_epsilon : float, optional
-        The site's own privacy budget: before each round the client charges
-        the steps it is asked to take to its own ledger (μ0 = 2C/(Bσ) from the
-        round's clip and noise, its own rate q_i = B/m_i, only the rounds it
-        takes part in) and refuses the round, with an error reply, if its ε at
-        ``delta`` would exceed this. A guard against a server that sends too
-        little noise; None trusts the server's calibration.
+        The site's own privacy budget over every round of every run on these
+        records: before each round the client charges the steps it is asked to
+        take (μ0 = 2C/(Bσ) from the round's clip and noise, its own rate
+        q_i = B/m_i) to its ledger file and refuses the round, with an error
+        reply, if the composition at ``delta`` would exceed this. A guard
+        against a server that sends too little noise, or replays rounds; None
+        trusts the server's calibration.
     delta : float, default=1e-5
         δ of the site's ledger.
+    ledger_path : str, optional
+        The site's ledger file (needed with ``max_epsilon``): it persists across
+        runs and restarts, and is written, atomically, before the reply leaves.
     """
 
     name: str
     data: tuple[torch.Tensor, ...]
     module: nn.Module
     loss_fn: LossFn
-    seed: np.random.SeedSequence
+    seed: np.random.SeedSequence | None = None
+    secure_mode: bool = False
     optimizer: str | Callable = "sgd"
     reset_optimizer: bool = True
     max_epsilon: float | None = None
     delta: float = 1e-5
+    ledger_path: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_epsilon is not None and self.ledger_path is None:
+            raise ValueError(f"Site {self.name!r}: max-epsilon needs a ledger-path, a file the site owns. A budget "
+                             "kept in memory would start again from zero with every run and every restart.")
+        if self.secure_mode and self.seed is not None:
+            raise ValueError(f"Site {self.name!r}: secure-mode cannot be seeded; remove the seed.")
+
+    def ledger(self) -> PrivacyBudget:
+        """The site's persistent ledger (max_epsilon at delta, composed over every round charged to it)."""
+        return PrivacyBudget(self.max_epsilon, self.delta, path=self.ledger_path,
+                             discretization=10 * DISCRETIZATION)  # coarser: still an upper bound
 
 
-class PrivacyBudgetExceeded(RuntimeError):
-    """A site refuses a round that would take it past its own ε budget."""
-
-
-def _charge_site_ledger(client: ClientSetup, ledger: PrivacyAccountant, instructions) -> PrivacyAccountant:
-    """The site's ledger after this round, or PrivacyBudgetExceeded (the round is then not run)."""
-    m = int(client.data[0].shape[0])
+def _round_release(client: ClientSetup, instructions: RoundInstructions) -> PrivacyAccountant:
+    """The steps a round asks of this site, or PrivacyBudgetExceeded for a round no budget should take."""
     noiseless = instructions.noise_std <= 0 or not math.isfinite(instructions.clip)
     if noiseless:
         raise PrivacyBudgetExceeded(f"Site {client.name!r} (max-epsilon={client.max_epsilon:g}) refuses a round "
@@ -83,16 +103,10 @@ def _charge_site_ledger(client: ClientSetup, ledger: PrivacyAccountant, instruct
     if mu0 > _MU0_CEILING:
         raise PrivacyBudgetExceeded(f"Site {client.name!r} refuses a round with per-step mu0 = {mu0:.3g} > "
                                     f"{_MU0_CEILING:g} (a noise multiplier below {1 / _MU0_CEILING:g}).")
-    after = PrivacyAccountant()
-    after.load_state_dict(ledger.state_dict())
-    after.step(mu0=mu0,
-               sample_rate=min(1.0, instructions.batch_size / m), num_steps=instructions.local_steps,
-               sampling=instructions.sampling)
-    eps = after.get_epsilon(client.delta, discretization=10 * DISCRETIZATION)  # coarser: still an upper bound
-    if eps > client.max_epsilon:
-        raise PrivacyBudgetExceeded(f"Site {client.name!r} refuses the round: its epsilon would reach {eps:.4g} "
-                                    f"> max-epsilon={client.max_epsilon:g} at delta={client.delta:g}.")
-    return after
+    release = PrivacyAccountant()
+    release.step(mu0=mu0, sample_rate=min(1.0, instructions.batch_size / int(client.data[0].shape[0])),
+                 num_steps=instructions.local_steps, sampling=instructions.sampling)
+    return release
 
 
 def make_client_app(setup: Callable[[Context], ClientSetup]) -> ClientApp:
@@ -110,10 +124,15 @@ def make_client_app(setup: Callable[[Context], ClientSetup]) -> ClientApp:
 
     Notes
     -----
-    The client's random streams, optimiser state and (with ``max_epsilon``)
-    privacy ledger are kept in the node's ``context.state`` between rounds;
-    they are never part of a reply. A reply to ``train`` holds only
-    Sub(θ_t, θ_i) and the time Sub took.
+    A ``train`` message is handled in this order: θ_t is checked
+    (:func:`~skfedriem.federated.client.check_iterate`; an error reply if it is
+    off the manifold, not finite or misshapen), the round is charged to the
+    site's ledger file (with ``max_epsilon``; an error reply if refused), the
+    private local steps run, and the reply leaves. The client's secret
+    randomness starts fresh at each run's first round and, with its optimiser
+    state, is kept in the node's ``context.state`` for the run's next rounds;
+    none of it is ever part of a reply, which holds only Sub(θ_t, θ_i) and the
+    time Sub took (a function of θ_t and θ_i only).
     """
     app = ClientApp()
 
@@ -126,20 +145,19 @@ def make_client_app(setup: Callable[[Context], ClientSetup]) -> ClientApp:
     @app.train()
     def train(msg: Message, context: Context) -> Message:
         client = setup(context)
-        stored = context.state.config_records.get(_STATE_KEY)
-        state = ClientState.from_bytes(stored["state"]) if stored is not None else ClientState.from_seed(client.seed)
-        ledger = PrivacyAccountant()
-        if stored is not None and "ledger" in stored:
-            ledger.load_state_dict(json.loads(stored["ledger"]))
+        theta = check_iterate(client.module, decode_arrays(msg.content["theta"]))
         instructions = decode_instructions(msg.content["instructions"])
         if client.max_epsilon is not None:
-            ledger = _charge_site_ledger(client, ledger, instructions)
+            client.ledger().charge(_round_release(client, instructions),
+                                   label=f"run {msg.metadata.run_id} round {msg.metadata.group_id}")
+        stored = context.state.config_records.get(_STATE_KEY)
+        state = (ClientState.from_bytes(stored["state"]) if stored is not None
+                 else ClientState.fresh(client.seed, secure_mode=client.secure_mode))
         submission, seconds = run_client_round(
-            client.module, decode_arrays(msg.content["theta"]), client.data, state, instructions,
+            client.module, theta, client.data, state, instructions,
             loss_fn=client.loss_fn, optimizer=client.optimizer, reset_optimizer=client.reset_optimizer,
         )
-        context.state.config_records[_STATE_KEY] = ConfigRecord(
-            {"state": state.to_bytes(), "ledger": json.dumps(ledger.state_dict())})
+        context.state.config_records[_STATE_KEY] = ConfigRecord({"state": state.to_bytes()})
         content = RecordDict({"submission": encode_arrays(submission),
                               "metrics": MetricRecord({"submission_seconds": seconds})})
         return Message(content, reply_to=msg)

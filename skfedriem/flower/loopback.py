@@ -73,7 +73,7 @@ class LoopbackFederation:
         Logs and the Flower configuration (``FLWR_HOME``) go here.
     sites : list of dict
         One SuperNode per entry: its node configuration (``data-path``,
-        optional ``name`` and ``seed``).
+        optional ``name``, ``max-epsilon``, ``ledger-path``, ...).
     startup_timeout : float, default=60
     """
 
@@ -194,6 +194,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--eps", default="2.0", help="a float, or 'none'")
     parser.add_argument("--round-timeout", type=float, default=60.0)
     parser.add_argument("--kill-site-after-round", type=int, default=None)
+    parser.add_argument("--site-max-epsilon", type=float, default=None,
+                        help="each site's own budget over all runs (its ledger is kept in --out)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds for the whole run")
     parser.add_argument("--out", default="skfedriem-loopback")
     args = parser.parse_args(argv)
@@ -206,7 +208,10 @@ def main(argv: list[str] | None = None) -> dict:
         path = out / f"site-{i}" / "records.npy"
         path.parent.mkdir(parents=True, exist_ok=True)
         np.save(path, X[groups == g])
-        sites.append({"data-path": str(path), "name": f"site-{i}", "seed": 1000 + i})
+        site = {"data-path": str(path), "name": f"site-{i}", "ledger-path": str(path.with_name("ledger.json"))}
+        if args.site_max_epsilon is not None:
+            site["max-epsilon"] = args.site_max_epsilon
+        sites.append(site)
     run_config = {"n-clients": args.sites, "n-features": args.features, "n-components": args.components,
                   "rounds": args.rounds, "eps": args.eps if args.eps.lower() == "none" else float(args.eps),
                   "round-timeout": args.round_timeout, "output": str(out / "server")}

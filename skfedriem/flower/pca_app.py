@@ -13,12 +13,18 @@ Node configuration of a SuperNode (``--node-config``):
 
 * ``data-path`` (required): ``.npy`` or ``.csv`` file, one record per row.
 * ``name``: the client's name (default: the file's stem).
-* ``seed``: an integer seeding this client's batches and noise (default: fresh
-  OS entropy). It never leaves the site.
-* ``max-epsilon`` (and ``delta``, default 1e-5): the site's own budget. The
-  client charges every round it takes part in to its own ledger (from the
-  round's clip, noise and batch size and its own record count) and refuses,
-  with an error reply, a round that would exceed it or that carries no noise.
+* ``max-epsilon`` (and ``delta``, default 1e-5): the site's own budget over
+  every round of every run on this data. The client charges each round it is
+  asked to take (from the round's clip, noise and batch size and its own
+  record count) to its ledger file before it runs it, and refuses, with an
+  error reply, a round that would exceed the budget or that carries no noise.
+* ``ledger-path``: the site's ledger file (default: ``<data-path>.privacy-ledger.json``).
+  It persists across runs and SuperNode restarts; keep it with the data.
+* ``secure-mode``: ``true`` draws batches and noise from the OS's
+  cryptographically secure generator, hardened against floating-point attacks.
+* ``seed``: test benches only. An integer that, mixed with the run id, seeds
+  this client's batches and noise: anyone who knows it can remove the noise.
+  Default: fresh OS entropy at the start of every run. It never leaves the site.
 
 Run configuration (``--run-config``; defaults in ``APP_DIR/pyproject.toml``):
 ``n-clients`` (SuperNodes to wait for), ``n-features``, ``n-components``,
@@ -45,6 +51,7 @@ from flwr.serverapp import Grid, ServerApp
 from sklearn.utils import check_array
 
 from .._compat import validate_estimator_params
+from .._seeding import run_seeds
 from ..decomposition import FederatedPCA, identity_loss
 from ..models import PCAProjector
 from ._client_app import ClientSetup, make_client_app
@@ -54,7 +61,8 @@ __all__ = ["APP_DIR", "client_app", "estimator_from_run_config", "load_site_data
 
 APP_DIR = Path(__file__).with_name("pca_project")
 
-_SITE: dict[str, ClientSetup] = {}
+# Per process: a site's records and working model, by data file (the per-run settings are rebuilt per message).
+_SITE: dict[str, tuple[tuple[torch.Tensor, ...], torch.nn.Module]] = {}
 
 
 def load_site_data(path: str | Path) -> np.ndarray:
@@ -98,23 +106,26 @@ def estimator_from_run_config(config) -> FederatedPCA:
 
 
 def _site(context: Context) -> ClientSetup:
-    path = str(context.node_config["data-path"])
-    if path not in _SITE:
+    node = context.node_config
+    path = str(node["data-path"])
+    est = estimator_from_run_config(context.run_config)
+    n_features = int(context.run_config["n-features"])
+    key = f"{path}|{n_features}|{est.n_components}|{est.manifold}"
+    if key not in _SITE:
         X = load_site_data(path)
-        est = estimator_from_run_config(context.run_config)
-        n_features = int(context.run_config["n-features"])
         if X.shape[1] != n_features:
             raise ValueError(f"{path} holds {X.shape[1]} features per record; the run expects n-features={n_features}.")
-        seed = context.node_config.get("seed")
-        max_epsilon = context.node_config.get("max-epsilon")
-        module = PCAProjector(n_features, est.n_components, est.manifold)
-        _SITE[path] = ClientSetup(
-            name=str(context.node_config.get("name", Path(path).stem)), data=(torch.from_numpy(X),), module=module,
-            loss_fn=identity_loss, seed=np.random.SeedSequence(None if seed is None else int(seed)),
-            optimizer=est.optimizer, max_epsilon=None if max_epsilon is None else float(max_epsilon),
-            delta=float(context.node_config.get("delta", 1e-5)),
-        )
-    return _SITE[path]
+        _SITE[key] = (torch.from_numpy(X),), PCAProjector(n_features, est.n_components, est.manifold)
+    data, module = _SITE[key]
+    seed = node.get("seed")
+    max_epsilon = node.get("max-epsilon")
+    return ClientSetup(
+        name=str(node.get("name", Path(path).stem)), data=data, module=module, loss_fn=identity_loss,
+        seed=None if seed is None else np.random.SeedSequence([int(seed), int(context.run_id)]),
+        secure_mode=str(node.get("secure-mode", "false")).lower() == "true", optimizer=est.optimizer,
+        max_epsilon=None if max_epsilon is None else float(max_epsilon), delta=float(node.get("delta", 1e-5)),
+        ledger_path=str(node.get("ledger-path", path + ".privacy-ledger.json")),
+    )
 
 
 client_app = make_client_app(_site)
@@ -132,11 +143,11 @@ def _serve(grid: Grid, context: Context) -> None:
     timeout = float(config.get("round-timeout", 300.0))
     node_ids, names, sizes = discover_clients(grid, int(config["n-clients"]), timeout=timeout)
     print(f"skfedriem: clients {dict(zip(names, sizes))}", flush=True)
-    init_seq, _, train_seq = est._seeds()
-    trainer = est._trainer(n_features, init_seq, train_seq)
-    (server_seq,) = train_seq.spawn(1)
+    # the server's seed only draws public choices (initial point, client selection); each site keeps its own noise
+    seeds = run_seeds(est.random_state, private=False, secure_mode=False, owner="the FederatedPCA server")
+    trainer = est._trainer(n_features, seeds)
     transport = _ProgressTransport(FlowerTransport(grid, node_ids, timeout=timeout, on_failure="skip"), trainer)
-    trainer.serve(transport, sizes, names, server_seq)
+    trainer.serve(transport, sizes, names, seeds.server)
     est.n_features_in_ = n_features
     est._set_fitted(trainer)
     result = {"clients": names, "n_records": sizes, "epsilon": est.epsilon_, "delta": est.delta_,

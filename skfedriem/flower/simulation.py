@@ -47,7 +47,8 @@ class _SimulationClients:
 
     folder: str
     names: list[str]
-    seeds: list[np.random.SeedSequence]
+    seeds: list[np.random.SeedSequence | None]
+    secure_mode: bool
     module: nn.Module
     loss_fn: LossFn
     optimizer: object
@@ -60,7 +61,8 @@ class _SimulationClients:
             torch.set_num_threads(1)  # one core per virtual client
             data = tuple(torch.load(path, weights_only=True))
             _LOADED[path] = ClientSetup(self.names[i], data, copy.deepcopy(self.module), self.loss_fn,
-                                        self.seeds[i], self.optimizer, self.reset_optimizer)
+                                        seed=self.seeds[i], secure_mode=self.secure_mode, optimizer=self.optimizer,
+                                        reset_optimizer=self.reset_optimizer)
         return _LOADED[path]
 
 
@@ -80,14 +82,14 @@ def _quiet_flower(verbose: int):
 
 
 def run_trainer_in_simulation(trainer, clients: Sequence[tuple[torch.Tensor, ...]], names: list,
-                              client_seqs: list[np.random.SeedSequence], server_seq: np.random.SeedSequence,
-                              *, cpus_per_client: float = 1.0) -> None:
+                              client_seeds: list[np.random.SeedSequence | None],
+                              server_seq: np.random.SeedSequence, *, cpus_per_client: float = 1.0) -> None:
     """Run ``trainer``'s rounds with one Flower virtual SuperNode per client.
 
-    Same seeds as the local backend: client i's streams come from
-    ``client_seqs[i]`` and the server's selection from ``server_seq``, so a
-    run without noise reproduces the local backend's model to float
-    tolerance, and ε is the same.
+    Same seeds as the local backend: client i's secret randomness comes from
+    ``client_seeds[i]`` (or the secure generator in ``trainer.secure_mode``)
+    and the server's selection from ``server_seq``, so a run without noise
+    reproduces the local backend's model to float tolerance, and ε is the same.
     """
     str_names = [str(n) for n in names]
     if len(set(str_names)) != len(str_names):
@@ -96,8 +98,9 @@ def run_trainer_in_simulation(trainer, clients: Sequence[tuple[torch.Tensor, ...
     with tempfile.TemporaryDirectory(prefix="skfedriem-flower-") as folder:
         for i, data in enumerate(clients):
             torch.save(tuple(x.contiguous() for x in data), Path(folder) / f"client-{i}.pt")
-        setup = _SimulationClients(folder, str_names, list(client_seqs), copy.deepcopy(trainer.module),
-                                   trainer.loss_fn, trainer.optimizer, trainer.reset_optimizer)
+        setup = _SimulationClients(folder, str_names, list(client_seeds), trainer.secure_mode,
+                                   copy.deepcopy(trainer.module), trainer.loss_fn, trainer.optimizer,
+                                   trainer.reset_optimizer)
         server = ServerApp()
 
         @server.main()

@@ -30,6 +30,9 @@ class PCAProjector(nn.Module):
     generator : torch.Generator, optional
         Draws the (data-independent) initial point.
     dtype : torch.dtype, default=torch.float64
+    basis : torch.Tensor of shape (n_features, n_components), optional
+        A public initial subspace instead of a random one (its nearest
+        orthonormal basis is used).
     """
 
     def __init__(
@@ -40,6 +43,7 @@ class PCAProjector(nn.Module):
         *,
         generator: torch.Generator | None = None,
         dtype: torch.dtype = torch.float64,
+        basis: torch.Tensor | None = None,
     ) -> None:
         super().__init__()
         if manifold == "grassmann":
@@ -49,7 +53,12 @@ class PCAProjector(nn.Module):
         else:
             raise ValueError(f"The 'manifold' parameter must be 'grassmann' or 'stiefel'. Got {manifold!r} instead.")
         self.kind = manifold
-        self.weight = ManifoldParameter(M.random_point(generator=generator, dtype=dtype), M)
+        if basis is None:
+            point = M.random_point(generator=generator, dtype=dtype)
+        else:
+            U = Stiefel(n_features, n_components).proj(basis.to(dtype))
+            point = U @ U.T if manifold == "grassmann" else U
+        self.weight = ManifoldParameter(point, M)
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         if self.kind == "grassmann":
@@ -59,10 +68,13 @@ class PCAProjector(nn.Module):
     def per_sample_tangent_gradients(self, X: torch.Tensor) -> PerRecordGradients:
         """P_θ of each record's gradient, in factored (rank <= 2) form.
 
-        Grassmann: with a = Px and b = x − a (a ⟂ b), P_P(−x xᵀ) = −(a bᵀ + b aᵀ),
-        of norm √2 ‖a‖ ‖b‖. Stiefel: with c = Uᵀx, P_U(−2 x cᵀ) = −2 (x − U c) cᵀ,
-        of norm 2 ‖x − U c‖ ‖c‖. Norms and weighted sums then cost O(B n p)
-        instead of the O(B n³) of projecting B dense matrices.
+        Grassmann: with a = Px and b = x − a, P_P(−x xᵀ) = −(a bᵀ + b aᵀ), of
+        norm √(2 ‖a‖² ‖b‖² + 2 (a·b)²) (= √2 ‖a‖ ‖b‖ on the manifold, where a ⟂ b).
+        Stiefel: with c = Uᵀx, P_U(−2 x cᵀ) = −2 (x − U c) cᵀ, of norm
+        2 ‖x − U c‖ ‖c‖. Both identities hold for any symmetric P and any U, so
+        the clipping stays exact even at a point the server sent off the
+        manifold. Norms and weighted sums cost O(B n p) instead of the O(B n³)
+        of projecting B dense matrices.
         """
         return _PCAGradients(self.kind, X, self.weight.detach())
 
@@ -88,12 +100,19 @@ class _PCAGradients(PerRecordGradients):
             self.right = c
 
     def norms(self) -> torch.Tensor:
-        factor = 2**0.5 if self.kind == "grassmann" else 2.0
-        return factor * self.left.norm(dim=1) * self.right.norm(dim=1)
+        product = self.left.norm(dim=1) * self.right.norm(dim=1)
+        if self.kind == "grassmann":  # √2 ‖a‖ ‖b‖ √(1 + cos²(a, b)), without squaring large norms
+            cosine = (self.left * self.right).sum(1) / product
+            return 2**0.5 * product * (1 + torch.where(product > 0, cosine, 0.0) ** 2).sqrt()
+        return 2.0 * product
 
     def weighted_sum(self, weights: torch.Tensor) -> dict[str, torch.Tensor]:
-        weighted = self.left * weights.to(self.left.dtype).unsqueeze(1)
+        left, right = self.left, self.right
+        kept = weights != 0
+        if not bool(kept.all()):  # a dropped record may hold inf or NaN
+            weights, left, right = weights[kept], left[kept], right[kept]
+        weighted = left * weights.to(left.dtype).unsqueeze(1)
         if self.kind == "grassmann":
-            ab = weighted.T @ self.right
+            ab = weighted.T @ right
             return {"weight": -(ab + ab.T)}
-        return {"weight": -2 * weighted.T @ self.right}
+        return {"weight": -2 * weighted.T @ right}

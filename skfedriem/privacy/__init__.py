@@ -2,6 +2,7 @@
 
 from .accountant import PrivacyAccountant
 from .accounting import DISCRETIZATION, calibrate_mu0, epsilon_spent, gdp_epsilon, gdp_mu
+from .budget import PrivacyBudget
 from .layerwise import layerwise_per_sample_gradients, supports_layerwise
 from .mechanism import (
     DenseGradients,
@@ -13,6 +14,7 @@ from .mechanism import (
 )
 from .optimizer import PrivateManifoldOptimizer
 from .per_sample import per_sample_gradients, trainable_parameters
+from .randomness import SecretRandomness, SecureRandomness, SeededRandomness
 from .sampling import BatchSampler, FixedSizeSampler, PoissonSampler, make_sampler
 
 __all__ = [
@@ -21,9 +23,13 @@ __all__ = [
     "FixedSizeSampler",
     "PoissonSampler",
     "PrivacyAccountant",
+    "PrivacyBudget",
     "PrivateManifoldOptimizer",
     "DenseGradients",
     "PerRecordGradients",
+    "SecretRandomness",
+    "SecureRandomness",
+    "SeededRandomness",
     "calibrate_mu0",
     "clip_factors",
     "epsilon_spent",

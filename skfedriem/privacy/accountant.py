@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from numbers import Integral, Real
 
 from .._compat import Interval, StrOptions, validate_params
@@ -80,11 +81,12 @@ class PrivacyAccountant:
         for e in self.history:
             key = (e.mu0, e.sample_rate, e.sampling)
             merged[key] = merged.get(key, 0) + e.steps
-        composed = None
-        for (mu0, q, sampling), steps in merged.items():
-            pld = single_step_pld(mu0, q, sampling, discretization).self_compose(steps)
-            composed = pld if composed is None else composed.compose(pld)
-        return float(composed.get_epsilon_for_delta(delta))
+        return _composed_epsilon(tuple(sorted(merged.items())), float(delta), float(discretization))
+
+    def extend(self, other: PrivacyAccountant) -> None:
+        """Record every step of ``other`` after this ledger's own (composition of the two)."""
+        for e in other.history:
+            self.step(mu0=e.mu0, sample_rate=e.sample_rate, num_steps=e.steps, sampling=e.sampling)
 
     def state_dict(self) -> dict:
         """Plain-Python state (JSON-serialisable)."""
@@ -94,8 +96,25 @@ class PrivacyAccountant:
         """Restore a state produced by :meth:`state_dict`."""
         self.history = [_Entry(**e) for e in state["history"]]
 
+    @classmethod
+    def from_state_dict(cls, state: dict) -> PrivacyAccountant:
+        """A new accountant holding the steps of ``state``."""
+        accountant = cls()
+        accountant.load_state_dict(state)
+        return accountant
+
     def __len__(self) -> int:
         return len(self.history)
 
     def __repr__(self) -> str:
         return f"PrivacyAccountant(steps={self.steps}, entries={len(self.history)})"
+
+
+@lru_cache(maxsize=1024)
+def _composed_epsilon(items: tuple, delta: float, discretization: float) -> float:
+    """ε at δ of the composition of ``((mu0, q, sampling), steps)`` items (cached: refits reuse it)."""
+    composed = None
+    for (mu0, q, sampling), steps in items:
+        pld = single_step_pld(mu0, q, sampling, discretization).self_compose(steps)
+        composed = pld if composed is None else composed.compose(pld)
+    return float(composed.get_epsilon_for_delta(delta))

@@ -210,6 +210,14 @@ def calibrate_mu0(
     >>> epsilon_spent(mu0, 0.1, 2000, 1e-5) <= 1.0
     True
     """
+    return _calibrate(float(eps), float(delta), float(sample_rate), int(steps), sampling, float(rtol),
+                      float(discretization))
+
+
+@lru_cache(maxsize=256)
+def _calibrate(eps: float, delta: float, sample_rate: float, steps: int, sampling: str, rtol: float,
+               discretization: float) -> float:
+    """:func:`calibrate_mu0` (cached: refits, cross-validation folds and audits reuse it)."""
 
     def excess(log_mu0: float, grid: float) -> float:
         return _epsilon(math.exp(log_mu0), sample_rate, steps, delta, sampling, grid) - eps

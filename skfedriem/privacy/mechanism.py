@@ -1,10 +1,22 @@
-"""The Gaussian mechanism of one private local step (SPEC §3, steps 2–4).
+"""The Gaussian mechanism of one private local step.
 
 Per-sample ambient gradients are projected onto the tangent space of their
-manifold block, clipped as one vector over all blocks, summed and divided by
-the batch size B, and perturbed by P_θ(ξ), ξ ~ N(0, σ² I) in each block's
-ambient space. With the induced metric the tangent norm is the ambient norm,
-so replacing one record moves the mean by at most 2C / B wherever θ is.
+manifold block and clipped as one vector over all blocks; their sum divided
+by the batch size B gets Gaussian noise ξ ~ N(0, σ² I) in each block's
+*ambient* space, and only then is the result projected: g̃ = P_θ(ḡ + ξ).
+
+Written this way the release is post-processing (by P_θ, with θ public) of an
+ambient Gaussian mechanism whose sensitivity is 2C / B under substitution of
+one record, for *any* θ the server sends, on the manifold or not: every
+clipped per-record vector has ambient norm at most C, whatever P_θ did to it.
+When θ is on the manifold, P_θ(ḡ + ξ) = ḡ + P_θ(ξ) (ḡ is tangent), the
+paper's step. Projecting the noise alone would not be safe off the manifold:
+there P_θ can shrink the noise in a direction where a clipped gradient keeps
+its full norm.
+
+A record whose gradient norm is not finite (an overflow, a NaN from an
+extreme input) contributes zero and the sum is still divided by B, so one
+record cannot make a release NaN.
 """
 
 from __future__ import annotations
@@ -12,12 +24,14 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 
+import numpy as np
 import torch
 from torch import nn
 
 from ..manifolds import manifold_of
 from .layerwise import layerwise_per_sample_gradients
 from .per_sample import LossFn, per_sample_gradients, trainable_parameters
+from .randomness import SecretRandomness, SeededRandomness
 
 __all__ = [
     "DenseGradients",
@@ -51,7 +65,7 @@ class PerRecordGradients(ABC):
 
     @abstractmethod
     def weighted_sum(self, weights: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Σ_z w_z g_z for every block."""
+        """Σ_z w_z g_z for every block; a record of weight 0 adds exactly 0, even if its g_z is not finite."""
 
 
 class DenseGradients(PerRecordGradients):
@@ -65,14 +79,21 @@ class DenseGradients(PerRecordGradients):
         return torch.stack(squares).sum(0).sqrt()
 
     def weighted_sum(self, weights: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {name: torch.tensordot(weights.to(g.dtype), g, dims=1) for name, g in self.grads.items()}
+        grads = self.grads
+        kept = weights != 0
+        if not bool(kept.all()):
+            weights = weights[kept]
+            grads = {name: g[kept] for name, g in grads.items()}
+        return {name: torch.tensordot(weights.to(g.dtype), g, dims=1) for name, g in grads.items()}
 
 
 def clip_factors(norms: torch.Tensor, clip: float) -> torch.Tensor:
-    """min(1, C / ‖g_z‖) per record: clip_C(g) = g · min(1, C / ‖g‖)."""
+    """min(1, C / ‖g_z‖) per record (clip_C(g) = g · min(1, C / ‖g‖)), and 0 where ‖g_z‖ is not finite."""
+    finite = torch.isfinite(norms)
     if math.isinf(clip):
-        return torch.ones_like(norms)
-    return torch.where(norms > clip, clip / norms.clamp_min(torch.finfo(norms.dtype).tiny), 1.0)
+        return finite.to(norms.dtype)
+    factors = torch.where(norms > clip, clip / norms.clamp_min(torch.finfo(norms.dtype).tiny), 1.0)
+    return torch.where(finite, factors, 0.0)
 
 
 def noisy_mean(
@@ -81,17 +102,24 @@ def noisy_mean(
     *,
     denominator: float,
     noise_std: float,
-    generator: torch.Generator | None,
+    randomness: SecretRandomness | None,
 ) -> dict[str, torch.Tensor]:
-    """Σ_z clip_C(g_z) / B + P_θ(ξ) per block, ξ ~ N(0, σ² I) in the ambient space."""
+    """P_θ(Σ_z clip_C(g_z) / B + ξ) per block, ξ ~ N(0, σ² I) in the block's ambient space.
+
+    The noise is added before the projection, so the release is post-processing
+    of an ambient Gaussian mechanism for any θ (see the module docstring).
+    Euclidean blocks are not projected.
+    """
+    if noise_std > 0 and randomness is None:
+        raise ValueError("noise_std > 0 needs the client's secret randomness; got randomness=None.")
     out = {}
     for name, total in sums.items():
         param = params[name].detach()
-        mean = total / denominator
+        released = total / denominator
         if noise_std > 0:
-            xi = torch.randn(param.shape, generator=generator, dtype=param.dtype, device=param.device)
-            mean = mean + manifold_of(params[name]).proju(param, noise_std * xi)
-        out[name] = mean
+            noise = randomness.standard_normal(tuple(param.shape), param.dtype).to(param.device)
+            released = released + noise_std * noise
+        out[name] = manifold_of(params[name]).proju(param, released)
     return out
 
 
@@ -103,9 +131,9 @@ def private_gradient(
     clip: float,
     noise_std: float,
     denominator: float,
-    generator: torch.Generator | None = None,
+    randomness: SecretRandomness | None = None,
 ) -> dict[str, torch.Tensor]:
-    """The privatised tangent gradient g̃ of SPEC §3 for one batch.
+    """The privatised tangent gradient g̃ = P_θ((1/B) Σ_z clip_C(g_z) + ξ) of one batch.
 
     Parameters
     ----------
@@ -122,8 +150,9 @@ def private_gradient(
         σ, the std of each ambient noise coordinate (0 disables noise).
     denominator : float
         B: the fixed batch size, or the expected one under Poisson sampling.
-    generator : torch.Generator, optional
-        Source of the noise; never the global RNG in the engine.
+    randomness : SecretRandomness, optional
+        The client's secret source of noise (never the global RNG). Default:
+        fresh OS entropy (:class:`SeededRandomness` of ``SeedSequence()``).
 
     Returns
     -------
@@ -158,4 +187,6 @@ def private_gradient(
             ambient = per_sample_gradients(module, loss_fn, batch)
         grads = DenseGradients(project_per_sample(ambient, params))
     sums = grads.weighted_sum(clip_factors(grads.norms(), clip))
-    return noisy_mean(sums, params, denominator=denominator, noise_std=noise_std, generator=generator)
+    if randomness is None and noise_std > 0:
+        randomness = SeededRandomness(np.random.SeedSequence())
+    return noisy_mean(sums, params, denominator=denominator, noise_std=noise_std, randomness=randomness)

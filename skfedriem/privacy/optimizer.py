@@ -1,15 +1,17 @@
-"""Any torch optimiser driven by the private gradient, then projected (SPEC §3.5)."""
+"""Any torch optimiser driven by the private gradient, then projected back onto the manifold."""
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 from torch import nn
 
 from ..manifolds import project_parameters_
 from .mechanism import private_gradient
 from .per_sample import LossFn, trainable_parameters
+from .randomness import SecretRandomness, SeededRandomness
 
 __all__ = ["PrivateManifoldOptimizer"]
 
@@ -35,8 +37,8 @@ class PrivateManifoldOptimizer:
         Per-sample clip norm C over all blocks (``inf``: no clipping).
     noise_std : float
         σ of each ambient noise coordinate (0: no noise).
-    generator : torch.Generator, optional
-        Source of the noise.
+    randomness : SecretRandomness, optional
+        The client's secret source of noise; default fresh OS entropy.
 
     Examples
     --------
@@ -64,7 +66,7 @@ class PrivateManifoldOptimizer:
         loss_fn: LossFn,
         clip: float,
         noise_std: float,
-        generator: torch.Generator | None = None,
+        randomness: SecretRandomness | None = None,
     ) -> None:
         if not (clip > 0):
             raise ValueError(f"The 'clip' parameter must be > 0 (inf disables clipping). Got {clip!r} instead.")
@@ -75,7 +77,7 @@ class PrivateManifoldOptimizer:
         self.loss_fn = loss_fn
         self.clip = float(clip)
         self.noise_std = float(noise_std)
-        self.generator = generator
+        self.randomness = randomness if randomness is not None else SeededRandomness(np.random.SeedSequence())
 
     def step(self, batch: tuple[torch.Tensor, ...], *, denominator: float) -> None:
         """One private local step on the sampled ``batch``.
@@ -94,7 +96,7 @@ class PrivateManifoldOptimizer:
             clip=self.clip,
             noise_std=self.noise_std,
             denominator=denominator,
-            generator=self.generator,
+            randomness=self.randomness,
         )
         for name, param in trainable_parameters(self.module).items():
             param.grad = grads[name].to(param.dtype)

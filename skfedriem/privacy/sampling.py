@@ -1,10 +1,12 @@
-"""Batch samplers whose randomness the privacy amplification relies on (SPEC §3)."""
+"""Batch samplers whose randomness the privacy amplification relies on."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
 import numpy as np
+
+from .randomness import SecretRandomness, as_randomness
 
 __all__ = ["BatchSampler", "FixedSizeSampler", "PoissonSampler", "make_sampler"]
 
@@ -42,8 +44,12 @@ class BatchSampler(ABC):
     def denominator(self) -> float:
         return float(self.batch_size)
 
+    def sample(self, randomness: SecretRandomness | np.random.Generator) -> np.ndarray:
+        """Indices of the records in the next batch, drawn from the client's secret ``randomness``."""
+        return self._sample(as_randomness(randomness))
+
     @abstractmethod
-    def sample(self, rng: np.random.Generator) -> np.ndarray:
+    def _sample(self, randomness: SecretRandomness) -> np.ndarray:
         """Indices of the records in the next batch."""
 
     def __repr__(self) -> str:
@@ -53,14 +59,14 @@ class BatchSampler(ABC):
 class FixedSizeSampler(BatchSampler):
     """Exactly B records uniformly without replacement, independently per step.
 
-    Not an epoch shuffle: the subsampling amplification of SPEC §5 needs every
-    step's batch to be a fresh uniform B-subset.
+    Not an epoch shuffle: the subsampling amplification the accountant
+    certifies needs every step's batch to be a fresh uniform B-subset.
     """
 
     sampling = "fixed"
 
-    def sample(self, rng: np.random.Generator) -> np.ndarray:
-        return rng.choice(self.n_records, size=self.batch_size, replace=False, shuffle=False)
+    def _sample(self, randomness: SecretRandomness) -> np.ndarray:
+        return randomness.subset(self.n_records, self.batch_size)
 
 
 class PoissonSampler(BatchSampler):
@@ -72,8 +78,8 @@ class PoissonSampler(BatchSampler):
 
     sampling = "poisson"
 
-    def sample(self, rng: np.random.Generator) -> np.ndarray:
-        return np.flatnonzero(rng.random(self.n_records) < self.sample_rate)
+    def _sample(self, randomness: SecretRandomness) -> np.ndarray:
+        return np.flatnonzero(randomness.uniform(self.n_records) < self.sample_rate)
 
 
 _SAMPLERS = {"fixed": FixedSizeSampler, "poisson": PoissonSampler}

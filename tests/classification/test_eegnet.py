@@ -78,3 +78,16 @@ def test_prirfed_accounting_needs_poisson_sampling(raw_trials):
     X, y, groups = raw_trials
     with pytest.raises(ValueError, match="sampling='poisson'"):
         FederatedEEGNetClassifier(accounting="prirfed", **SMALL).fit(X, y, groups=groups)
+
+
+def test_one_extreme_trial_is_refused_or_cannot_poison_the_release(raw_trials):
+    X, y, groups = raw_trials
+    overflow = X.copy()
+    overflow[11] *= 1e44  # finite in float64 only
+    with pytest.raises(ValueError, match=r"X\[11\] is not finite in float32"):
+        FederatedEEGNetClassifier(eps=8.0, **{**SMALL, "n_rounds": 2}).fit(overflow, y, groups=groups)
+    extreme = X.copy()
+    extreme[11] = 1e3  # a flat trial: scaled by its zero std, its gradient overflows; it must count as zero
+    clf = FederatedEEGNetClassifier(eps=8.0, **{**SMALL, "n_rounds": 2, "batch_size": 40,
+                                                "local_steps": 4}).fit(extreme, y, groups=groups)
+    assert all(np.isfinite(p.detach().numpy()).all() for p in clf.module_.parameters())

@@ -243,3 +243,22 @@ def test_progress_bar_only_when_verbose(spd_data, capsys):
         assert capsys.readouterr().err == ""
         FederatedSPDNetClassifier(**{**FAST, "n_rounds": 2, "verbose": 1}).fit(X, y, groups=groups)
     assert "rounds" in capsys.readouterr().err
+
+
+def test_a_matrix_that_overflows_the_model_dtype_is_refused_by_index():
+    X, y, groups = spd_inputs()
+    huge = X.copy()
+    huge[7] *= 1e39 / np.abs(X[7]).max()  # finite in float64, inf in float32
+    with pytest.raises(ValueError, match=r"X\[7\] is not finite in float32.*dtype='float64'"):
+        FederatedSPDNetClassifier(**FAST).fit(huge, y, groups=groups)
+    clf = FederatedSPDNetClassifier(**{**FAST, "dtype": "float64"}).fit(huge, y, groups=groups)
+    assert all(np.isfinite(p.detach().numpy()).all() for p in clf.module_.parameters())
+
+
+def test_history_holds_client_timings_only_on_request(spd_data):
+    X, y, groups = spd_data
+    plain = FederatedSPDNetClassifier(**{**FAST, "n_rounds": 2}).fit(X, y, groups=groups)
+    assert sorted(plain.history_[0]) == ["aggregation_seconds", "clients", "epsilon", "lr", "replied", "round"]
+    timed = FederatedSPDNetClassifier(**{**FAST, "n_rounds": 2, "client_timings": True}).fit(X, y, groups=groups)
+    assert {"round_seconds", "submission_seconds"} <= set(timed.history_[0])
+    assert timed.history_[0]["round_seconds"] >= timed.history_[0]["submission_seconds"] >= 0

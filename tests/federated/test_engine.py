@@ -19,7 +19,7 @@ def clients(n=3, m=60):
 
 def trainer(seed=0, **kw):
     args = dict(n_rounds=3, batch_size=10, local_steps=2, eps=5.0, delta=1e-5, clip=1.0, lr=0.1,
-                seed_sequence=np.random.SeedSequence(seed))
+                seed_sequence=np.random.SeedSequence(seed), client_seed=np.random.SeedSequence([seed, 1]))
     args.update(kw)
     return FederatedTrainer(StiefelNet(seed=0), cross_entropy, **args)
 
@@ -129,9 +129,9 @@ class DroppingTransport(LocalTransport):
 def serve_with(dead, seed=0, **kw):
     t = trainer(seed=seed, **kw)
     data = clients()
-    server_seq, *client_seqs = t.seed_sequence.spawn(1 + len(data))
-    transport = DroppingTransport(t, data, [ClientState.from_seed(s) for s in client_seqs], dead=dead)
-    return t.serve(transport, [len(d[0]) for d in data], [0, 1, 2], server_seq), transport
+    states = [ClientState.fresh(s) for s in t.client_seeds(len(data))]
+    transport = DroppingTransport(t, data, states, dead=dead)
+    return t.serve(transport, [len(d[0]) for d in data], [0, 1, 2], t.seed_sequence), transport
 
 
 def test_serve_over_local_transport_is_fit():
@@ -168,8 +168,11 @@ def test_unknown_backend_is_rejected():
 
 
 def test_client_state_round_trips_through_bytes():
-    state = ClientState.from_seed(np.random.SeedSequence(3))
-    state.rng.random(5), torch.randn(3, generator=state.generator)
+    state = ClientState.fresh(np.random.SeedSequence(3))
+    state.randomness.uniform(5), state.randomness.standard_normal((3,), torch.float64)
     copy = ClientState.from_bytes(state.to_bytes())
-    assert np.array_equal(state.rng.integers(0, 1 << 30, 10), copy.rng.integers(0, 1 << 30, 10))
-    assert torch.equal(torch.randn(4, generator=state.generator), torch.randn(4, generator=copy.generator))
+    assert np.array_equal(state.randomness.subset(100, 10), copy.randomness.subset(100, 10))
+    assert torch.equal(state.randomness.standard_normal((4,), torch.float32),
+                       copy.randomness.standard_normal((4,), torch.float32))
+    secure = ClientState.from_bytes(ClientState.fresh(secure_mode=True).to_bytes())
+    assert type(secure.randomness).__name__ == "SecureRandomness"

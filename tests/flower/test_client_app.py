@@ -10,12 +10,13 @@ from flwr.app import Context, Message, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
 from skfedriem.decomposition import identity_loss
+from skfedriem.exceptions import InvalidIterateError
 from skfedriem.federated.client import ClientState, RoundInstructions, run_client_round
 from skfedriem.flower import ClientSetup, make_client_app
 from skfedriem.flower._client_app import _MU0_CEILING, PrivacyBudgetExceeded
 from skfedriem.flower._protocol import decode_arrays, encode_arrays, encode_instructions
 from skfedriem.models import PCAProjector
-from skfedriem.privacy import PrivacyAccountant
+from skfedriem.privacy import PrivacyAccountant, PrivacyBudget, private_gradient
 from skfedriem.privacy.accounting import DISCRETIZATION
 
 
@@ -28,10 +29,13 @@ def task_identity():
     TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = saved
 
 
-def setup(max_epsilon=None):
+def setup(max_epsilon=None, ledger_path=None, seed=7):
+    """A site (a fresh process each call: new module, new app; only the ledger file survives)."""
     X = torch.from_numpy(np.random.default_rng(0).normal(size=(50, 6)) / 3)
     module = PCAProjector(6, 2, "grassmann", generator=torch.Generator().manual_seed(0))
-    client = ClientSetup("site-a", (X,), module, identity_loss, np.random.SeedSequence(7), max_epsilon=max_epsilon)
+    seed = None if seed is None else np.random.SeedSequence(seed)
+    client = ClientSetup("site-a", (X,), module, identity_loss, seed=seed, max_epsilon=max_epsilon,
+                         ledger_path=None if ledger_path is None else str(ledger_path))
     return client, make_client_app(lambda context: client)
 
 
@@ -43,8 +47,8 @@ def train_message(theta, **kw):
     return Message(content, dst_node_id=1, message_type="train"), RoundInstructions(**settings)
 
 
-def context():
-    return Context(run_id=1, node_id=1, node_config={}, state=RecordDict(), run_config={})
+def context(run_id=1):
+    return Context(run_id=run_id, node_id=1, node_config={}, state=RecordDict(), run_config={})
 
 
 def theta_of(module):
@@ -67,7 +71,7 @@ def test_train_reply_is_the_submission_of_the_engine_round_and_state_stays_on_th
     assert set(reply.content["metrics"].keys()) == {"submission_seconds"}
     # the same round run directly by the engine's client code, from the same seed
     copy = PCAProjector(6, 2, "grassmann")
-    expected, _ = run_client_round(copy, theta, client.data, ClientState.from_seed(np.random.SeedSequence(7)),
+    expected, _ = run_client_round(copy, theta, client.data, ClientState.fresh(np.random.SeedSequence(7)),
                                    instructions, loss_fn=identity_loss)
     got = decode_arrays(reply.content["submission"])
     for name in expected:
@@ -77,22 +81,81 @@ def test_train_reply_is_the_submission_of_the_engine_round_and_state_stays_on_th
     assert not all(torch.equal(second[n], got[n]) for n in got)  # fresh batches and noise, not a replay
 
 
-def test_site_budget_refuses_noiseless_and_over_budget_rounds():
-    client, app = setup(max_epsilon=3.0)
+def test_site_budget_refuses_noiseless_and_over_budget_rounds(tmp_path):
+    client, app = setup(max_epsilon=3.0, ledger_path=tmp_path / "ledger.json")
     theta = theta_of(client.module)
     with pytest.raises(PrivacyBudgetExceeded, match="without noise"):
         app(train_message(theta, noise_std=0.0)[0], context())
     with pytest.raises(PrivacyBudgetExceeded, match="mu0 = 2e\\+03 > 10"):
         app(train_message(theta, noise_std=1e-4)[0], context())
-    with pytest.raises(PrivacyBudgetExceeded, match="would reach .* > max-epsilon=3"):
+    with pytest.raises(PrivacyBudgetExceeded, match="would take the privacy budget to epsilon=.* > 3"):
         app(train_message(theta, noise_std=0.1)[0], context())  # mu0 = 2: about 14 in one round
     ctx = context()
     rounds = 0
-    with pytest.raises(PrivacyBudgetExceeded, match="would reach"):
+    with pytest.raises(PrivacyBudgetExceeded, match="would take"):
         for rounds in range(1, 100):
             app(train_message(theta, noise_std=0.5, local_steps=5)[0], ctx)  # mu0 = 0.4, q = 0.2
     assert 1 < rounds < 99  # some rounds ran, then the ledger stopped the site
-    assert "ledger" in ctx.state.config_records["skfedriem"]  # kept with the streams, on the site
+    assert len(client.ledger().fits) == rounds - 1  # refused rounds are not recorded
+    assert client.ledger().spent() <= 3.0
+
+
+def test_max_epsilon_without_a_ledger_file_is_refused():
+    with pytest.raises(ValueError, match="max-epsilon needs a ledger-path"):
+        setup(max_epsilon=1.0)
+
+
+def test_an_off_manifold_theta_gets_an_error_and_costs_nothing(tmp_path):
+    client, app = setup(max_epsilon=3.0, ledger_path=tmp_path / "ledger.json")
+    theta = theta_of(client.module)
+    theta["weight"] = 0.99 * theta["weight"]
+    with pytest.raises(InvalidIterateError, match="not a point of Grassmann"):
+        app(train_message(theta)[0], context())
+    assert client.ledger().fits == []
+
+
+def _replay(app_for_run, theta, lr=1e-4):
+    """A server runs the site twice from the same θ, with σ then 2σ, and computes 2·Sub₁ − Sub₂.
+
+    With one full-batch step (the same batch in both runs) and a replayed noise
+    draw ξ, 2(−η(ḡ + σξ)) − (−η(ḡ + 2σξ)) = −ηḡ: the clean gradient of the records.
+    Returns the relative error of that estimate.
+    """
+    subs = []
+    for run_id, sigma in ((1, 0.2), (2, 0.4)):
+        client, app = app_for_run()
+        TaskIdentity.run_id = run_id
+        msg, _ = train_message(theta, noise_std=sigma, batch_size=50, local_steps=1, lr=lr)
+        subs.append(decode_arrays(app(msg, context(run_id)).content["submission"])["weight"])
+    clean = private_gradient(client.module, identity_loss, client.data, clip=1.0, noise_std=0.0, denominator=50)
+    recovered = -(2 * subs[0] - subs[1]) / lr
+    return float((recovered - clean["weight"]).norm() / clean["weight"].norm())
+
+
+def test_budget_and_fresh_noise_hold_across_runs_and_restarts(tmp_path):
+    ledger = tmp_path / "site-a.ledger.json"
+    theta = theta_of(setup()[0].module)
+    # two runs, the site restarted in between (a new process: only the ledger file remains)
+    assert _replay(lambda: setup(max_epsilon=50.0, ledger_path=ledger, seed=None), theta) > 1.0
+    fits = PrivacyBudget(50.0, path=ledger).fits
+    assert [f["label"].split()[:2] for f in fits] == [["run", "1"], ["run", "2"]]
+    # the ledger composes both runs, and a third run that would pass max-epsilon is refused
+    spent = PrivacyBudget(np.inf, path=ledger, discretization=10 * DISCRETIZATION).spent()
+    more = PrivacyAccountant()
+    for f in fits:
+        more.extend(PrivacyAccountant.from_state_dict({"history": f["steps"]}))
+    more.step(mu0=2 / (50 * 0.2), sample_rate=1.0, num_steps=1)
+    limit = (spent + more.get_epsilon(1e-5, discretization=10 * DISCRETIZATION)) / 2
+    client, app = setup(max_epsilon=limit, ledger_path=ledger, seed=None)
+    TaskIdentity.run_id = 3
+    with pytest.raises(PrivacyBudgetExceeded):
+        app(train_message(theta, noise_std=0.2, batch_size=50, local_steps=1)[0], context(3))
+
+
+def test_the_replay_check_recovers_the_gradient_when_the_noise_repeats(tmp_path):
+    """What the check above catches: a site whose noise is the same in every run (a fixed seed)."""
+    theta = theta_of(setup()[0].module)
+    assert _replay(lambda: setup(seed=7), theta) < 1e-2
 
 
 @pytest.mark.parametrize("sampling, floor", [("fixed", 75.0), ("poisson", 22.0)])

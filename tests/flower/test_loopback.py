@@ -11,6 +11,7 @@ pytest.importorskip("flwr")
 from skfedriem import FederatedPCA
 from skfedriem.flower.loopback import main
 from skfedriem.flower.pca_app import estimator_from_run_config, load_site_data
+from skfedriem.privacy import PrivacyBudget
 
 pytestmark = pytest.mark.slow
 
@@ -18,7 +19,7 @@ pytestmark = pytest.mark.slow
 def test_deployment_survives_a_killed_supernode(tmp_path, capsys):
     summary = main(["--sites", "3", "--records", "120", "--features", "6", "--rounds", "2", "--eps", "2.0",
                     "--kill-site-after-round", "1", "--round-timeout", "45", "--timeout", "420",
-                    "--out", str(tmp_path)])
+                    "--site-max-epsilon", "5.0", "--out", str(tmp_path)])
     out = capsys.readouterr().out
     assert "killed site-0's SuperNode" in out
     # round 2 waits at most round-timeout for the dead site (the SuperLink notices it within 2 heartbeats, 60 s)
@@ -33,6 +34,12 @@ def test_deployment_survives_a_killed_supernode(tmp_path, capsys):
                                                             for i in range(3)]), groups=np.repeat([0, 1, 2], 120))
     assert result["epsilon"] == reference.epsilon_ <= 2.0
     assert [h["epsilon"] for h in result["history"]] == [h["epsilon"] for h in reference.history_]
+
+    # each live site charged both rounds to its own ledger file, on its own disk
+    for site in (1, 2):
+        ledger = PrivacyBudget(5.0, path=tmp_path / f"site-{site}" / "ledger.json")
+        assert [f["label"].split()[-1] for f in ledger.fits] == ["1", "2"]
+        assert ledger.spent() <= 5.0
 
     with (tmp_path / "server" / "federated_pca.pkl").open("rb") as f:
         est = pickle.load(f)

@@ -1,3 +1,4 @@
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -11,6 +12,7 @@ from skfedriem.privacy import (
     private_gradient,
     supports_layerwise,
 )
+from skfedriem.privacy.randomness import SeededRandomness
 
 
 def cross_entropy(output, target):
@@ -86,12 +88,13 @@ def test_private_gradient_clips_each_record_through_the_layerwise_path():
 def test_spdnet_private_gradient_is_tangent_and_bounded():
     net = SPDNet(8, 3, dims=(5,), generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     X, y = spd_batch(n=32)
-    gen = torch.Generator().manual_seed(1)
+    randomness = SeededRandomness(np.random.SeedSequence(1))
     W = net.features[1].weight.detach()
     clean = private_gradient(net, cross_entropy, (X, y), clip=1e-2, noise_std=0.0, denominator=32)
     # each of the 32 records contributes at most C / B: the mean has norm <= C
     assert torch.sqrt(sum(g.pow(2).sum() for g in clean.values())) <= 1e-2 + 1e-12
-    noisy = private_gradient(net, cross_entropy, (X, y), clip=1e-2, noise_std=3.0, denominator=32, generator=gen)
+    noisy = private_gradient(net, cross_entropy, (X, y), clip=1e-2, noise_std=3.0, denominator=32,
+                              randomness=randomness)
     G = noisy["features.1.weight"]
     # noise dominates and is tangent to the Stiefel manifold at W: WᵀG skew-symmetric
     assert G.norm() > 10 * clean["features.1.weight"].norm()

@@ -1,14 +1,17 @@
-"""Every private release is clipped and noised exactly as SPEC §3 says."""
+"""Every private release is clipped and noised exactly as the method says, wherever θ is."""
 
 import math
 
 import numpy as np
 import pytest
 import torch
+from scipy.stats import norm
 
-from skfedriem.manifolds import Stiefel
+from skfedriem.manifolds import Grassmann, Stiefel
+from skfedriem.models import PCAProjector
 from skfedriem.privacy import (
     DenseGradients,
+    SeededRandomness,
     clip_factors,
     noisy_mean,
     per_sample_gradients,
@@ -18,6 +21,10 @@ from skfedriem.privacy import (
 )
 
 from .models import StiefelNet, cross_entropy, make_data
+
+
+def seeded(seed=0):
+    return SeededRandomness(np.random.SeedSequence(seed))
 
 
 def test_vectorised_per_sample_gradients_equal_a_loop():
@@ -74,7 +81,7 @@ def test_substituting_one_record_moves_the_clipped_mean_by_at_most_2c_over_b():
         for data in ((X, y), (X2, y2)):
             g = DenseGradients(project_per_sample(per_sample_gradients(model, cross_entropy, data), params))
             sums = g.weighted_sum(clip_factors(g.norms(), clip))
-            means.append(noisy_mean(sums, params, denominator=B, noise_std=0.0, generator=None))
+            means.append(noisy_mean(sums, params, denominator=B, noise_std=0.0, randomness=None))
         diff = math.sqrt(sum(float((means[0][k] - means[1][k]).pow(2).sum()) for k in means[0]))
         worst = max(worst, diff)
         assert diff <= 2 * clip / B + 1e-12
@@ -86,11 +93,11 @@ def test_noise_is_tangent_with_intrinsic_energy():
     params = trainable_parameters(model)
     zeros = {k: torch.zeros(p.shape, dtype=p.dtype) for k, p in params.items()}
     sigma, draws = 0.7, 3000
-    gen = torch.Generator().manual_seed(5)
+    randomness = seeded(5)
     St = Stiefel(6, 3)
     energy = np.empty(draws)
     for i in range(draws):
-        noise = noisy_mean(zeros, params, denominator=1.0, noise_std=sigma, generator=gen)
+        noise = noisy_mean(zeros, params, denominator=1.0, noise_std=sigma, randomness=randomness)
         W_noise = noise["W"]
         assert float((W_noise - St.proju(model.W.detach(), W_noise)).norm()) < 1e-12
         energy[i] = sum(float(v.pow(2).sum()) for v in noise.values())
@@ -119,6 +126,112 @@ def test_empty_poisson_batch_releases_only_noise():
     X, y = make_data(5)
     out = private_gradient(model, cross_entropy, (X[:0], y[:0]), clip=1.0, noise_std=0.0, denominator=3)
     assert all(float(v.abs().max()) == 0 for v in out.values())
-    gen = torch.Generator().manual_seed(0)
-    out = private_gradient(model, cross_entropy, (X[:0], y[:0]), clip=1.0, noise_std=1.0, denominator=3, generator=gen)
+    out = private_gradient(model, cross_entropy, (X[:0], y[:0]), clip=1.0, noise_std=1.0, denominator=3,
+                           randomness=seeded())
     assert all(float(v.abs().max()) > 0 for v in out.values())
+
+
+def test_on_the_manifold_noise_before_projection_is_the_papers_step():
+    """P_θ(ḡ + ξ) = ḡ + P_θ(ξ) at θ on the manifold, draw for draw: utility is unchanged."""
+    model = StiefelNet()
+    params = trainable_parameters(model)
+    X, y = make_data(16)
+    g = DenseGradients(project_per_sample(per_sample_gradients(model, cross_entropy, (X, y)), params))
+    sums = g.weighted_sum(clip_factors(g.norms(), 0.5))
+    ours = noisy_mean(sums, params, denominator=16, noise_std=0.8, randomness=seeded(3))
+    xi = seeded(3)
+    for name, p in params.items():  # the same draws, in the same order
+        noise = 0.8 * xi.standard_normal(tuple(p.shape), p.dtype)
+        paper = sums[name] / 16 + p.manifold.proju(p.detach(), noise) if name == "W" else sums[name] / 16 + noise
+        torch.testing.assert_close(ours[name], paper)
+
+
+def _tangent_projected_noise(sums, params, *, denominator, noise_std, randomness):
+    """The old release ḡ + P_θ(ξ): private on the manifold only (kept to show the test below catches it)."""
+    out = {}
+    for name, total in sums.items():
+        p = params[name].detach()
+        noise = noise_std * randomness.standard_normal(tuple(p.shape), p.dtype)
+        out[name] = total / denominator + params[name].manifold.proju(p, noise)
+    return out
+
+
+def _off_manifold_attack_power(release, draws=3000):
+    """A server sends θ off St(20, 1) (‖θ‖² = 0.99) and tells the canary (D) from a zero record (D').
+
+    The canary's tangent gradient at that θ points along θ itself, where P_θ
+    keeps only 1 % of any vector: with the noise projected after it is
+    added, signal and noise shrink together; with the noise projected alone,
+    the clipped signal stands out. Returns (power at 5 % false positives, the
+    bound for the μ0 the ledger charges).
+    """
+    module = PCAProjector(20, 1, "stiefel")
+    with torch.no_grad():
+        module.weight.zero_()
+        module.weight[0, 0] = math.sqrt(0.99)
+    params = trainable_parameters(module)
+    clip, batch, mu0 = 1.0, 4, 0.5
+    sigma = 2 * clip / (batch * mu0)
+    canary = torch.zeros(batch, 20, dtype=torch.float64)
+    canary[0, 0] = 100.0  # gradient norm 0.0199 · 100² ≫ C: clipped to C, along θ
+    randomness = seeded(11)
+    scores = []
+    for records in (canary, torch.zeros_like(canary)):
+        g = module.per_sample_tangent_gradients(records)
+        sums = g.weighted_sum(clip_factors(g.norms(), clip))
+        scores.append(np.array([-float(release(sums, params, denominator=batch, noise_std=sigma,
+                                               randomness=randomness)["weight"][0, 0]) for _ in range(draws)]))
+    threshold = np.quantile(scores[1], 0.95)
+    return float((scores[0] > threshold).mean()), float(norm.cdf(mu0 - norm.ppf(0.95)))
+
+
+def test_a_server_sending_theta_off_the_manifold_does_not_beat_the_noise():
+    power, bound = _off_manifold_attack_power(noisy_mean)
+    assert bound == pytest.approx(0.126, abs=1e-3)  # μ0 = 0.5-GDP allows power 0.126 at 5 % false positives
+    assert power <= bound + 3 * math.sqrt(bound * (1 - bound) / 3000) + 0.02
+
+
+def test_the_off_manifold_test_catches_the_old_step():
+    power, bound = _off_manifold_attack_power(_tangent_projected_noise)
+    assert power > 0.9 > bound
+
+
+def test_a_record_with_a_non_finite_gradient_contributes_zero():
+    """One overflowing record cannot make a release NaN: it counts as a zero gradient, B unchanged."""
+    module = PCAProjector(5, 2, "grassmann", generator=torch.Generator().manual_seed(0))
+    X = torch.randn(8, 5, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    bad, zero = X.clone(), X.clone()
+    bad[3] = 1e200  # x xᵀ overflows float64
+    zero[3] = 0.0
+    for noise_std in (0.0, 0.3):
+        released = [private_gradient(module, lambda out: out, (data,), clip=1.0, noise_std=noise_std, denominator=8,
+                                     randomness=seeded(2)) for data in (bad, zero)]
+        assert torch.isfinite(released[0]["weight"]).all()
+        torch.testing.assert_close(released[0]["weight"], released[1]["weight"])
+    model = StiefelNet()
+    Xs, ys = make_data(6)
+    nan, zero = Xs.clone(), Xs.clone()
+    nan[2] = float("nan")  # the vmap / dense path
+    out = private_gradient(model, cross_entropy, (nan, ys), clip=1.0, noise_std=0.0, denominator=6)
+    assert all(torch.isfinite(v).all() for v in out.values())
+    kept = private_gradient(model, cross_entropy, (Xs[[0, 1, 3, 4, 5]], ys[[0, 1, 3, 4, 5]]), clip=1.0,
+                            noise_std=0.0, denominator=6)
+    for name in out:
+        torch.testing.assert_close(out[name], kept[name])
+
+
+@pytest.mark.parametrize("kind, manifold", [("grassmann", Grassmann(6, 2)), ("stiefel", Stiefel(6, 2))])
+def test_closed_form_pca_norms_are_exact_off_the_manifold(kind, manifold):
+    """The clip must see the released vector's true norm even at a θ the server bent off the manifold."""
+    module = PCAProjector(6, 2, kind, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        bent = module.weight + 0.3 * torch.randn(module.weight.shape, generator=torch.Generator().manual_seed(1),
+                                                 dtype=torch.float64)
+        module.weight.copy_((bent + bent.T) / 2 if kind == "grassmann" else bent)
+    X = torch.randn(10, 6, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    closed = module.per_sample_tangent_gradients(X)
+    W = module.weight.detach()
+    dense = manifold.proju(W, per_sample_gradients(module, lambda out: out, (X,))["weight"])
+    torch.testing.assert_close(closed.norms(), dense.flatten(1).norm(dim=1))
+    weights = torch.rand(10, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    torch.testing.assert_close(closed.weighted_sum(weights)["weight"], torch.tensordot(weights, dense, dims=1))

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from skfedriem.manifolds import Stiefel
-from skfedriem.privacy import FixedSizeSampler, PrivateManifoldOptimizer
+from skfedriem.privacy import FixedSizeSampler, PrivateManifoldOptimizer, SeededRandomness
 
 from .models import StiefelNet, cross_entropy, make_data
 
@@ -30,14 +30,13 @@ def _run(seed, steps, optimizer="sgd", model=None):
     model = StiefelNet() if model is None else model
     X, y = make_data(100)
     sampler = FixedSizeSampler(100, 10)
-    rng = np.random.default_rng(seed)
-    gen = torch.Generator().manual_seed(seed)
+    randomness = SeededRandomness(np.random.SeedSequence(seed))
     inner = (torch.optim.SGD(model.parameters(), lr=0.05) if optimizer == "sgd"
              else torch.optim.Adam(model.parameters(), lr=0.01))
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(inner, T_max=steps)
-    opt = PrivateManifoldOptimizer(model, inner, loss_fn=cross_entropy, clip=1.0, noise_std=0.5, generator=gen)
+    opt = PrivateManifoldOptimizer(model, inner, loss_fn=cross_entropy, clip=1.0, noise_std=0.5, randomness=randomness)
     for _ in range(steps):
-        idx = sampler.sample(rng)
+        idx = sampler.sample(randomness)
         opt.step((X[idx], y[idx]), denominator=sampler.denominator)
         sched.step()
     return model

@@ -1,0 +1,212 @@
+"""A total privacy budget for every fit on the same records, composed tightly.
+
+Each ``fit`` of a private estimator is a release: its own (ε, δ) says nothing
+about the total when the same records are used again (cross-validation folds,
+grid-search candidates, the refit, a second experiment). :class:`PrivacyBudget`
+records every fit charged to it and composes their privacy-loss distributions
+(the same dominating PLDs the accountant certifies each fit with), which is
+much tighter than adding the ε's, and refuses a fit *before it trains* when
+the composition would pass the total.
+
+scikit-learn's ``clone`` deep-copies the parameters of an estimator, so a
+budget passed as ``privacy_budget=`` would otherwise be duplicated for every
+candidate and fold of a ``GridSearchCV``. A budget therefore clones and
+deep-copies to itself. Worker processes (``n_jobs > 1``) receive pickled
+copies: a budget without ``path`` refuses to be charged outside the process
+that created it (it could not tell its parent), and a budget with ``path``
+keeps its ledger in that file, locked and written atomically, so every
+process charges the same ledger.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import uuid
+import weakref
+from datetime import datetime, timezone
+from numbers import Real
+from pathlib import Path
+
+from .._compat import Interval, validate_params
+from ..exceptions import PrivacyBudgetExceeded
+from .accountant import PrivacyAccountant
+from .accounting import DISCRETIZATION
+from .ledger_file import locked_ledger, read_ledger
+
+__all__ = ["PrivacyBudget"]
+
+_LIVE: weakref.WeakValueDictionary[str, PrivacyBudget] = weakref.WeakValueDictionary()
+_EMPTY = {"fits": []}
+
+
+def _composition(fits: list[dict]) -> PrivacyAccountant:
+    total = PrivacyAccountant()
+    for fit in fits:
+        total.extend(PrivacyAccountant.from_state_dict({"history": fit["steps"]}))
+    return total
+
+
+class PrivacyBudget:
+    """A total (ε, δ) shared by every fit on the same records.
+
+    Pass it to an estimator (``privacy_budget=budget``); every ``fit`` charges
+    its planned run to the budget after calibrating its noise and before its
+    first round, and raises :class:`~skfedriem.exceptions.PrivacyBudgetExceeded`
+    instead of training when the composition of all fits would exceed
+    ``epsilon`` at ``delta``. A non-private fit (``eps=None``) is always refused.
+
+    Parameters
+    ----------
+    epsilon : float
+        The total ε, > 0 (``inf`` only records).
+    delta : float, default=1e-5
+        The δ at which the composition is evaluated, in (0, 1).
+    path : str or path-like, optional
+        A JSON file holding the ledger, shared by processes (``n_jobs > 1``)
+        and sessions; created when absent. Without it the ledger lives in this
+        object and only this process may charge it.
+    discretization : float, default=DISCRETIZATION
+        Grid of the privacy-loss distributions (coarser is faster and still an
+        upper bound).
+
+    Attributes
+    ----------
+    fits : list of dict
+        One entry per charged fit: ``label``, ``epsilon`` (that fit alone, at
+        ``delta``), ``steps`` (its accountant entries) and ``time``.
+
+    Examples
+    --------
+    >>> from skfedriem.privacy import PrivacyAccountant, PrivacyBudget
+    >>> budget = PrivacyBudget(epsilon=3.0, delta=1e-5)
+    >>> run = PrivacyAccountant(); run.step(mu0=0.05, sample_rate=0.1, num_steps=1000)
+    >>> alone = run.get_epsilon(1e-5)
+    >>> total = budget.charge(run, label="first fit"); total = budget.charge(run, label="second fit")
+    >>> alone < total < 2 * alone   # composed, not summed
+    True
+    >>> len(budget.fits), budget.spent() == total
+    (2, True)
+    """
+
+    @validate_params(
+        {"epsilon": [Interval(Real, 0, None, closed="right")], "delta": [Interval(Real, 0, 1, closed="neither")],
+         "path": [str, os.PathLike, None], "discretization": [Interval(Real, 0, None, closed="neither")]},
+        prefer_skip_nested_validation=True,
+    )
+    def __init__(self, epsilon: float, delta: float = 1e-5, *, path: str | os.PathLike | None = None,
+                 discretization: float = DISCRETIZATION) -> None:
+        self.epsilon = float(epsilon)
+        self.delta = float(delta)
+        self.path = None if path is None else str(Path(path).absolute())
+        self.discretization = float(discretization)
+        self._fits: list[dict] = []
+        self._owner_pid = os.getpid()
+        self._id = uuid.uuid4().hex
+        self._lock = threading.Lock()
+        _LIVE[self._id] = self
+
+    # ------------------------------------------------------------------ ledger
+    @property
+    def fits(self) -> list[dict]:
+        """Every fit charged so far (read from ``path`` when there is one)."""
+        if self.path is not None:
+            return list(read_ledger(self.path, _EMPTY)["fits"])
+        return list(self._fits)
+
+    def spent(self) -> float:
+        """Composed ε of every charged fit at ``delta`` (0 before the first, inf after a non-private one)."""
+        fits = self.fits
+        if any(math.isinf(f["epsilon"]) for f in fits):
+            return math.inf
+        return _composition(fits).get_epsilon(self.delta, discretization=self.discretization)
+
+    def charge(self, release: PrivacyAccountant | None, *, label: str) -> float:
+        """Record ``release`` (a fit's whole planned run), or refuse it before it happens.
+
+        Parameters
+        ----------
+        release : PrivacyAccountant or None
+            The steps the fit will take (its plan), not yet run; None for a
+            release without noise (refused unless ``epsilon`` is inf).
+        label : str
+            What the fit is, for the ledger (e.g. the estimator's repr).
+
+        Returns
+        -------
+        epsilon : float
+            The composed ε of every fit, this one included.
+
+        Raises
+        ------
+        PrivacyBudgetExceeded
+            When the composition would exceed ``epsilon``; nothing is recorded.
+        RuntimeError
+            When a budget without ``path`` is charged in another process.
+        """
+        alone = math.inf if release is None else release.get_epsilon(self.delta, discretization=self.discretization)
+        steps = [] if release is None else release.state_dict()["history"]
+        entry = {"label": str(label), "epsilon": alone, "steps": steps, "time": datetime.now(timezone.utc).isoformat()}
+        if self.path is not None:
+            with locked_ledger(self.path, _EMPTY) as ledger:
+                total = self._check(ledger["fits"], entry)
+                ledger["fits"].append(entry)
+            return total
+        if os.getpid() != self._owner_pid:
+            raise RuntimeError(
+                f"This PrivacyBudget was created in process {self._owner_pid} and is charged in process "
+                f"{os.getpid()} (a worker of n_jobs > 1?). The parent would never see this fit. "
+                "Give the budget a path= so that every process charges the same ledger file."
+            )
+        with self._lock:
+            total = self._check(self._fits, entry)
+            self._fits.append(entry)
+        return total
+
+    def _check(self, fits: list[dict], entry: dict) -> float:
+        if math.isinf(entry["epsilon"]):
+            if math.isinf(self.epsilon):
+                return math.inf
+            raise PrivacyBudgetExceeded(f"{entry['label']} is not private (unbounded epsilon); "
+                                        f"this budget allows epsilon={self.epsilon:g} in total. It was not run.")
+        total = _composition([*fits, entry]).get_epsilon(self.delta, discretization=self.discretization)
+        if total > self.epsilon:
+            spent = _composition(fits).get_epsilon(self.delta, discretization=self.discretization) if fits else 0.0
+            raise PrivacyBudgetExceeded(
+                f"{entry['label']} would take the privacy budget to epsilon={total:.4g} > {self.epsilon:g} at "
+                f"delta={self.delta:g} ({len(fits)} fit(s) so far spent {spent:.4g}; this one alone "
+                f"{entry['epsilon']:.4g}). It was not run."
+            )
+        return total
+
+    # ----------------------------------------- one ledger, however it is copied
+    def __sklearn_clone__(self) -> PrivacyBudget:
+        return self
+
+    def __copy__(self) -> PrivacyBudget:
+        return self
+
+    def __deepcopy__(self, memo) -> PrivacyBudget:
+        return self
+
+    def __reduce__(self):
+        fits = None if self.path is not None else self._fits
+        return _restore_budget, (self._id, self._owner_pid, self.epsilon, self.delta, self.path,
+                                 self.discretization, fits)
+
+    def __repr__(self) -> str:
+        where = f", path={self.path!r}" if self.path is not None else ""
+        return f"PrivacyBudget(epsilon={self.epsilon:g}, delta={self.delta:g}{where})"
+
+
+def _restore_budget(budget_id, owner_pid, epsilon, delta, path, discretization, fits) -> PrivacyBudget:
+    """Unpickling: the live budget of the same id in this process, else a copy bound to its origin."""
+    live = _LIVE.get(budget_id)
+    if live is not None and os.getpid() == owner_pid:
+        return live
+    budget = PrivacyBudget(epsilon, delta, path=path, discretization=discretization)
+    budget._id, budget._owner_pid = budget_id, owner_pid
+    budget._fits = list(fits or [])
+    _LIVE[budget_id] = budget
+    return budget

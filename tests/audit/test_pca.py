@@ -1,0 +1,36 @@
+"""The fast, seeded audit of whole FederatedPCA runs: honest runs pass, broken ones are caught."""
+
+import pytest
+
+from skfedriem.audit import audit_federated_pca, audit_off_manifold_server
+from skfedriem.audit.mutations import noise_projected_alone, noise_scaled
+
+RUNS = 150
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sampling, n_records", [("fixed", 2), ("poisson", 4)])
+def test_honest_runs_stay_below_the_certified_epsilon(sampling, n_records):
+    result = audit_federated_pca(4.0, sampling=sampling, n_records=n_records, n_runs=RUNS, random_state=0)
+    assert result.epsilon_certified <= 4.0 and result.steps == 10 and result.n_runs == RUNS
+    assert result.sample_rate == 2 / n_records
+    assert result.epsilon_lower_bound <= result.epsilon_certified
+    assert result.epsilon_lower_bound_any <= result.epsilon_lower_bound
+    if n_records == 2:  # at q = 1 the audit is tight enough to see most of it
+        assert result.epsilon_lower_bound > 0.25 * result.epsilon_certified
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("factor", [0.0, 0.5])
+def test_runs_with_less_noise_than_charged_are_caught(factor):
+    with noise_scaled(factor):
+        result = audit_federated_pca(4.0, n_runs=RUNS, random_state=0)
+    assert result.violated and result.epsilon_lower_bound > 1.4 * result.epsilon_certified
+
+
+def test_a_server_off_the_manifold_is_caught_on_the_old_step_only():
+    with noise_projected_alone():
+        old = audit_off_manifold_server(n_runs=RUNS, random_state=0)
+    assert old.violated and old.epsilon_lower_bound > 5 * old.epsilon_certified
+    new = audit_off_manifold_server(n_runs=RUNS, random_state=0)
+    assert not new.violated

@@ -1,0 +1,116 @@
+"""One budget for every fit on the same records: composed tightly, refused before training, shared by clones."""
+
+import copy
+import math
+import pickle
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from prv_accountant import PRVAccountant
+from sklearn.base import clone
+from sklearn.model_selection import GridSearchCV
+
+from skfedriem import FederatedPCA, FederatedSPDNetClassifier
+from skfedriem.datasets import make_federated_pca, make_spd_classification
+from skfedriem.exceptions import PrivacyBudgetExceeded
+from skfedriem.privacy import PrivacyAccountant, PrivacyBudget
+
+from .prv_reference import SymmetrisedSubsampledGaussian
+
+X, GROUPS = make_federated_pca(n_clients=3, n_samples_per_client=100, n_features=5, random_state=0)
+
+
+def pca(budget, **kw):
+    return FederatedPCA(n_components=2, n_rounds=5, local_steps=2, batch_size=20, privacy_budget=budget,
+                        **{"eps": 1.0, **kw})
+
+
+def release(mu0=0.1, q=0.1, steps=500):
+    acc = PrivacyAccountant()
+    acc.step(mu0=mu0, sample_rate=q, num_steps=steps)
+    return acc
+
+
+def test_fits_compose_and_the_one_that_would_overflow_is_refused_before_training():
+    budget = PrivacyBudget(epsilon=1.6, delta=1e-5)  # two fits at eps = 1 compose to 1.41, three to 1.74
+    first = pca(budget).fit(X, groups=GROUPS)
+    second = pca(budget).fit(X, groups=GROUPS)
+    alone = first.epsilon_
+    assert len(budget.fits) == 2 and budget.fits[0]["epsilon"] == pytest.approx(alone, rel=1e-6)
+    assert max(alone, second.epsilon_) < budget.spent() < alone + second.epsilon_  # composed, not summed
+    third = pca(budget)
+    with pytest.raises(PrivacyBudgetExceeded, match=r"would take the privacy budget to epsilon=1.74.* > 1.6.*not run"):
+        third.fit(X, groups=GROUPS)
+    assert not hasattr(third, "components_") and len(budget.fits) == 2  # nothing trained, nothing recorded
+
+
+def test_a_non_private_fit_is_refused():
+    with pytest.raises(PrivacyBudgetExceeded, match="not private"):
+        pca(PrivacyBudget(epsilon=10.0), eps=None).fit(X, groups=GROUPS)
+
+
+def test_grid_search_under_a_budget_charges_every_fit_and_matches_a_direct_composition():
+    Xs, y, _ = make_spd_classification(n_clients=1, n_matrices_per_client=60, n_channels=4, random_state=0)
+    budget = PrivacyBudget(epsilon=40.0, delta=1e-5)
+    est = FederatedSPDNetClassifier(eps=8.0, dims=(2,), n_rounds=2, batch_size=8, n_clients=2, privacy_budget=budget)
+    search = GridSearchCV(est, {"lr": [1e-2, 3e-2]}, cv=2, error_score="raise").fit(Xs, y)
+    assert search.best_estimator_.privacy_budget is budget  # clones share one ledger
+    fits = budget.fits
+    assert len(fits) == 2 * 2 + 1  # candidates x folds, then the refit
+    assert all(f["epsilon"] <= 8.0 for f in fits)
+    # the same composition by an independent accountant (prv-accountant, closed-form privacy losses)
+    steps = [s for f in fits for s in f["steps"]]
+    prvs = [SymmetrisedSubsampledGaussian(s["sample_rate"], s["mu0"]) for s in steps]
+    counts = [s["steps"] for s in steps]
+    low, _, up = PRVAccountant(prvs, eps_error=1e-2, delta_error=1e-8,
+                               max_self_compositions=counts).compute_epsilon(1e-5, counts)
+    assert low <= budget.spent() <= up * 1.01
+    assert budget.spent() < sum(f["epsilon"] for f in fits) / 2  # far below the sum of the fits' epsilons
+
+
+def test_copies_and_clones_are_the_same_ledger():
+    budget = PrivacyBudget(epsilon=5.0)
+    est = pca(budget)
+    assert clone(est).privacy_budget is budget and copy.deepcopy(est).privacy_budget is budget
+    assert pickle.loads(pickle.dumps(budget)) is budget  # same process: the live ledger
+
+
+CHARGE_IN_A_CHILD = """
+import pickle, sys
+from skfedriem.privacy import PrivacyAccountant
+budget = pickle.load(open(sys.argv[1], "rb"))
+run = PrivacyAccountant(); run.step(mu0=0.1, sample_rate=0.1, num_steps=500)
+try:
+    budget.charge(run, label="worker fit")
+    print("charged")
+except RuntimeError as exc:
+    print("refused:", exc)
+"""
+
+
+@pytest.mark.parametrize("with_path", [False, True])
+def test_worker_processes_charge_the_file_or_are_refused(with_path, tmp_path):
+    budget = PrivacyBudget(epsilon=50.0, path=tmp_path / "budget.json" if with_path else None)
+    budget.charge(release(), label="parent fit")
+    blob = tmp_path / "budget.pkl"
+    blob.write_bytes(pickle.dumps(budget))
+    out = subprocess.run([sys.executable, "-c", CHARGE_IN_A_CHILD, str(blob)], capture_output=True, text=True,
+                         check=True).stdout
+    if with_path:
+        assert out.strip() == "charged" and [f["label"] for f in budget.fits] == ["parent fit", "worker fit"]
+    else:
+        assert out.startswith("refused:") and "path=" in out and len(budget.fits) == 1
+
+
+def test_a_ledger_file_outlives_the_object(tmp_path):
+    path = tmp_path / "ledger.json"
+    PrivacyBudget(epsilon=10.0, path=path).charge(release(), label="monday")
+    later = PrivacyBudget(epsilon=10.0, path=path)
+    assert [f["label"] for f in later.fits] == ["monday"]
+    assert later.spent() == pytest.approx(release().get_epsilon(1e-5), rel=1e-9)
+    assert math.isinf(PrivacyBudget(math.inf).charge(None, label="debug run"))
+    with pytest.raises(ValueError, match="'epsilon'.*Got -1"):
+        PrivacyBudget(epsilon=-1)
+    assert np.isfinite(later.spent())
