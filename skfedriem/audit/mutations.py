@@ -25,7 +25,10 @@ __all__ = ["noise_scaled", "noise_projected_alone"]
 
 @contextmanager
 def noise_scaled(factor: float) -> Iterator[None]:
-    """Clients add ``factor`` × σ of noise while the server and the accountant charge σ (0: no noise)."""
+    """Clients add ``factor`` × σ of noise while the server and the accountant charge σ (0: no noise).
+
+    In-process clients only (``backend="local"``).
+    """
     honest = client_module.run_client_round
 
     def miscalibrated(module, theta, data, state, instructions, **kw):

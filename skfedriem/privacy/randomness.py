@@ -64,7 +64,7 @@ class SecretRandomness(ABC):
             return SecureRandomness()
         rng = np.random.Generator(np.random.PCG64())
         rng.bit_generator.state = state
-        return SeededRandomness.from_generator(rng)
+        return SeededRandomness(rng)
 
 
 class SeededRandomness(SecretRandomness):
@@ -72,20 +72,14 @@ class SeededRandomness(SecretRandomness):
 
     Parameters
     ----------
-    seed : numpy.random.SeedSequence
+    seed : numpy.random.SeedSequence or numpy.random.Generator
         ``SeedSequence()`` draws 128 bits of OS entropy; a seeded sequence
-        gives a reproducible run that anyone knowing the seed can replay.
+        gives a reproducible run that anyone knowing the seed can replay. A
+        Generator is used as is.
     """
 
-    def __init__(self, seed: np.random.SeedSequence) -> None:
-        self.rng = np.random.Generator(np.random.PCG64(seed))
-
-    @classmethod
-    def from_generator(cls, rng: np.random.Generator) -> SeededRandomness:
-        """Wrap an existing generator (its stream is used as is)."""
-        obj = cls.__new__(cls)
-        obj.rng = rng
-        return obj
+    def __init__(self, seed: np.random.SeedSequence | np.random.Generator) -> None:
+        self.rng = seed if isinstance(seed, np.random.Generator) else np.random.Generator(np.random.PCG64(seed))
 
     def uniform(self, size: int) -> np.ndarray:
         return self.rng.random(size)
@@ -148,5 +142,5 @@ def as_randomness(source: SecretRandomness | np.random.Generator) -> SecretRando
     if isinstance(source, SecretRandomness):
         return source
     if isinstance(source, np.random.Generator):
-        return SeededRandomness.from_generator(source)
+        return SeededRandomness(source)
     raise TypeError(f"Expected a SecretRandomness or a numpy Generator. Got {type(source).__name__} instead.")
