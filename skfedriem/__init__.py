@@ -8,6 +8,7 @@ Geometry-Independent Differential Privacy" (arXiv 2610.33712, 2026).
 
 __version__ = "0.1.0"
 
+from . import baselines  # noqa: E402, F401 - registers accounting="prirfed"
 from .classification import FederatedEEGNetClassifier, FederatedSPDNetClassifier  # noqa: E402
 from .decomposition import FederatedPCA  # noqa: E402
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from numbers import Integral, Real
+from numbers import Integral
 
 import numpy as np
 import torch
@@ -10,13 +10,10 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.utils import check_array
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._clients import client_indices
 from ._compat import Interval, StrOptions, validate_estimator_params
-from ._seeding import RunSeeds, run_seeds
-from .federated import AGGREGATIONS, FederatedTrainer
+from ._estimator import FederatedEstimatorMixin
 from .metrics import pca_optimality_gap
 from .models import PCAProjector
-from .privacy import PrivacyBudget
 
 __all__ = ["FederatedPCA", "identity_loss"]
 
@@ -26,7 +23,7 @@ def identity_loss(losses: torch.Tensor) -> torch.Tensor:
     return losses
 
 
-class FederatedPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+class FederatedPCA(FederatedEstimatorMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     """Principal subspace learnt across clients with record-level (ε, δ)-DP.
 
     Each client's records stay with the client; the server only sees the
@@ -87,6 +84,10 @@ class FederatedPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
     client_timings : bool, default=False
         Add ``round_seconds`` and ``submission_seconds`` to ``history_``: a
         non-private diagnostic (they time work on the clients' records).
+    warm_start : bool, default=False
+        Continue from the fitted subspace: the new rounds are calibrated to
+        ``eps`` on their own, and ``epsilon_`` composes every round run so
+        far (on the same records), as does ``history_``.
     backend : {"local", "flower"}, default="local"
         ``"local"`` runs the clients in this process; ``"flower"`` runs the
         same protocol on Flower's simulation engine (one virtual SuperNode
@@ -117,6 +118,8 @@ class FederatedPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         ``replied``, ``aggregation_seconds`` (all post-processing of what the
         server sees); ``optimality_gap`` when ``fit`` got ``reference_X``;
         ``round_seconds`` and ``submission_seconds`` with ``client_timings``.
+    ledger_ : PrivacyAccountant
+        Every private step charged (all fits of a warm start).
     module_ : PCAProjector
         The trained torch module.
 
@@ -133,27 +136,11 @@ class FederatedPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
     """
 
     _parameter_constraints: dict = {
+        **FederatedEstimatorMixin._federation_constraints,
         "n_components": [Interval(Integral, 1, None, closed="left")],
-        "eps": [Interval(Real, 0, None, closed="neither"), None],
-        "delta": [Interval(Real, 0, 1, closed="neither")],
-        "clip": [Interval(Real, 0, None, closed="neither")],
-        "n_rounds": [Interval(Integral, 1, None, closed="left")],
         "local_steps": [Interval(Integral, 1, None, closed="left")],
-        "batch_size": [Interval(Integral, 1, None, closed="left")],
-        "clients_per_round": [Interval(Integral, 1, None, closed="left"), None],
-        "aggregation": [StrOptions(set(AGGREGATIONS))],
-        "optimizer": [StrOptions({"sgd", "adam"})],
-        "lr": [Interval(Real, 0, None, closed="neither")],
-        "sampling": [StrOptions({"fixed", "poisson"})],
         "manifold": [StrOptions({"grassmann", "stiefel"})],
-        "n_clients": [Interval(Integral, 1, None, closed="left")],
         "init": [StrOptions({"random"}), "array-like"],
-        "random_state": ["random_state"],
-        "secure_mode": ["boolean"],
-        "privacy_budget": [PrivacyBudget, None],
-        "client_timings": ["boolean"],
-        "verbose": ["verbose"],
-        "backend": [StrOptions({"local", "flower"})],
     }
 
     def __init__(
@@ -178,30 +165,11 @@ class FederatedPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         secure_mode=False,
         privacy_budget=None,
         client_timings=False,
+        warm_start=False,
         backend="local",
         verbose=0,
     ):
-        self.n_components = n_components
-        self.eps = eps
-        self.delta = delta
-        self.clip = clip
-        self.n_rounds = n_rounds
-        self.local_steps = local_steps
-        self.batch_size = batch_size
-        self.clients_per_round = clients_per_round
-        self.aggregation = aggregation
-        self.optimizer = optimizer
-        self.lr = lr
-        self.sampling = sampling
-        self.manifold = manifold
-        self.n_clients = n_clients
-        self.init = init
-        self.random_state = random_state
-        self.secure_mode = secure_mode
-        self.privacy_budget = privacy_budget
-        self.client_timings = client_timings
-        self.verbose = verbose
-        self.backend = backend
+        self._store_parameters(locals())
 
     def fit(self, X, y=None, groups=None, reference_X=None):
         """Learn the principal subspace from the clients' records.
@@ -225,22 +193,40 @@ class FederatedPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         self
         """
         validate_estimator_params(self)
-        X = validate_data(self, X, dtype=np.float64, ensure_min_samples=2)
-        n_samples, n_features = X.shape
-        self._check_n_features(n_features)
-        seeds = self._seeds()
-        indices, names = client_indices(
-            n_samples, groups, n_clients=self.n_clients, rng=np.random.default_rng(seeds.split)
-        )
-        data = torch.tensor(X)  # a copy: X may be read-only
-        monitor = None
+        X = validate_data(self, X, dtype=np.float64, ensure_min_samples=2, reset=not self._warm())
         if reference_X is not None:
-            reference = validate_data(self, reference_X, dtype=np.float64, reset=False)
-            monitor = lambda m: {"optimality_gap": pca_optimality_gap(m.components().numpy(), reference)}  # noqa: E731
-        trainer = self._trainer(n_features, seeds, monitor)
-        trainer.fit([(data[idx],) for idx in indices], client_names=names, backend=self.backend)
-        self._set_fitted(trainer)
-        return self
+            reference_X = validate_data(self, reference_X, dtype=np.float64, reset=False)
+        return self._fit_federated(self.prepare_records(X), (X.shape[1],), groups, held_out=reference_X)
+
+    def _warm(self) -> bool:
+        return self.warm_start and hasattr(self, "ledger_")
+
+    # hooks of FederatedEstimatorMixin
+    def _check_records(self, X: np.ndarray) -> np.ndarray:
+        X = check_array(X, dtype=np.float64, ensure_min_samples=2, input_name="X")
+        self._check_n_features(X.shape[1])
+        return X
+
+    def _encode_targets(self, y, classes):
+        raise ValueError("FederatedPCA takes no targets.")
+
+    def _model(self, input_shape, classes, generator):
+        (n_features,) = input_shape
+        self._check_n_features(n_features)
+        module = PCAProjector(n_features, self.n_components, self.manifold, generator=generator,
+                              basis=self._initial_basis(n_features))
+        return module, identity_loss
+
+    def _trainer_options(self) -> dict:
+        return {"local_steps": self.local_steps}
+
+    def _monitor(self, reference_X, classes):
+        return lambda module: {"optimality_gap": float(pca_optimality_gap(module.components().numpy(), reference_X))}
+
+    def _set_model_attributes(self, module, classes) -> None:
+        self.module_ = module
+        self.components_ = module.components().numpy().copy()
+        self.n_components_ = self.n_components
 
     def _check_n_features(self, n_features: int) -> None:
         if self.n_components > n_features:
@@ -254,11 +240,6 @@ class FederatedPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
                 "Gr(n, n) is a single point. Use fewer components."
             )
 
-    def _seeds(self) -> RunSeeds:
-        """Public and secret seed sequences of a fit (see :mod:`skfedriem._seeding`)."""
-        return run_seeds(self.random_state, private=self.eps is not None, secure_mode=self.secure_mode,
-                         owner=type(self).__name__)
-
     def _initial_basis(self, n_features: int) -> torch.Tensor | None:
         if isinstance(self.init, str):
             return None
@@ -269,46 +250,6 @@ class FederatedPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         if np.linalg.matrix_rank(basis) < self.n_components:
             raise ValueError("The 'init' parameter of FederatedPCA must have linearly independent rows.")
         return torch.from_numpy(basis.T.copy())
-
-    def _trainer(self, n_features: int, seeds: RunSeeds, monitor=None) -> FederatedTrainer:
-        """The round loop of this estimator's settings, on a fresh initial subspace.
-
-        Shared by :meth:`fit` and the Flower deployment's ServerApp
-        (:mod:`skfedriem.flower.pca_app`).
-        """
-        init_gen = torch.Generator().manual_seed(int(seeds.init.generate_state(1)[0]))
-        return FederatedTrainer(
-            PCAProjector(n_features, self.n_components, self.manifold, generator=init_gen,
-                         basis=self._initial_basis(n_features)),
-            identity_loss,
-            n_rounds=self.n_rounds,
-            batch_size=self.batch_size,
-            local_steps=self.local_steps,
-            clients_per_round=self.clients_per_round,
-            eps=self.eps,
-            delta=self.delta,
-            clip=self.clip,
-            sampling=self.sampling,
-            aggregation=self.aggregation,
-            optimizer=self.optimizer,
-            lr=self.lr,
-            seed_sequence=seeds.server,
-            client_seed=seeds.clients,
-            secure_mode=self.secure_mode,
-            privacy_budget=self.privacy_budget,
-            run_name=repr(self),
-            client_timings=self.client_timings,
-            monitor=monitor,
-            verbose=self.verbose,
-        )
-
-    def _set_fitted(self, trainer: FederatedTrainer) -> None:
-        """Fitted attributes from a finished trainer (post-processing of the iterates)."""
-        self.module_ = trainer.module
-        self.components_ = trainer.module.components().numpy().copy()
-        self.n_components_ = self.n_components
-        for name, value in trainer.fitted_attributes().items():
-            setattr(self, name, value)
 
     def transform(self, X):
         """Coordinates of X in the learnt subspace, X @ components_.T.

@@ -15,7 +15,13 @@ from skfedriem import FederatedPCA
 from skfedriem.datasets import make_federated_pca
 from skfedriem.metrics import pca_optimality_gap
 from skfedriem.models import PCAProjector
-from skfedriem.privacy import DenseGradients, per_sample_gradients, project_per_sample, trainable_parameters
+from skfedriem.privacy import (
+    DenseGradients,
+    PrivacyBudget,
+    per_sample_gradients,
+    project_per_sample,
+    trainable_parameters,
+)
 
 
 @pytest.fixture(scope="module")
@@ -194,3 +200,33 @@ def test_an_extreme_record_cannot_poison_a_private_fit(data):
     X[5] = 1e200  # its gradient overflows: it contributes zero, the release stays finite
     pca = small(eps=4.0, n_rounds=3).fit(X, groups=groups)
     assert np.isfinite(pca.components_).all()
+
+
+def test_warm_start_continues_the_fit_and_composes_the_privacy(data):
+    X, groups = data
+    budget = PrivacyBudget(epsilon=10.0)
+    pca = small(eps=1.0, n_rounds=5, warm_start=True, privacy_budget=budget).fit(X, groups=groups)
+    first_epsilon, first_components = pca.epsilon_, pca.components_.copy()
+    pca.fit(X, groups=groups)
+    assert [h["round"] for h in pca.history_] == list(range(1, 11))
+    assert pca.ledger_.steps == 2 * 5 * 5
+    assert first_epsilon < pca.epsilon_ < 2 * first_epsilon  # both fits, composed
+    assert len(budget.fits) == 2 and budget.spent() == pytest.approx(pca.epsilon_, rel=1e-9)
+    assert not np.allclose(pca.components_, first_components)
+    cold = small(eps=1.0, n_rounds=5, privacy_budget=None).fit(X, groups=groups)
+    assert cold.epsilon_ == pytest.approx(first_epsilon) and len(cold.history_) == 5
+    with pytest.raises(ValueError, match="expecting 8 features"):  # a warm start continues the same model
+        pca.fit(X[:, :6], groups=groups)
+
+
+def test_the_federation_api_rebuilds_a_fit_from_public_parts(data):
+    """What a deployment does: records prepared by each site, a trainer from public shapes, fitted attributes."""
+    X, groups = data
+    est = small(eps=None, n_rounds=3)
+    trainer = est.make_trainer((8,), deployed=True)
+    records = [est.prepare_records(X[groups == g]) for g in np.unique(groups)]
+    trainer.fit(records)
+    est.set_fitted(trainer, input_shape=(8,))
+    reference = small(eps=None, n_rounds=3).fit(X, groups=groups)
+    np.testing.assert_allclose(est.components_, reference.components_, atol=1e-12)
+    assert est.n_features_in_ == 8 and est.transform(X[:2]).shape == (2, 2)

@@ -16,7 +16,6 @@ from contextlib import contextmanager
 from unittest import mock
 
 from ..federated import client as client_module
-from ..federated import engine as engine_module
 from ..manifolds import manifold_of
 from ..privacy import mechanism as mechanism_module
 
@@ -35,7 +34,7 @@ def noise_scaled(factor: float) -> Iterator[None]:
         return honest(module, theta, data, state,
                       dataclasses.replace(instructions, noise_std=factor * instructions.noise_std), **kw)
 
-    with mock.patch.object(engine_module, "run_client_round", miscalibrated):
+    with mock.patch.object(client_module, "run_client_round", miscalibrated):
         yield
 
 

@@ -1,11 +1,11 @@
-"""PriRFed (Huang et al.), the baseline of SPEC §5: its accounting and its intrinsic noise.
+"""PriRFed (Huang et al., 2026), the closest prior method: its accounting and its intrinsic noise.
 
 Accounting. Each round, a client runs τ Poisson-subsampled Gaussian steps
 (rate q, add/remove adjacency), accounted tightly with dp-accounting's
 privacy-loss distributions at δ_r = δ / (2T); the T rounds are then composed
 with the advanced composition theorem (Dwork, Rothblum & Vadhan, 2010) at
 δ̂ = δ / 2, so T δ_r + δ̂ = δ. Client sampling gives no amplification. Adjacency is
-the substitution of one record (SPEC §5) for both methods, so a step's clipped
+the substitution of one record for both methods, so a step's clipped
 mean moves by at most 2C / B: PriRFed's step is the Poisson-subsampled Gaussian
 of sensitivity 2C / B, i.e. noise multiplier σB / (2C) = 1 / μ0 in the
 convention μ0 = 2C / (Bσ) of :func:`skfedriem.privacy.calibrate_mu0`, accounted
@@ -30,9 +30,11 @@ from scipy.optimize import brentq
 
 from .._compat import Interval, validate_params
 from ..manifolds import Euclidean, Manifold, Sphere, Stiefel
-from ..privacy import DISCRETIZATION
+from ..privacy import DISCRETIZATION, PrivacyAccountant
+from ..privacy.accountings import RunAccounting, register_accounting
 
-__all__ = ["advanced_composition", "intrinsic_tangent_noise", "prirfed_calibrate_mu0", "prirfed_epsilon"]
+__all__ = ["PriRFedAccounting", "advanced_composition", "intrinsic_tangent_noise", "prirfed_calibrate_mu0",
+           "prirfed_epsilon"]
 
 _CONSTRAINTS = {
     "delta": [Interval(Real, 0, 1, closed="neither")],
@@ -132,6 +134,33 @@ def prirfed_calibrate_mu0(eps, delta, sample_rate, local_steps, rounds, *, discr
     while excess(x) > 0:  # land on the certified side of eps
         x -= 1e-7
     return math.exp(x)
+
+
+class PriRFedAccounting(RunAccounting):
+    """PriRFed's accounting as a method estimators take by name (``accounting="prirfed"``; Poisson sampling).
+
+    The ledger's steps must share one (μ0, q): PriRFed's per-round bound has
+    no heterogeneous composition.
+    """
+
+    name = "prirfed"
+    samplings = ("poisson",)
+
+    def calibrate(self, eps, delta, *, sample_rate, steps_per_round, n_rounds, sampling):
+        return prirfed_calibrate_mu0(eps, delta, sample_rate, steps_per_round, n_rounds)
+
+    def epsilon(self, ledger: PrivacyAccountant, delta, *, steps_per_round, n_rounds, discretization=DISCRETIZATION):
+        if not ledger.history:
+            return 0.0
+        if len({(e.mu0, e.sample_rate) for e in ledger.history}) > 1:
+            raise ValueError("PriRFed's accounting needs every step at one (mu0, q); this ledger mixes several.")
+        last = ledger.history[-1]
+        rounds = max(1, ledger.steps // steps_per_round)
+        return prirfed_epsilon(last.mu0, delta, last.sample_rate, steps_per_round, rounds,
+                               total_rounds=max(n_rounds, rounds), discretization=discretization)
+
+
+register_accounting(PriRFedAccounting())
 
 
 def intrinsic_tangent_noise(manifold: Manifold, X: torch.Tensor, std: float, *,

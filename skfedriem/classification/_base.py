@@ -21,14 +21,11 @@ import torch.nn.functional as F
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.preprocessing import LabelEncoder
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
-from .._clients import client_indices
 from .._compat import Interval, StrOptions, validate_estimator_params
-from .._seeding import run_seeds
-from ..federated import AGGREGATIONS, FederatedTrainer
-from ..federated.plan import ACCOUNTINGS
-from ..privacy import PrivacyBudget
+from .._estimator import FederatedEstimatorMixin
+from ..privacy.accountings import RunAccounting
 
 __all__ = ["FederatedClassifier"]
 
@@ -47,36 +44,20 @@ def _forward_in_chunks(module: torch.nn.Module, inputs: torch.Tensor) -> torch.T
         return torch.cat([module(inputs[i : i + _PREDICT_CHUNK]) for i in range(0, len(inputs), _PREDICT_CHUNK)])
 
 
-class FederatedClassifier(ClassifierMixin, BaseEstimator, metaclass=ABCMeta):
+class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimator, metaclass=ABCMeta):
     """Base of the federated private classifiers; subclasses say what X is and which network to train.
 
-    Subclasses define ``__init__`` (all parameters, keyword-only),
-    :meth:`_check_inputs` and :meth:`_build_module`.
+    Subclasses define ``__init__`` (all parameters, keyword-only, stored with
+    ``self._store_parameters(locals())``), :meth:`_check_inputs` and :meth:`_build_module`.
     """
 
     _parameter_constraints: dict = {
-        "eps": [Interval(Real, 0, None, closed="neither"), None],
-        "delta": [Interval(Real, 0, 1, closed="neither")],
-        "clip": [Interval(Real, 0, None, closed="neither")],
-        "n_rounds": [Interval(Integral, 1, None, closed="left")],
+        **FederatedEstimatorMixin._federation_constraints,
         "local_epochs": [Interval(Real, 0, None, closed="neither")],
         "local_steps": [Interval(Integral, 1, None, closed="left"), None],
-        "batch_size": [Interval(Integral, 1, None, closed="left")],
-        "clients_per_round": [Interval(Integral, 1, None, closed="left"), None],
-        "aggregation": [StrOptions(set(AGGREGATIONS))],
-        "optimizer": [StrOptions({"sgd", "adam"})],
-        "lr": [Interval(Real, 0, None, closed="neither")],
         "lr_schedule": [StrOptions({"cosine", "constant"})],
-        "sampling": [StrOptions({"fixed", "poisson"})],
-        "accounting": [StrOptions(set(ACCOUNTINGS))],
-        "n_clients": [Interval(Integral, 1, None, closed="left")],
+        "accounting": [str, RunAccounting],
         "dtype": [StrOptions(set(DTYPES))],
-        "random_state": ["random_state"],
-        "secure_mode": ["boolean"],
-        "privacy_budget": [PrivacyBudget, None],
-        "client_timings": ["boolean"],
-        "verbose": ["verbose"],
-        "backend": [StrOptions({"local", "flower"})],
     }
 
     @abstractmethod
@@ -84,7 +65,7 @@ class FederatedClassifier(ClassifierMixin, BaseEstimator, metaclass=ABCMeta):
         """Model-specific checks of a validated array, finite in the model's dtype; returns it."""
 
     @abstractmethod
-    def _build_module(self, input_shape: tuple[int, ...], n_classes: int, generator: torch.Generator,
+    def _build_module(self, input_shape: tuple[int, ...], n_classes: int, generator: torch.Generator | None,
                       dtype: torch.dtype) -> torch.nn.Module:
         """The untrained network (data-independent initialisation from ``generator``)."""
 
@@ -113,63 +94,19 @@ class FederatedClassifier(ClassifierMixin, BaseEstimator, metaclass=ABCMeta):
         self
         """
         validate_estimator_params(self)
-        X, y = validate_data(self, X, y, allow_nd=True, dtype=np.float64, ensure_min_samples=2)
+        warm = self.warm_start and hasattr(self, "ledger_")
+        X, y = validate_data(self, X, y, allow_nd=True, dtype=np.float64, ensure_min_samples=2, reset=not warm)
         check_classification_targets(y)
-        encoder = LabelEncoder().fit(y)
-        if len(encoder.classes_) < 2:
-            raise ValueError(
-                f"{type(self).__name__} needs at least 2 classes in y; got only {encoder.classes_.tolist()!r}."
-            )
-        X = self._validated_trials(X)
-        self.classes_ = encoder.classes_
-        codes = encoder.transform(y)
-        dtype = DTYPES[self.dtype]
-        seeds = run_seeds(self.random_state, private=self.eps is not None, secure_mode=self.secure_mode,
-                          owner=type(self).__name__)
-        indices, names = client_indices(len(X), groups, n_clients=self.n_clients,
-                                        rng=np.random.default_rng(seeds.split))
-        init_gen = torch.Generator().manual_seed(int(seeds.init.generate_state(1)[0]))
-        module = self._build_module(X.shape[1:], len(self.classes_), init_gen, dtype)
-        monitor = None
+        classes = self.classes_ if warm else np.unique(y)
+        if len(classes) < 2:
+            raise ValueError(f"{type(self).__name__} needs at least 2 classes in y; got only {classes.tolist()!r}.")
+        records = self.prepare_records(X, y, classes=classes)
+        held_out = None
         if validation_data is not None:
-            monitor = self._validation_monitor(validation_data, encoder, dtype)
-        inputs = torch.from_numpy(np.ascontiguousarray(X))
-        targets = torch.as_tensor(codes, dtype=torch.long)
-        local = {"local_steps": self.local_steps} if self.local_steps is not None else {
-            "local_epochs": self.local_epochs
-        }
-        trainer = FederatedTrainer(
-            module,
-            per_record_cross_entropy,
-            n_rounds=self.n_rounds,
-            batch_size=self.batch_size,
-            clients_per_round=self.clients_per_round,
-            eps=self.eps,
-            delta=self.delta,
-            clip=self.clip,
-            sampling=self.sampling,
-            accounting=self.accounting,
-            aggregation=self.aggregation,
-            optimizer=self.optimizer,
-            lr=self.lr,
-            lr_schedule=self.lr_schedule,
-            seed_sequence=seeds.server,
-            client_seed=seeds.clients,
-            secure_mode=self.secure_mode,
-            privacy_budget=self.privacy_budget,
-            run_name=repr(self),
-            client_timings=self.client_timings,
-            monitor=monitor,
-            verbose=self.verbose,
-            **local,
-        ).fit([(inputs[idx], targets[idx]) for idx in indices], client_names=names,
-              backend=self.backend)
-        self.module_ = module.eval()
-        for name, value in trainer.fitted_attributes().items():
-            setattr(self, name, value)
-        return self
+            held_out = self._validation_records(validation_data, classes)
+        return self._fit_federated(records, X.shape[1:], groups, classes=classes, held_out=held_out)
 
-    def _validation_monitor(self, validation_data, encoder: LabelEncoder, dtype: torch.dtype):
+    def _validation_records(self, validation_data, classes) -> tuple[torch.Tensor, torch.Tensor]:
         try:
             X_valid, y_valid = validation_data
         except (TypeError, ValueError):
@@ -177,33 +114,21 @@ class FederatedClassifier(ClassifierMixin, BaseEstimator, metaclass=ABCMeta):
                 "The 'validation_data' parameter must be a pair (X_valid, y_valid). "
                 f"Got {type(validation_data).__name__} instead."
             ) from None
-        X_valid = self._validated_trials(validate_data(self, X_valid, allow_nd=True, dtype=np.float64, reset=False),
-                                         name="X_valid")
+        X_valid = validate_data(self, X_valid, allow_nd=True, dtype=np.float64, reset=False)
         y_valid = np.asarray(y_valid)
         if y_valid.shape != (len(X_valid),):
             raise ValueError(f"y_valid must have shape ({len(X_valid)},). Got {y_valid.shape} instead.")
-        unknown = np.setdiff1d(y_valid, encoder.classes_)
-        if unknown.size:
-            raise ValueError(f"y_valid holds labels absent from y: {unknown.tolist()!r}.")
-        inputs = torch.from_numpy(np.ascontiguousarray(X_valid))
-        targets = torch.as_tensor(encoder.transform(y_valid), dtype=torch.long)
+        return self.prepare_records(X_valid, y_valid, classes=classes)
 
-        def monitor(module: torch.nn.Module) -> dict:
-            logits = _forward_in_chunks(module, inputs)
-            return {
-                "valid_loss": float(F.cross_entropy(logits, targets)),
-                "valid_accuracy": float((logits.argmax(1) == targets).double().mean()),
-            }
-
-        return monitor
-
-    def _validated_trials(self, X: np.ndarray, name: str = "X") -> np.ndarray:
-        """X (validated, float64) in the model's dtype, finite there, after the model's own checks.
+    # hooks of FederatedEstimatorMixin
+    def _check_records(self, X: np.ndarray, name: str = "X") -> np.ndarray:
+        """X in the model's dtype, finite there, after the model's own checks.
 
         Validation happens at the dtype the network computes in: a trial that is
         finite in float64 but overflows float32 is refused here, by index, rather
         than reaching the network as inf.
         """
+        X = check_array(X, allow_nd=True, dtype=np.float64, input_name=name)
         cast = X.astype(_NUMPY_DTYPES[self.dtype], copy=False)
         bad = np.flatnonzero(~np.isfinite(cast.reshape(len(cast), -1)).all(axis=1))
         if bad.size:
@@ -214,9 +139,42 @@ class FederatedClassifier(ClassifierMixin, BaseEstimator, metaclass=ABCMeta):
             )
         return self._check_inputs(cast, name=name)
 
+    def _encode_targets(self, y, classes) -> torch.Tensor:
+        classes = np.asarray(classes)
+        y = np.asarray(y)
+        unknown = np.setdiff1d(y, classes)
+        if unknown.size:
+            raise ValueError(f"y holds labels outside the classes {classes.tolist()!r}: {unknown.tolist()!r}.")
+        return torch.as_tensor(LabelEncoder().fit(classes).transform(y), dtype=torch.long)
+
+    def _model(self, input_shape, classes, generator):
+        module = self._build_module(input_shape, len(classes), generator, DTYPES[self.dtype])
+        return module, per_record_cross_entropy
+
+    def _trainer_options(self) -> dict:
+        local = ({"local_steps": self.local_steps} if self.local_steps is not None
+                 else {"local_epochs": self.local_epochs})
+        return {"lr_schedule": self.lr_schedule, "accounting": self.accounting, **local}
+
+    def _monitor(self, validation: tuple[torch.Tensor, torch.Tensor], classes):
+        inputs, targets = validation
+
+        def monitor(module: torch.nn.Module) -> dict:
+            logits = _forward_in_chunks(module, inputs)
+            return {
+                "valid_loss": float(F.cross_entropy(logits, targets)),
+                "valid_accuracy": float((logits.argmax(1) == targets).double().mean()),
+            }
+
+        return monitor
+
+    def _set_model_attributes(self, module, classes) -> None:
+        self.module_ = module.eval()
+        self.classes_ = np.asarray(classes)
+
     def _logits(self, X) -> np.ndarray:
         check_is_fitted(self)
-        X = self._validated_trials(validate_data(self, X, allow_nd=True, dtype=np.float64, reset=False))
+        X = self._check_records(validate_data(self, X, allow_nd=True, dtype=np.float64, reset=False))
         return _forward_in_chunks(self.module_, torch.from_numpy(np.ascontiguousarray(X))).double().numpy()
 
     def decision_function(self, X):

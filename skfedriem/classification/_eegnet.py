@@ -58,13 +58,15 @@ class FederatedEEGNetClassifier(FederatedClassifier):
         exceed it is refused before training.
     client_timings : bool, default=False
         Add ``round_seconds`` and ``submission_seconds`` to ``history_`` (not private).
+    warm_start : bool, default=False
+        Continue from the fitted network; ``epsilon_`` composes every round run so far.
     backend : {"local", "flower"}, default="local"
     verbose : int, default=0
 
     Attributes
     ----------
     classes_, n_features_in_ (channels), module_ (EEGNet), epsilon_, delta_, mu0_,
-    noise_std_, batch_size_, history_ : as for :class:`FederatedSPDNetClassifier`.
+    noise_std_, batch_size_, history_, ledger_ : as for :class:`FederatedSPDNetClassifier`.
 
     Examples
     --------
@@ -111,35 +113,11 @@ class FederatedEEGNetClassifier(FederatedClassifier):
         secure_mode=False,
         privacy_budget=None,
         client_timings=False,
+        warm_start=False,
         backend="local",
         verbose=0,
     ):
-        self.eps = eps
-        self.delta = delta
-        self.clip = clip
-        self.F1 = F1
-        self.D = D
-        self.F2 = F2
-        self.kernel_length = kernel_length
-        self.n_rounds = n_rounds
-        self.local_epochs = local_epochs
-        self.local_steps = local_steps
-        self.batch_size = batch_size
-        self.clients_per_round = clients_per_round
-        self.aggregation = aggregation
-        self.optimizer = optimizer
-        self.lr = lr
-        self.lr_schedule = lr_schedule
-        self.sampling = sampling
-        self.accounting = accounting
-        self.n_clients = n_clients
-        self.dtype = dtype
-        self.random_state = random_state
-        self.secure_mode = secure_mode
-        self.privacy_budget = privacy_budget
-        self.client_timings = client_timings
-        self.verbose = verbose
-        self.backend = backend
+        self._store_parameters(locals())
 
     def _check_inputs(self, X: np.ndarray, name: str = "X") -> np.ndarray:
         if X.ndim != 3:

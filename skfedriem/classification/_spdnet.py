@@ -63,10 +63,11 @@ class FederatedSPDNetClassifier(FederatedClassifier):
         Learning rate as a function of the round.
     sampling : {"fixed", "poisson"}, default="fixed"
         Batches of exactly B trials, or Poisson sampling at rate B / m_i.
-    accounting : {"rfedproj", "prirfed"}, default="rfedproj"
-        Calibrate σ with the whole-run accounting of the paper, or with
-        PriRFed's per-round accounting and advanced composition (a baseline,
-        with ``sampling="poisson"``; about 5x more noise at equal ε).
+    accounting : str or RunAccounting, default="rfedproj"
+        A registered accounting method: the whole-run accounting of the
+        paper, or ``"prirfed"``, PriRFed's per-round accounting and advanced
+        composition (a baseline, with ``sampling="poisson"``; about 5x more
+        noise at equal ε).
     n_clients : int, default=3
         When ``fit`` gets no ``groups``: the number of clients of a random
         split by trial position (not by label).
@@ -90,6 +91,10 @@ class FederatedSPDNetClassifier(FederatedClassifier):
     client_timings : bool, default=False
         Add ``round_seconds`` and ``submission_seconds`` to ``history_``: a
         non-private diagnostic (they time work on the clients' trials).
+    warm_start : bool, default=False
+        Continue from the fitted network (same channels and classes): the new
+        rounds are calibrated to ``eps`` on their own, and ``epsilon_``
+        composes every round run so far on the same trials, as does ``history_``.
     backend : {"local", "flower"}, default="local"
         ``"local"`` runs the clients in this process; ``"flower"`` runs the
         same protocol on Flower's simulation engine (one virtual SuperNode
@@ -120,6 +125,8 @@ class FederatedSPDNetClassifier(FederatedClassifier):
         server sees); ``valid_loss`` and ``valid_accuracy`` when ``fit`` got
         ``validation_data`` (data the server holds; never the training trials);
         ``round_seconds`` and ``submission_seconds`` with ``client_timings``.
+    ledger_ : PrivacyAccountant
+        Every private step charged (all fits of a warm start).
 
     Examples
     --------
@@ -162,33 +169,11 @@ class FederatedSPDNetClassifier(FederatedClassifier):
         secure_mode=False,
         privacy_budget=None,
         client_timings=False,
+        warm_start=False,
         backend="local",
         verbose=0,
     ):
-        self.eps = eps
-        self.delta = delta
-        self.clip = clip
-        self.dims = dims
-        self.reeig_eps = reeig_eps
-        self.n_rounds = n_rounds
-        self.local_epochs = local_epochs
-        self.local_steps = local_steps
-        self.batch_size = batch_size
-        self.clients_per_round = clients_per_round
-        self.aggregation = aggregation
-        self.optimizer = optimizer
-        self.lr = lr
-        self.lr_schedule = lr_schedule
-        self.sampling = sampling
-        self.accounting = accounting
-        self.n_clients = n_clients
-        self.dtype = dtype
-        self.random_state = random_state
-        self.secure_mode = secure_mode
-        self.privacy_budget = privacy_budget
-        self.client_timings = client_timings
-        self.verbose = verbose
-        self.backend = backend
+        self._store_parameters(locals())
 
     def _check_inputs(self, X: np.ndarray, name: str = "X") -> np.ndarray:
         return check_spd(X, name=name)

@@ -38,9 +38,45 @@ from tqdm.auto import tqdm
 
 from ..classification import FederatedEEGNetClassifier, FederatedSPDNetClassifier
 
-__all__ = ["ARMS", "DATASETS", "DatasetConfig", "load_dataset", "run_study", "split_trials"]
+__all__ = ["ARMS", "ARM_SPECS", "Arm", "DATASETS", "DatasetConfig", "load_dataset", "run_study", "split_trials"]
 
-ARMS = ("projavg", "rlavg", "retavg", "prirfed", "eegnet", "central-spdnet", "central-eegnet")
+
+@dataclass(frozen=True)
+class Arm:
+    """One arm of the study: which estimator, on which inputs, federated or centralised, with which settings.
+
+    Attributes
+    ----------
+    name : str
+    network : {"spdnet", "eegnet"}
+        SPDNet trains on the trials' covariance matrices, EEGNet on the raw trials.
+    central : bool
+        All training trials in one client (the centralised reference); else
+        one client per group of subjects, with the study's participation.
+    settings : dict
+        Extra estimator parameters (aggregation, sampling, accounting).
+    """
+
+    name: str
+    network: str
+    central: bool = False
+    settings: dict = field(default_factory=dict)
+
+    @property
+    def takes_covariances(self) -> bool:
+        return self.network == "spdnet"
+
+
+ARM_SPECS: dict[str, Arm] = {arm.name: arm for arm in (
+    Arm("projavg", "spdnet", settings={"aggregation": "projavg"}),
+    Arm("rlavg", "spdnet", settings={"aggregation": "rlavg"}),
+    Arm("retavg", "spdnet", settings={"aggregation": "retavg"}),
+    Arm("prirfed", "spdnet", settings={"aggregation": "retavg", "sampling": "poisson", "accounting": "prirfed"}),
+    Arm("eegnet", "eegnet"),
+    Arm("central-spdnet", "spdnet", central=True),
+    Arm("central-eegnet", "eegnet", central=True),
+)}
+ARMS = tuple(ARM_SPECS)
 RUN_FIELDS = ["dataset", "arm", "eps", "seed", "participation", "test_accuracy", "epsilon_certified",
               "noise_std", "batch_size", "n_clients", "clients_per_round", "n_rounds", "seconds", "aggregation_ms_per_round"]
 CURVE_FIELDS = ["dataset", "arm", "eps", "seed", "participation", "round", "valid_accuracy", "epsilon"]
@@ -140,23 +176,18 @@ def split_trials(y: np.ndarray, subjects: np.ndarray, seed: int, fractions=(0.6,
 def make_estimator(arm: str, eps: float | None, seed: int, config: DatasetConfig, n_clients: int,
                    participation: float, n_rounds: int | None):
     """The estimator of one arm, with the dataset's paper settings."""
-    if arm not in ARMS:
+    if arm not in ARM_SPECS:
         raise ValueError(f"Unknown arm {arm!r}; choose from {ARMS}.")
-    eegnet = arm in ("eegnet", "central-eegnet")
-    settings = dict(config.eegnet if eegnet else config.spdnet)
+    spec = ARM_SPECS[arm]
+    settings = dict(config.spdnet if spec.takes_covariances else config.eegnet)
     if n_rounds is not None:
         settings["n_rounds"] = n_rounds
-    central = arm.startswith("central-")
-    k = None if central else max(1, int(round(participation * n_clients)))
-    common = dict(eps=eps, delta=1e-5, clients_per_round=k, random_state=seed, client_timings=True, **settings)
-    if eegnet:
+    k = None if spec.central else max(1, int(round(participation * n_clients)))
+    common = dict(eps=eps, delta=1e-5, clients_per_round=k, random_state=seed, client_timings=True, **settings,
+                  **spec.settings)
+    if not spec.takes_covariances:
         return FederatedEEGNetClassifier(**common)
-    extra = dict(dims=config.dims, reeig_eps=config.reeig_eps)
-    if arm == "prirfed":
-        extra.update(aggregation="retavg", sampling="poisson", accounting="prirfed")
-    elif not central:
-        extra.update(aggregation=arm)
-    return FederatedSPDNetClassifier(**common, **extra)
+    return FederatedSPDNetClassifier(**common, dims=config.dims, reeig_eps=config.reeig_eps)
 
 
 def _key(row: dict) -> tuple:
@@ -210,16 +241,17 @@ def run_study(dataset: str, arms, eps_values, seeds: int, participations, out: s
             done = {_key(row) for row in csv.DictReader(f)}
     todo = [(arm, eps, seed, p) for p in participations for eps in eps_values for arm in arms for seed in range(seeds)
             if _key(dict(dataset=dataset, arm=arm, eps=_eps_label(eps), seed=seed, participation=p)) not in done]
-    todo = [t for i, t in enumerate(todo) if not (t[0].startswith("central-") and t[3] != participations[0])]
+    todo = [t for t in todo if not (ARM_SPECS[t[0]].central and t[3] != participations[0])]
     if todo:
         config = DATASETS[dataset]
         X, y, subjects, clients = load_dataset(dataset, eegmmidb=eegmmidb)
-        covariances = _covariances(X) if any(not a.endswith("eegnet") for a, *_ in todo) else None
+        covariances = _covariances(X) if any(ARM_SPECS[a].takes_covariances for a, *_ in todo) else None
         n_clients = len(np.unique(clients))
         for arm, eps, seed, p in tqdm(todo, disable=verbose <= 0, desc=f"{dataset} runs", unit="run"):
             train, valid, test = split_trials(y, subjects, seed)
-            inputs = X if arm.endswith("eegnet") else covariances
-            groups = np.zeros(len(y), dtype=int) if arm.startswith("central-") else clients
+            spec = ARM_SPECS[arm]
+            inputs = covariances if spec.takes_covariances else X
+            groups = np.zeros(len(y), dtype=int) if spec.central else clients
             est = make_estimator(arm, eps, seed, config, n_clients, p, n_rounds)
             t0 = time.perf_counter()
             with warnings.catch_warnings():
@@ -230,8 +262,8 @@ def run_study(dataset: str, arms, eps_values, seeds: int, participations, out: s
             row = dict(dataset=dataset, arm=arm, eps=_eps_label(eps), seed=seed, participation=f"{p:g}",
                        test_accuracy=est.score(inputs[test], y[test]),
                        epsilon_certified=est.epsilon_, noise_std=est.noise_std_, batch_size=est.batch_size_,
-                       n_clients=1 if arm.startswith("central-") else n_clients,
-                       clients_per_round=est.clients_per_round or (1 if arm.startswith("central-") else n_clients),
+                       n_clients=1 if spec.central else n_clients,
+                       clients_per_round=est.clients_per_round or (1 if spec.central else n_clients),
                        n_rounds=est.n_rounds, seconds=seconds,
                        aggregation_ms_per_round=1e3 * float(np.mean([h["aggregation_seconds"] + h["submission_seconds"]
                                                                       for h in est.history_])))

@@ -14,6 +14,13 @@ def _eps_order(labels) -> list[str]:
     return (["none"] if "none" in set(labels) else []) + finite
 
 
+def _central(arms):
+    """Which rows are centralised references (by the study's arm table)."""
+    from .eeg import ARM_SPECS  # the study imports this module
+
+    return arms.map(lambda a: ARM_SPECS[a].central if a in ARM_SPECS else False)
+
+
 def results_table(runs) -> str:
     """Markdown tables (one per participation): test accuracy (%) mean ± sd over seeds, arms x ε.
 
@@ -24,14 +31,15 @@ def results_table(runs) -> str:
     eps_cols = _eps_order(runs["eps"])
     parts = []
     for p, block in runs.groupby("participation", sort=False):
-        central = runs[runs["arm"].str.startswith("central-")]
-        block = block if block["arm"].str.startswith("central-").any() else _concat(block, central)
+        central = runs[_central(runs["arm"])]
+        block = block if _central(block["arm"]).any() else _concat(block, central)
         stats = block.groupby(["arm", "eps"])["test_accuracy"].agg(["mean", "std", "count"])
         arms = list(dict.fromkeys(block["arm"]))
         best = {}
         for e in eps_cols:
+            is_central = dict(zip(block["arm"], _central(block["arm"])))
             federated = [(stats.loc[(a, e), "mean"], a) for a in arms
-                         if (a, e) in stats.index and not a.startswith("central-")]
+                         if (a, e) in stats.index and not is_central[a]]
             if federated:
                 best[e] = max(federated)[1]
         lines = [f"participation {p:g} (test accuracy %, mean ± sd over seeds; n = seeds)", "",

@@ -26,7 +26,7 @@ from ..privacy.per_sample import LossFn
 from ..privacy.randomness import SecretRandomness, SecureRandomness, SeededRandomness
 from .aggregation import get_aggregation
 
-__all__ = ["ClientState", "RoundInstructions", "check_iterate", "check_optimizer", "make_optimizer",
+__all__ = ["ClientRecipe", "ClientState", "RoundInstructions", "check_iterate", "check_optimizer", "make_optimizer",
            "run_client_round"]
 
 OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam}
@@ -44,6 +44,32 @@ def make_optimizer(optimizer: str | Callable, params, lr: float) -> torch.optim.
     """A client optimiser: a name in :data:`OPTIMIZERS` or ``callable(params, lr)``."""
     check_optimizer(optimizer)
     return optimizer(params, lr) if callable(optimizer) else OPTIMIZERS[optimizer](params, lr=lr)
+
+
+@dataclass(frozen=True)
+class ClientRecipe:
+    """What a client needs of the model, besides its records: all public, the same for every client.
+
+    Attributes
+    ----------
+    module : torch.nn.Module
+        A working copy of the model (its values are overwritten with θ_t each round).
+    loss_fn : callable
+        ``loss_fn(module(batch[0]), *batch[1:])`` -> per-record losses (B,).
+    optimizer : str or callable
+    reset_optimizer : bool
+    """
+
+    module: nn.Module
+    loss_fn: LossFn
+    optimizer: str | Callable = "sgd"
+    reset_optimizer: bool = True
+
+    def run_round(self, theta: dict[str, torch.Tensor], data: tuple[torch.Tensor, ...], state: ClientState,
+                  instructions: RoundInstructions) -> tuple[dict[str, torch.Tensor], float]:
+        """:func:`run_client_round` with this recipe's model, loss and optimiser."""
+        return run_client_round(self.module, theta, data, state, instructions, loss_fn=self.loss_fn,
+                                optimizer=self.optimizer, reset_optimizer=self.reset_optimizer)
 
 
 @dataclass

@@ -1,13 +1,16 @@
 """The federated round loop, for any module with manifold-tagged parameters.
 
-The loop knows nothing of PCA or SPDNet: it needs a torch module, a
-per-record loss, and the clients' records. A new model, manifold or
-aggregation rule plugs in without touching it.
+The loop knows nothing of PCA or SPDNet, of Flower or of any accounting
+method by name: it needs a torch module, a per-record loss, the clients'
+records (or a transport to them) and a registered accounting method. A new
+model, manifold, aggregation rule, accounting method or transport plugs in
+without touching it.
 """
 
 from __future__ import annotations
 
 import copy
+import importlib
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -17,16 +20,21 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from ..baselines.prirfed import prirfed_epsilon
 from ..manifolds import manifold_of
 from ..privacy import PrivacyAccountant, PrivacyBudget, trainable_parameters
 from ..privacy.accounting import DISCRETIZATION
+from ..privacy.accountings import RunAccounting, get_accounting
 from ..privacy.per_sample import LossFn
 from .aggregation import get_aggregation
-from .client import OPTIMIZERS, ClientState, RoundInstructions, check_optimizer, run_client_round
+from .checkpoint import TrainingState
+from .client import OPTIMIZERS, ClientRecipe, ClientState, RoundInstructions, check_optimizer
 from .plan import PrivacyPlan, check_client_sizes, plan_run
+from .transport import LocalTransport, Transport
 
-__all__ = ["OPTIMIZERS", "FederatedTrainer", "LocalTransport", "lr_at_round"]
+__all__ = ["BACKENDS", "OPTIMIZERS", "FederatedTrainer", "lr_at_round"]
+
+#: Backends besides "local", looked up when used ("module:function"), so the loop imports none of them.
+BACKENDS: dict[str, str] = {"flower": "skfedriem.flower.simulation:run_trainer_in_simulation"}
 
 
 def lr_at_round(lr: float, schedule: str | Callable[[int], float], round_: int, n_rounds: int) -> float:
@@ -72,9 +80,10 @@ class FederatedTrainer:
     clip : float
         C, the per-record clip norm over all blocks.
     sampling : {"fixed", "poisson"}
-    accounting : {"rfedproj", "prirfed"}, default="rfedproj"
-        How σ is calibrated and ε reported: the whole-run composition of
-        the paper, or PriRFed's per-round accounting (baseline; Poisson only).
+    accounting : str or RunAccounting, default="rfedproj"
+        How σ is calibrated and ε reported, a registered method
+        (:func:`~skfedriem.privacy.accountings.get_accounting`): the paper's
+        whole-run composition, or ``"prirfed"`` (baseline; Poisson only).
     aggregation : {"projavg", "rlavg", "retavg", "kfavg"}
     optimizer : {"sgd", "adam"} or callable
         Client optimiser, or ``callable(params, lr) -> torch.optim.Optimizer``.
@@ -103,6 +112,11 @@ class FederatedTrainer:
     client_timings : bool, default=False
         Record ``round_seconds`` and ``submission_seconds`` in the history.
         Not private: they time work done on the clients' records.
+    prior : TrainingState, optional
+        An earlier run on the same records to continue (warm start): its
+        ledger is composed into every ε this run reports, its history is
+        kept and the round numbers go on from it. The module's parameters
+        are the starting point as usual.
     monitor : callable, optional
         ``monitor(module) -> dict`` called after every round on the new θ; its
         values go into :attr:`history_`. It runs at the server, so it must only
@@ -141,7 +155,7 @@ class FederatedTrainer:
         delta: float = 1e-5,
         clip: float = 1.0,
         sampling: str = "fixed",
-        accounting: str = "rfedproj",
+        accounting: str | RunAccounting = "rfedproj",
         aggregation: str = "projavg",
         optimizer: str | Callable = "sgd",
         lr: float = 0.1,
@@ -153,6 +167,7 @@ class FederatedTrainer:
         privacy_budget: PrivacyBudget | None = None,
         run_name: str | None = None,
         client_timings: bool = False,
+        prior: TrainingState | None = None,
         monitor: Callable[[nn.Module], dict] | None = None,
         record_transcript: bool = False,
         verbose: int = 0,
@@ -168,7 +183,7 @@ class FederatedTrainer:
         self.delta = delta
         self.clip = clip
         self.sampling = sampling
-        self.accounting = accounting
+        self.accounting = get_accounting(accounting)
         self.aggregation = get_aggregation(aggregation)
         self.optimizer = optimizer
         self.lr = lr
@@ -183,6 +198,7 @@ class FederatedTrainer:
         self.privacy_budget = privacy_budget
         self.run_name = run_name
         self.client_timings = client_timings
+        self.prior = prior
         self.monitor = monitor
         self.record_transcript = record_transcript
         self.verbose = verbose
@@ -199,9 +215,10 @@ class FederatedTrainer:
         client_names : sequence, optional
             Labels used in messages (default: 0 .. n−1).
         backend : {"local", "flower"}, default="local"
-            ``"local"`` runs the clients in this process; ``"flower"`` runs the
-            same protocol on Flower's simulation engine (ServerApp and
-            ClientApps exchanging messages; needs ``skfedriem[flower]``).
+            ``"local"`` runs the clients in this process; any other name is
+            looked up in :data:`BACKENDS` when used: ``"flower"`` runs the same
+            protocol on Flower's simulation engine (ServerApp and ClientApps
+            exchanging messages; needs ``skfedriem[flower]``).
 
         Returns
         -------
@@ -213,17 +230,19 @@ class FederatedTrainer:
         client_seeds = self.client_seeds(len(clients))
         if backend == "local":
             states = [ClientState.fresh(seed, secure_mode=self.secure_mode) for seed in client_seeds]
-            return self.serve(LocalTransport(self, clients, states), sizes, names, self.seed_sequence)
-        if backend == "flower":
-            from ..flower.simulation import run_trainer_in_simulation
+            return self.serve(LocalTransport(self.client_recipe(), clients, states), sizes, names, self.seed_sequence)
+        if backend not in BACKENDS:
+            raise ValueError(f"The 'backend' parameter must be one of {['local', *BACKENDS]}. Got {backend!r} instead.")
+        # fail before the backend starts (tens of seconds for Flower and Ray) on what the server would reject
+        self._clients_per_round(len(clients))
+        check_client_sizes(sizes, names)
+        module_name, function = BACKENDS[backend].split(":")
+        getattr(importlib.import_module(module_name), function)(self, clients, names, client_seeds, self.seed_sequence)
+        return self
 
-            # fail before Flower and Ray start (tens of seconds) on what the server would reject
-            self._clients_per_round(len(clients))
-            check_client_sizes(sizes, names)
-
-            run_trainer_in_simulation(self, clients, names, client_seeds, self.seed_sequence)
-            return self
-        raise ValueError(f"The 'backend' parameter must be 'local' or 'flower'. Got {backend!r} instead.")
+    def client_recipe(self) -> ClientRecipe:
+        """What every client needs of this run's model: a working copy, the loss and the optimiser."""
+        return ClientRecipe(copy.deepcopy(self.module), self.loss_fn, self.optimizer, self.reset_optimizer)
 
     def client_seeds(self, n_clients: int) -> list[np.random.SeedSequence | None]:
         """Each client's secret seed: children of ``client_seed``, else fresh OS entropy (None in secure mode)."""
@@ -248,13 +267,22 @@ class FederatedTrainer:
                                  clip=plan.clip, noise_std=plan.noise_std, sampling=self.sampling,
                                  aggregation=self.aggregation.name)
 
-    def serve(self, transport, client_sizes: list[int], client_names: list,
-              server_seq: np.random.SeedSequence) -> FederatedTrainer:
+    def plan(self, client_sizes: list[int], client_names: list) -> PrivacyPlan:
+        """The run's plan for these clients: B, each τ_i, and σ calibrated by the accounting method."""
+        return plan_run(
+            client_sizes, client_names=client_names, batch_size=self.batch_size, n_rounds=self.n_rounds,
+            local_steps=self.local_steps, local_epochs=self.local_epochs, eps=self.eps,
+            delta=self.delta, clip=self.clip, sampling=self.sampling, accounting=self.accounting,
+        )
+
+    def serve(self, transport: Transport, client_sizes: list[int], client_names: list,
+              server_seq: np.random.SeedSequence, *, resume: TrainingState | None = None,
+              on_round: Callable[[TrainingState], None] | None = None) -> FederatedTrainer:
         """The server's side of the T rounds, over any transport to the clients.
 
         Parameters
         ----------
-        transport : object
+        transport : Transport
             ``transport.run_round(t, selected, theta, instructions)`` runs the
             selected clients (indices into ``client_sizes``) from θ_t and returns
             ``{client: (submission, submission_seconds)}`` for those that replied.
@@ -263,6 +291,12 @@ class FederatedTrainer:
         client_names : list
         server_seq : numpy.random.SeedSequence
             Draws the clients of each round (public randomness).
+        resume : TrainingState, optional
+            A checkpoint of this same run (from ``on_round``) to continue from.
+        on_round : callable, optional
+            ``on_round(state)`` with the run's :class:`TrainingState` when a
+            round starts (charged, not yet run) and when it ends: a server
+            writes its checkpoints there.
 
         Returns
         -------
@@ -272,33 +306,46 @@ class FederatedTrainer:
         -----
         With a ``privacy_budget``, the planned run is charged to it before the
         first round (and refused, before any client is contacted, when it
-        would exceed it). A round is charged to the accountant whether or not
-        every selected client replied: a client that dies mid-round still took
-        its steps.
-        The round's update averages the submissions that arrived (θ is
-        unchanged when none did); ``history_`` records who replied.
+        would exceed it). Each round is charged to the ledger when it starts,
+        before any client is contacted: a round counts whether or not every
+        selected client replied, and a round cut short by a crash counts too.
+        Resuming from a checkpoint taken at a round's start sends that round
+        again, bit for bit, without charging it again: a client that already
+        answered it answers the same (a Flower site keeps its last replies),
+        and one that never got it takes its steps once. The round's update
+        averages the submissions that arrived (θ is unchanged when none did);
+        ``history_`` records who replied.
         """
         n_clients = len(client_sizes)
         k = self._clients_per_round(n_clients)
-        self.plan_: PrivacyPlan = plan_run(
-            client_sizes, client_names=client_names, batch_size=self.batch_size, n_rounds=self.n_rounds,
-            local_steps=self.local_steps, local_epochs=self.local_epochs, eps=self.eps,
-            delta=self.delta, clip=self.clip, sampling=self.sampling, accounting=self.accounting,
-        )
-        if self.privacy_budget is not None:
+        self.plan_ = self.plan(client_sizes, client_names)
+        if self.privacy_budget is not None and resume is None:
             self.privacy_budget.charge(self.plan_.release(), label=self.run_name or type(self.module).__name__)
         server_rng = np.random.default_rng(server_seq)
-        self.accountant_ = PrivacyAccountant()
-        self.history_: list[dict] = []
-        self.transcript_: list[dict] | None = [] if self.record_transcript else None
         params = trainable_parameters(self.module)
+        start, prior = 0, self.prior if self.prior is not None else TrainingState.empty()
+        if resume is not None:
+            start, prior = resume.round, resume
+            server_rng.bit_generator.state = resume.server_rng
+            with torch.no_grad():
+                for name, p in params.items():
+                    p.copy_(resume.theta[name])
+        self.accountant_ = PrivacyAccountant.from_state_dict(prior.ledger)
+        self.history_: list[dict] = [dict(h) for h in prior.history]
+        self._round_offset = len(self.history_) - start
+        self.transcript_: list[dict] | None = [] if self.record_transcript else None
         manifolds = {name: manifold_of(p) for name, p in params.items()}
 
-        for t in tqdm(range(self.n_rounds), disable=self.verbose <= 0, desc="rounds", unit="round"):
+        for t in tqdm(range(start, self.n_rounds), disable=self.verbose <= 0, desc="rounds", unit="round"):
             round_started = time.perf_counter()
             lr = lr_at_round(self.lr, self.lr_schedule, t, self.n_rounds)
             theta = {name: p.detach().clone() for name, p in params.items()}
+            rng_before = copy.deepcopy(server_rng.bit_generator.state)
             selected = np.sort(server_rng.choice(n_clients, size=k, replace=False))
+            if not (resume is not None and resume.started and t == start):  # already charged when it started
+                self._charge_round()
+            if on_round is not None:
+                on_round(TrainingState(t, theta, self.accountant_.state_dict(), self.history_, rng_before, True))
             replies = transport.run_round(t, selected.tolist(), theta,
                                           {int(i): self.client_instructions(int(i), lr) for i in selected})
             replied = sorted(replies)
@@ -314,26 +361,33 @@ class FederatedTrainer:
                 self.transcript_.append({"theta": theta, "clients": replied, "submissions": submissions})
             self._end_round(t, lr, selected, replied, aggregation_seconds,
                             sum(replies[i][1] for i in replied), time.perf_counter() - round_started)
+            if on_round is not None:
+                on_round(self.state(t + 1, server_rng))
         return self
+
+    def state(self, completed_rounds: int, server_rng: np.random.Generator | None = None) -> TrainingState:
+        """This run's state after ``completed_rounds`` rounds: θ, ledger, history (and the selection stream)."""
+        theta = {name: p.detach().clone() for name, p in trainable_parameters(self.module).items()}
+        rng = None if server_rng is None else copy.deepcopy(server_rng.bit_generator.state)
+        return TrainingState(completed_rounds, theta, self.accountant_.state_dict(), self.history_, rng, False)
+
+    def _charge_round(self) -> None:
+        plan = self.plan_
+        if plan.mu0 is not None:
+            self.accountant_.step(mu0=plan.mu0, sample_rate=plan.sample_rate, num_steps=plan.steps_per_round,
+                                  sampling=self.sampling)
+
+    def _epsilon(self, discretization: float) -> float:
+        if self.plan_.mu0 is None:
+            return math.inf
+        return self.accounting.epsilon(self.accountant_, self.delta, steps_per_round=self.plan_.steps_per_round,
+                                       n_rounds=self.plan_.n_rounds, discretization=discretization)
 
     def _end_round(self, t: int, lr: float, selected: np.ndarray, replied: list[int], aggregation_seconds: float,
                    submission_seconds: float, round_seconds: float) -> None:
-        plan = self.plan_
-        if plan.mu0 is not None:
-            self.accountant_.step(
-                mu0=plan.mu0, sample_rate=plan.sample_rate, num_steps=plan.steps_per_round,
-                sampling=self.sampling,
-            )
-            if plan.accounting == "prirfed":
-                eps = prirfed_epsilon(plan.mu0, self.delta, plan.sample_rate, plan.steps_per_round, t + 1,
-                                      total_rounds=plan.n_rounds)
-            else:
-                # 10x the final grid: still an upper bound, fast enough for every round
-                eps = self.accountant_.get_epsilon(self.delta, discretization=10 * DISCRETIZATION)
-        else:
-            eps = math.inf
-        entry = {"round": t + 1, "epsilon": eps, "lr": lr, "clients": selected.tolist(), "replied": replied,
-                 "aggregation_seconds": aggregation_seconds}
+        # 10x the final grid: still an upper bound, fast enough for every round
+        entry = {"round": self._round_offset + t + 1, "epsilon": self._epsilon(10 * DISCRETIZATION), "lr": lr,
+                 "clients": selected.tolist(), "replied": replied, "aggregation_seconds": aggregation_seconds}
         if self.client_timings:
             entry.update(submission_seconds=submission_seconds, round_seconds=round_seconds)
         if self.monitor is not None:
@@ -344,39 +398,15 @@ class FederatedTrainer:
         """What an estimator exposes after :meth:`fit`, all post-processing of the transcript.
 
         ``epsilon_`` (certified, fine grid), ``delta_``, ``mu0_``, ``noise_std_``,
-        ``batch_size_`` (after clamping) and ``history_``.
+        ``batch_size_`` (after clamping), ``history_`` and ``ledger_`` (every
+        step charged, earlier runs included: what a warm start continues).
         """
         plan = self.plan_
         return {"epsilon_": self.epsilon_, "delta_": self.delta, "mu0_": plan.mu0, "noise_std_": plan.noise_std,
-                "batch_size_": plan.batch_size, "history_": self.history_}
+                "batch_size_": plan.batch_size, "history_": self.history_,
+                "ledger_": PrivacyAccountant.from_state_dict(self.accountant_.state_dict())}
 
     @property
     def epsilon_(self) -> float:
-        """Certified ε of the whole run on the fine grid (inf when non-private)."""
-        plan = self.plan_
-        if plan.mu0 is None:
-            return math.inf
-        if plan.accounting == "prirfed":
-            return prirfed_epsilon(plan.mu0, self.delta, plan.sample_rate, plan.steps_per_round,
-                                   max(1, len(self.history_)), total_rounds=plan.n_rounds)
-        return self.accountant_.get_epsilon(self.delta)
-
-
-class LocalTransport:
-    """The clients in this process: each runs :func:`run_client_round` on its own records and state."""
-
-    def __init__(self, trainer: FederatedTrainer, clients: Sequence[tuple[torch.Tensor, ...]],
-                 states: list[ClientState]) -> None:
-        self.trainer = trainer
-        self.clients = clients
-        self.states = states
-        self.working_copy = copy.deepcopy(trainer.module)
-
-    def run_round(self, t: int, selected: list[int], theta: dict[str, torch.Tensor],
-                  instructions: dict[int, RoundInstructions]) -> dict[int, tuple[dict, float]]:
-        """Run the selected clients from θ_t; every one replies."""
-        trainer = self.trainer
-        return {i: run_client_round(self.working_copy, theta, self.clients[i], self.states[i], instructions[i],
-                                    loss_fn=trainer.loss_fn, optimizer=trainer.optimizer,
-                                    reset_optimizer=trainer.reset_optimizer)
-                for i in selected}
+        """Certified ε of every round in the ledger (earlier runs included) on the fine grid; inf when non-private."""
+        return self._epsilon(DISCRETIZATION)

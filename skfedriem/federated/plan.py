@@ -6,10 +6,8 @@ import math
 import warnings
 from dataclasses import dataclass
 
-from ..baselines.prirfed import prirfed_calibrate_mu0
-from ..privacy import PrivacyAccountant, calibrate_mu0
-
-ACCOUNTINGS = ("rfedproj", "prirfed")
+from ..privacy import PrivacyAccountant
+from ..privacy.accountings import RunAccounting, get_accounting
 
 __all__ = ["PrivacyPlan", "check_client_sizes", "plan_run"]
 
@@ -36,9 +34,8 @@ class PrivacyPlan:
         σ = 2C / (B μ0) (0 for a non-private run).
     clip : float
         C (inf for a non-private run).
-    accounting : {"rfedproj", "prirfed"}
-        Whole-run composition (the paper's) or PriRFed's per-round accounting
-        with advanced composition (a baseline).
+    accounting : str
+        The name of the accounting method that calibrated σ.
     sampling : {"fixed", "poisson"}
     """
 
@@ -94,21 +91,17 @@ def plan_run(
     delta: float,
     clip: float,
     sampling: str,
-    accounting: str = "rfedproj",
+    accounting: str | RunAccounting = "rfedproj",
 ) -> PrivacyPlan:
     """Clamp B, fix each client's τ_i and calibrate σ for (eps, delta).
 
     Accounting: q = B / m⋆ and τ = max τ_i over the whole
     run, whatever the participation (the server chooses and sees S_t, so
-    client sampling gives no amplification). ``accounting="prirfed"``
-    calibrates with PriRFed's accounting instead (Poisson sampling only).
+    client sampling gives no amplification). σ comes from the registered
+    accounting method (:func:`~skfedriem.privacy.accountings.get_accounting`).
     """
-    if accounting not in ACCOUNTINGS:
-        raise ValueError(f"The 'accounting' parameter must be one of {ACCOUNTINGS}. Got {accounting!r} instead.")
-    if accounting == "prirfed" and sampling != "poisson":
-        raise ValueError(
-            f"accounting='prirfed' accounts Poisson-subsampled steps: use sampling='poisson'. Got {sampling!r}."
-        )
+    method = get_accounting(accounting)
+    method.check_sampling(sampling)
     check_client_sizes(client_sizes, client_names)
     smallest = min(range(len(client_sizes)), key=client_sizes.__getitem__)
     m_star = client_sizes[smallest]
@@ -130,7 +123,7 @@ def plan_run(
     tau = max(taus)
     total = n_rounds * tau
     if eps is None or math.isinf(eps):
-        return PrivacyPlan(batch_size, taus, q, tau, total, None, 0.0, math.inf, accounting, sampling)
+        return PrivacyPlan(batch_size, taus, q, tau, total, None, 0.0, math.inf, method.name, sampling)
     if delta >= 1 / m_star:
         warnings.warn(
             f"delta={delta:g} is not small against 1/m⋆ = 1/{m_star}: (eps, delta)-DP at this delta "
@@ -138,9 +131,6 @@ def plan_run(
             UserWarning,
             stacklevel=4,
         )
-    if accounting == "prirfed":
-        mu0 = prirfed_calibrate_mu0(eps, delta, q, tau, n_rounds)
-    else:
-        mu0 = calibrate_mu0(eps, delta, q, total, sampling)
-    return PrivacyPlan(batch_size, taus, q, tau, total, mu0, 2 * clip / (batch_size * mu0), clip, accounting,
+    mu0 = method.calibrate(eps, delta, sample_rate=q, steps_per_round=tau, n_rounds=n_rounds, sampling=sampling)
+    return PrivacyPlan(batch_size, taus, q, tau, total, mu0, 2 * clip / (batch_size * mu0), clip, method.name,
                        sampling)

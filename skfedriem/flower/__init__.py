@@ -1,9 +1,11 @@
 """Running skfedriem's protocol on Flower (https://flower.ai), the federated engine.
 
 * ``backend="flower"`` on any estimator: Flower's in-process simulation engine.
-* :mod:`skfedriem.flower.pca_app`: the ServerApp and ClientApp of a real
-  FederatedPCA deployment (``flower-superlink``, one ``flower-supernode`` per
-  site, ``flwr run``); :mod:`skfedriem.flower.loopback` runs one on this host.
+* :mod:`skfedriem.flower.apps`: the ServerApp and ClientApp of a real
+  deployment of each estimator (``flower-superlink``, one ``flower-supernode``
+  per site, ``flwr run``), with their Flower App projects (:data:`~skfedriem.flower.apps.APP_DIRS`);
+  :mod:`skfedriem.flower.loopback` runs one on this host, with TLS and
+  authenticated SuperNodes.
 
 Needs the optional dependencies: ``pip install "skfedriem[flower]"``.
 """
@@ -14,6 +16,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     raise ImportError('The Flower backend needs Flower: pip install "skfedriem[flower]".') from exc
 
 from ._client_app import ClientSetup, PrivacyBudgetExceeded, make_client_app
-from ._protocol import FlowerTransport, discover_clients
+from ._protocol import ClientInfo, FlowerTransport, NodeDirectory
 
-__all__ = ["ClientSetup", "FlowerTransport", "PrivacyBudgetExceeded", "discover_clients", "make_client_app"]
+__all__ = ["ClientInfo", "ClientSetup", "FlowerTransport", "NodeDirectory", "PrivacyBudgetExceeded",
+           "make_client_app"]

@@ -10,14 +10,13 @@ import numpy as np
 import torch
 from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
-from torch import nn
 
 from ..exceptions import PrivacyBudgetExceeded
-from ..federated.client import ClientState, RoundInstructions, check_iterate, run_client_round
+from ..federated.client import ClientRecipe, ClientState, RoundInstructions, check_iterate
 from ..privacy import PrivacyAccountant, PrivacyBudget
 from ..privacy.accounting import DISCRETIZATION
-from ..privacy.per_sample import LossFn
 from ._protocol import decode_arrays, decode_instructions, encode_arrays
+from ._replies import ReplyCache
 
 __all__ = ["ClientSetup", "PrivacyBudgetExceeded", "make_client_app"]
 
@@ -38,9 +37,8 @@ class ClientSetup:
         The client's name (unique in the federation).
     data : tuple of Tensor
         Its records ``(inputs, *targets)``.
-    module : torch.nn.Module
-        A working copy of the model (its values are overwritten with θ_t).
-    loss_fn : callable
+    recipe : ClientRecipe
+        The model's working copy (overwritten with θ_t), loss and optimiser.
     seed : numpy.random.SeedSequence, optional
         Seeds the client's batches and noise for this run (reproducible, and
         replayable by anyone who knows it; the simulation backend passes the
@@ -50,8 +48,6 @@ class ClientSetup:
     secure_mode : bool, default=False
         Batches and noise from the OS's cryptographically secure generator
         (``seed`` must then be None).
-    optimizer : str or callable
-    reset_optimizer : bool
     max_epsilon : float, optional
         The site's own privacy budget over every round of every run on these
         records: before each round the client charges the steps it is asked to
@@ -65,16 +61,16 @@ class ClientSetup:
     ledger_path : str, optional
         The site's ledger file (needed with ``max_epsilon``): it persists across
         runs and restarts, and is written, atomically, before the reply leaves.
+        Its folder also keeps the site's last replies (``<ledger_path>.replies``):
+        a request repeated bit for bit (a resumed server re-sending the round
+        it crashed in) gets the same reply, neither a fresh release nor a charge.
     """
 
     name: str
     data: tuple[torch.Tensor, ...]
-    module: nn.Module
-    loss_fn: LossFn
+    recipe: ClientRecipe
     seed: np.random.SeedSequence | None = None
     secure_mode: bool = False
-    optimizer: str | Callable = "sgd"
-    reset_optimizer: bool = True
     max_epsilon: float | None = None
     delta: float = 1e-5
     ledger_path: str | None = None
@@ -85,6 +81,10 @@ class ClientSetup:
                              "kept in memory would start again from zero with every run and every restart.")
         if self.secure_mode and self.seed is not None:
             raise ValueError(f"Site {self.name!r}: secure-mode cannot be seeded; remove the seed.")
+
+    def replies(self) -> ReplyCache | None:
+        """The site's last replies (None without a ledger file)."""
+        return None if self.ledger_path is None else ReplyCache(self.ledger_path + ".replies")
 
     def ledger(self) -> PrivacyBudget:
         """The site's persistent ledger (max_epsilon at delta, composed over every round charged to it)."""
@@ -126,9 +126,10 @@ def make_client_app(setup: Callable[[Context], ClientSetup]) -> ClientApp:
     -----
     A ``train`` message is handled in this order: θ_t is checked
     (:func:`~skfedriem.federated.client.check_iterate`; an error reply if it is
-    off the manifold, not finite or misshapen), the round is charged to the
-    site's ledger file (with ``max_epsilon``; an error reply if refused), the
-    private local steps run, and the reply leaves. The client's secret
+    off the manifold, not finite or misshapen); a request identical to one
+    already answered gets that answer again; otherwise the round is charged
+    to the site's ledger file (with ``max_epsilon``; an error reply if
+    refused), the private local steps run, the reply is kept, and it leaves. The client's secret
     randomness starts fresh at each run's first round and, with its optimiser
     state, is kept in the node's ``context.state`` for the run's next rounds;
     none of it is ever part of a reply, which holds only Sub(θ_t, θ_i) and the
@@ -139,25 +140,31 @@ def make_client_app(setup: Callable[[Context], ClientSetup]) -> ClientApp:
     @app.query()
     def query(msg: Message, context: Context) -> Message:
         client = setup(context)
-        info = ConfigRecord({"name": str(client.name), "n_records": int(client.data[0].shape[0])})
+        info = ConfigRecord({"name": str(client.name), "n_records": int(client.data[0].shape[0]),
+                             "input_shape": [int(d) for d in client.data[0].shape[1:]]})
         return Message(RecordDict({"client": info}), reply_to=msg)
 
     @app.train()
     def train(msg: Message, context: Context) -> Message:
         client = setup(context)
-        theta = check_iterate(client.module, decode_arrays(msg.content["theta"]))
+        theta = check_iterate(client.recipe.module, decode_arrays(msg.content["theta"]))
         instructions = decode_instructions(msg.content["instructions"])
-        if client.max_epsilon is not None:
-            client.ledger().charge(_round_release(client, instructions),
-                                   label=f"run {msg.metadata.run_id} round {msg.metadata.group_id}")
-        stored = context.state.config_records.get(_STATE_KEY)
-        state = (ClientState.from_bytes(stored["state"]) if stored is not None
-                 else ClientState.fresh(client.seed, secure_mode=client.secure_mode))
-        submission, seconds = run_client_round(
-            client.module, theta, client.data, state, instructions,
-            loss_fn=client.loss_fn, optimizer=client.optimizer, reset_optimizer=client.reset_optimizer,
-        )
-        context.state.config_records[_STATE_KEY] = ConfigRecord({"state": state.to_bytes()})
+        replies = client.replies()
+        key = None if replies is None else ReplyCache.key(theta, instructions)
+        cached = None if replies is None else replies.get(key)
+        if cached is not None:
+            submission, seconds = cached
+        else:
+            if client.max_epsilon is not None:
+                client.ledger().charge(_round_release(client, instructions),
+                                       label=f"run {msg.metadata.run_id} round {msg.metadata.group_id}")
+            stored = context.state.config_records.get(_STATE_KEY)
+            state = (ClientState.from_bytes(stored["state"]) if stored is not None
+                     else ClientState.fresh(client.seed, secure_mode=client.secure_mode))
+            submission, seconds = client.recipe.run_round(theta, client.data, state, instructions)
+            context.state.config_records[_STATE_KEY] = ConfigRecord({"state": state.to_bytes()})
+            if replies is not None:
+                replies.put(key, submission, seconds)
         content = RecordDict({"submission": encode_arrays(submission),
                               "metrics": MetricRecord({"submission_seconds": seconds})})
         return Message(content, reply_to=msg)

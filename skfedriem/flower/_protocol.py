@@ -4,9 +4,9 @@ Flower only moves arrays here. The local steps (:func:`~skfedriem.federated.clie
 the aggregation and the accountant (:meth:`~skfedriem.federated.FederatedTrainer.serve`) are the
 engine's own code. Two message types:
 
-* ``query`` (server → every node): the reply carries the client's ``name`` and
+* ``query`` (server → every node): the reply carries the client's ``name``,
   ``n_records`` (public under substitution neighbours; the server needs the
-  smallest m_i to calibrate σ).
+  smallest m_i to calibrate σ) and ``input_shape``, the shape of one record.
 * ``train`` (server → selected nodes): θ_t as an ArrayRecord and the round's
   public instructions as a ConfigRecord; the reply carries only Sub(θ_t, θ_i).
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
@@ -23,7 +23,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 
 from ..federated.client import RoundInstructions
 
-__all__ = ["FlowerTransport", "decode_arrays", "decode_instructions", "discover_clients", "encode_arrays",
+__all__ = ["ClientInfo", "FlowerTransport", "NodeDirectory", "decode_arrays", "decode_instructions", "encode_arrays",
            "encode_instructions"]
 
 
@@ -47,54 +47,87 @@ def decode_instructions(record: ConfigRecord) -> RoundInstructions:
     return RoundInstructions(**{k: record[k] for k in RoundInstructions.__dataclass_fields__})
 
 
-def _wait_for_nodes(grid, n_nodes: int, timeout: float) -> list[int]:
-    deadline = time.monotonic() + timeout
-    while True:
-        nodes = sorted(grid.get_node_ids())
-        if len(nodes) >= n_nodes:
-            return nodes
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"Only {len(nodes)} of the {n_nodes} expected Flower nodes connected within {timeout} s.")
-        time.sleep(0.05)
+@dataclass(frozen=True)
+class ClientInfo:
+    """What a node says of its client in reply to ``query``: all public."""
+
+    name: str
+    n_records: int
+    input_shape: tuple[int, ...]
 
 
-def discover_clients(grid, n_clients: int, *, timeout: float = 120.0, order: list[str] | None = None):
-    """Ask every node for its client name and record count.
+def _describe(reply) -> ClientInfo:
+    info = reply.content["client"]
+    return ClientInfo(str(info["name"]), int(info["n_records"]), tuple(int(s) for s in info["input_shape"]))
+
+
+class NodeDirectory:
+    """Which Flower node serves which client, kept up to date as sites leave and come back.
+
+    A site that restarts gets a new node id; the directory learns it by
+    asking every node it does not know yet for its client's name.
 
     Parameters
     ----------
     grid : flwr.serverapp.Grid
-    n_clients : int
-        Nodes to wait for.
-    timeout : float
-        Seconds to wait for the nodes and their replies.
-    order : list of str, optional
-        The client names in the order the trainer indexes them; default sorted.
-
-    Returns
-    -------
-    node_ids : list of int
-        The node of each client, in client order.
-    names : list of str
-    sizes : list of int
+    query_timeout : float, default=30
+        Seconds to wait for an unknown node's description in one attempt.
     """
-    nodes = _wait_for_nodes(grid, n_clients, timeout)
-    query = [Message(RecordDict(), dst_node_id=node, message_type="query") for node in nodes]
-    replies = list(grid.send_and_receive(query, timeout=timeout))
-    found = {}
-    for reply in replies:
-        if reply.has_error():
-            raise RuntimeError(f"Node {reply.metadata.src_node_id} failed to describe its client: {reply.error.reason}")
-        info = reply.content["client"]
-        found[str(info["name"])] = (reply.metadata.src_node_id, int(info["n_records"]))
-    if len(found) < n_clients:
-        raise RuntimeError(f"{len(found)} of the {n_clients} expected clients answered (names {sorted(found)}); "
-                           "client names must be unique.")
-    names = list(order) if order is not None else sorted(found)
-    missing = [n for n in names if n not in found]
-    if missing:
-        raise RuntimeError(f"No node serves client(s) {missing}; nodes serve {sorted(found)}.")
-    return [found[n][0] for n in names], names, [found[n][1] for n in names]
+
+    def __init__(self, grid, *, query_timeout: float = 30.0) -> None:
+        self.grid = grid
+        self.query_timeout = query_timeout
+        self.clients: dict[str, ClientInfo] = {}
+        self.node_of: dict[str, int] = {}
+        self._asked: set[int] = set()
+
+    def _ask(self, nodes: list[int], timeout: float) -> None:
+        if not nodes:
+            return
+        queries = [Message(RecordDict(), dst_node_id=node, message_type="query") for node in nodes]
+        for reply in self.grid.send_and_receive(queries, timeout=timeout):
+            node = reply.metadata.src_node_id
+            if reply.has_error():
+                continue  # asked again at the next refresh: a node may answer once its app is up
+            info = _describe(reply)
+            self._asked.add(node)
+            self.clients.setdefault(info.name, info)
+            self.node_of[info.name] = node
+
+    def refresh(self, timeout: float | None = None) -> None:
+        """Ask the nodes that joined since the last call which client they serve."""
+        online = set(self.grid.get_node_ids())
+        self._ask(sorted(online - self._asked), self.query_timeout if timeout is None else timeout)
+
+    def discover(self, n_clients: int, *, timeout: float, order: list[str] | None = None):
+        """Wait until ``n_clients`` distinct clients have described themselves (or raise, naming what is missing).
+
+        Returns
+        -------
+        names : list of str
+            In ``order`` (default: sorted).
+        sizes : list of int
+        input_shapes : list of tuple of int
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            self.refresh(timeout=max(1.0, min(self.query_timeout, deadline - time.monotonic())))
+            expected = order if order is not None else None
+            have = set(self.clients)
+            done = have >= set(expected) if expected is not None else len(have) >= n_clients
+            if done:
+                break
+            if time.monotonic() > deadline:
+                online = sorted(self.grid.get_node_ids())
+                wanted = sorted(set(expected) - have) if expected is not None else f"{n_clients - len(have)} more"
+                raise RuntimeError(
+                    f"{len(have)} of the {n_clients} expected clients described themselves within {timeout:g} s "
+                    f"(answered: {sorted(have)}; missing: {wanted}; nodes online: {len(online)}). Client names must "
+                    "be unique, and every site must reach the SuperLink."
+                )
+            time.sleep(0.2)
+        names = list(order) if order is not None else sorted(self.clients)[:n_clients]
+        return names, [self.clients[n].n_records for n in names], [self.clients[n].input_shape for n in names]
 
 
 class FlowerTransport:
@@ -102,9 +135,11 @@ class FlowerTransport:
 
     Parameters
     ----------
-    grid : flwr.serverapp.Grid
-    node_ids : list of int
-        The node of each client (client order).
+    directory : NodeDirectory
+        Which node serves which client (refreshed every round, so a site that
+        restarts under a new node id rejoins).
+    names : list of str
+        The client names, in the order the trainer indexes them.
     timeout : float or None
         Seconds to wait for a round's replies; None waits for all.
     on_failure : {"raise", "skip"}
@@ -115,23 +150,27 @@ class FlowerTransport:
         cost is charged: the accountant charges every round for every client.
     """
 
-    def __init__(self, grid, node_ids: list[int], *, timeout: float | None = None, on_failure: str = "raise"):
+    def __init__(self, directory: NodeDirectory, names: list[str], *, timeout: float | None = None,
+                 on_failure: str = "raise"):
         if on_failure not in ("raise", "skip"):
             raise ValueError(f"The 'on_failure' parameter must be 'raise' or 'skip'. Got {on_failure!r} instead.")
-        self.grid = grid
-        self.node_ids = node_ids
+        self.directory = directory
+        self.names = names
         self.timeout = timeout
         self.on_failure = on_failure
 
     def run_round(self, t: int, selected: list[int], theta: dict[str, torch.Tensor],
                   instructions: dict[int, RoundInstructions]) -> dict[int, tuple[dict, float]]:
         """Send θ_t and the instructions to the selected clients; decode the submissions that come back."""
-        online = set(self.grid.get_node_ids())
+        grid = self.directory.grid
+        self.directory.refresh(timeout=min(5.0, self.timeout or 5.0))
+        online = set(grid.get_node_ids())
         weights = encode_arrays(theta)
+        nodes = {i: self.directory.node_of.get(self.names[i]) for i in selected}
         sent = {i: Message(RecordDict({"theta": weights, "instructions": encode_instructions(instructions[i])}),
-                           dst_node_id=self.node_ids[i], message_type="train", group_id=str(t + 1))
-                for i in selected if self.node_ids[i] in online}
-        replies = self.grid.send_and_receive(list(sent.values()), timeout=self.timeout)
+                           dst_node_id=nodes[i], message_type="train", group_id=str(t + 1))
+                for i in selected if nodes[i] in online}
+        replies = grid.send_and_receive(list(sent.values()), timeout=self.timeout)
         # the grid set each message's id when pushing it; an error reply may come from the SuperLink itself
         client_of = {message.metadata.message_id: i for i, message in sent.items()}
         out, failures = {}, {i: "offline" for i in selected if i not in sent}

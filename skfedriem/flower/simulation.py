@@ -29,11 +29,9 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 from flwr.simulation import run_simulation
-from torch import nn
-
-from ..privacy.per_sample import LossFn
+from ..federated.client import ClientRecipe
 from ._client_app import ClientSetup, make_client_app
-from ._protocol import FlowerTransport, discover_clients
+from ._protocol import FlowerTransport, NodeDirectory
 
 __all__ = ["run_trainer_in_simulation"]
 
@@ -49,10 +47,7 @@ class _SimulationClients:
     names: list[str]
     seeds: list[np.random.SeedSequence | None]
     secure_mode: bool
-    module: nn.Module
-    loss_fn: LossFn
-    optimizer: object
-    reset_optimizer: bool
+    recipe: ClientRecipe
 
     def __call__(self, context: Context) -> ClientSetup:
         i = int(context.node_config["partition-id"])
@@ -60,9 +55,8 @@ class _SimulationClients:
         if path not in _LOADED:
             torch.set_num_threads(1)  # one core per virtual client
             data = tuple(torch.load(path, weights_only=True))
-            _LOADED[path] = ClientSetup(self.names[i], data, copy.deepcopy(self.module), self.loss_fn,
-                                        seed=self.seeds[i], secure_mode=self.secure_mode, optimizer=self.optimizer,
-                                        reset_optimizer=self.reset_optimizer)
+            _LOADED[path] = ClientSetup(self.names[i], data, copy.deepcopy(self.recipe), seed=self.seeds[i],
+                                        secure_mode=self.secure_mode)
         return _LOADED[path]
 
 
@@ -98,16 +92,15 @@ def run_trainer_in_simulation(trainer, clients: Sequence[tuple[torch.Tensor, ...
     with tempfile.TemporaryDirectory(prefix="skfedriem-flower-") as folder:
         for i, data in enumerate(clients):
             torch.save(tuple(x.contiguous() for x in data), Path(folder) / f"client-{i}.pt")
-        setup = _SimulationClients(folder, str_names, list(client_seeds), trainer.secure_mode,
-                                   copy.deepcopy(trainer.module), trainer.loss_fn, trainer.optimizer,
-                                   trainer.reset_optimizer)
+        setup = _SimulationClients(folder, str_names, list(client_seeds), trainer.secure_mode, trainer.client_recipe())
         server = ServerApp()
 
         @server.main()
         def main(grid: Grid, context: Context) -> None:
             try:
-                node_ids, _, sizes = discover_clients(grid, len(clients), order=str_names)
-                trainer.serve(FlowerTransport(grid, node_ids, on_failure="raise"), sizes, list(names), server_seq)
+                directory = NodeDirectory(grid)
+                _, sizes, _ = directory.discover(len(clients), timeout=300.0, order=str_names)
+                trainer.serve(FlowerTransport(directory, str_names, on_failure="raise"), sizes, list(names), server_seq)
             except BaseException as exc:  # re-raised in the caller's thread below
                 failure.append(exc)
                 raise

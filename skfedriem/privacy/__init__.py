@@ -2,6 +2,7 @@
 
 from .accountant import PrivacyAccountant
 from .accounting import DISCRETIZATION, calibrate_mu0, epsilon_spent, gdp_epsilon, gdp_mu
+from .accountings import RunAccounting, WholeRunAccounting, accounting_names, get_accounting, register_accounting
 from .budget import PrivacyBudget
 from .layerwise import layerwise_per_sample_gradients, supports_layerwise
 from .mechanism import (
@@ -24,6 +25,11 @@ __all__ = [
     "PoissonSampler",
     "PrivacyAccountant",
     "PrivacyBudget",
+    "RunAccounting",
+    "WholeRunAccounting",
+    "accounting_names",
+    "get_accounting",
+    "register_accounting",
     "PrivateManifoldOptimizer",
     "DenseGradients",
     "PerRecordGradients",

@@ -223,7 +223,7 @@ def test_bad_targets_groups_and_validation_data():
         clf.fit(X, y, groups=np.r_[np.zeros(19), 1])
     with pytest.raises(TypeError, match="'validation_data'"):
         clf.fit(X, y, validation_data=X)
-    with pytest.raises(ValueError, match="absent from y"):
+    with pytest.raises(ValueError, match="outside the classes"):
         clf.fit(X, y, validation_data=(X, y + 7))
 
 
@@ -262,3 +262,14 @@ def test_history_holds_client_timings_only_on_request(spd_data):
     timed = FederatedSPDNetClassifier(**{**FAST, "n_rounds": 2, "client_timings": True}).fit(X, y, groups=groups)
     assert {"round_seconds", "submission_seconds"} <= set(timed.history_[0])
     assert timed.history_[0]["round_seconds"] >= timed.history_[0]["submission_seconds"] >= 0
+
+
+def test_warm_start_continues_with_the_same_classes(spd_data):
+    X, y, groups = spd_data
+    clf = FederatedSPDNetClassifier(**{**FAST, "n_rounds": 2, "warm_start": True}).fit(X, y, groups=groups)
+    clf.fit(X, y, groups=groups)
+    assert [h["round"] for h in clf.history_] == [1, 2, 3, 4]
+    first_half = FederatedSPDNetClassifier(**{**FAST, "n_rounds": 2}).fit(X, y, groups=groups)
+    assert clf.ledger_.steps == 2 * first_half.ledger_.steps and clf.epsilon_ > first_half.epsilon_
+    with pytest.raises(ValueError, match="outside the classes"):
+        clf.fit(X, np.where(y == y[0], 99, y), groups=groups)

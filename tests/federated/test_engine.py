@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from skfedriem.federated import FederatedTrainer
+from skfedriem.federated import FederatedTrainer, TrainingState
 from skfedriem.federated.client import ClientState
-from skfedriem.federated.engine import LocalTransport
+from skfedriem.federated import LocalTransport
 from skfedriem.privacy import epsilon_spent
 
 from ..privacy.models import StiefelNet, cross_entropy, make_data
@@ -130,7 +130,7 @@ def serve_with(dead, seed=0, **kw):
     t = trainer(seed=seed, **kw)
     data = clients()
     states = [ClientState.fresh(s) for s in t.client_seeds(len(data))]
-    transport = DroppingTransport(t, data, states, dead=dead)
+    transport = DroppingTransport(t.client_recipe(), data, states, dead=dead)
     return t.serve(transport, [len(d[0]) for d in data], [0, 1, 2], t.seed_sequence), transport
 
 
@@ -163,7 +163,7 @@ def test_round_without_any_submission_keeps_theta():
 
 
 def test_unknown_backend_is_rejected():
-    with pytest.raises(ValueError, match="'backend'.*'local' or 'flower'.*'ray'"):
+    with pytest.raises(ValueError, match=r"'backend'.*\['local', 'flower'\].*'ray'"):
         trainer().fit(clients(), backend="ray")
 
 
@@ -176,3 +176,49 @@ def test_client_state_round_trips_through_bytes():
                        copy.randomness.standard_normal((4,), torch.float32))
     secure = ClientState.from_bytes(ClientState.fresh(secure_mode=True).to_bytes())
     assert type(secure.randomness).__name__ == "SecureRandomness"
+
+
+class CrashingTransport(LocalTransport):
+    """The server dies at round ``crash_at``, after it charged and checkpointed the round, before any client ran."""
+
+    def __init__(self, *args, crash_at, **kw):
+        super().__init__(*args, **kw)
+        self.crash_at = crash_at
+
+    def run_round(self, t, selected, theta, instructions):
+        if t == self.crash_at:
+            raise RuntimeError("server crash")
+        return super().run_round(t, selected, theta, instructions)
+
+
+def test_resuming_a_crashed_run_from_its_checkpoint_equals_the_uninterrupted_run(tmp_path):
+    data = clients()
+    full = trainer(n_rounds=4).fit(data)
+    crashed = trainer(n_rounds=4)
+    states = [ClientState.fresh(s) for s in crashed.client_seeds(len(data))]
+    saved = []
+    with pytest.raises(RuntimeError, match="server crash"):
+        crashed.serve(CrashingTransport(crashed.client_recipe(), data, states, crash_at=2), [60] * 3, [0, 1, 2],
+                      crashed.seed_sequence, on_round=saved.append)
+    assert saved[-1].started and saved[-1].round == 2  # round 3 had started: it is charged in the checkpoint
+    saved[-1].save(tmp_path / "checkpoint.pt")
+    state = TrainingState.load(tmp_path / "checkpoint.pt")
+    resumed = trainer(n_rounds=4)
+    resumed.serve(LocalTransport(resumed.client_recipe(), data, states), [60] * 3, [0, 1, 2], resumed.seed_sequence,
+                  resume=state)
+    for a, b in zip(full.module.parameters(), resumed.module.parameters()):
+        assert torch.equal(a, b)
+    assert resumed.accountant_.steps == full.accountant_.steps == 4 * 2  # the crashed round is charged once
+    assert resumed.epsilon_ == full.epsilon_
+    assert [h["epsilon"] for h in resumed.history_] == [h["epsilon"] for h in full.history_]
+    assert [h["round"] for h in resumed.history_] == [1, 2, 3, 4]
+
+
+def test_a_prior_ledger_is_composed_into_every_reported_epsilon():
+    first = trainer(n_rounds=2).fit(clients())
+    prior = TrainingState(0, {}, first.accountant_.state_dict(), first.history_)
+    second = trainer(n_rounds=2, prior=prior).fit(clients())
+    assert [h["round"] for h in second.history_] == [1, 2, 3, 4]
+    assert second.accountant_.steps == 2 * first.accountant_.steps
+    assert first.epsilon_ < second.epsilon_ < 2 * first.epsilon_
+    assert second.epsilon_ == pytest.approx(epsilon_spent(first.plan_.mu0, first.plan_.sample_rate, 8, 1e-5))

@@ -11,7 +11,7 @@ from flwr.supercore.task_identity import TaskIdentity
 
 from skfedriem.decomposition import identity_loss
 from skfedriem.exceptions import InvalidIterateError
-from skfedriem.federated.client import ClientState, RoundInstructions, run_client_round
+from skfedriem.federated.client import ClientRecipe, ClientState, RoundInstructions, run_client_round
 from skfedriem.flower import ClientSetup, make_client_app
 from skfedriem.flower._client_app import _MU0_CEILING, PrivacyBudgetExceeded
 from skfedriem.flower._protocol import decode_arrays, encode_arrays, encode_instructions
@@ -34,7 +34,7 @@ def setup(max_epsilon=None, ledger_path=None, seed=7):
     X = torch.from_numpy(np.random.default_rng(0).normal(size=(50, 6)) / 3)
     module = PCAProjector(6, 2, "grassmann", generator=torch.Generator().manual_seed(0))
     seed = None if seed is None else np.random.SeedSequence(seed)
-    client = ClientSetup("site-a", (X,), module, identity_loss, seed=seed, max_epsilon=max_epsilon,
+    client = ClientSetup("site-a", (X,), ClientRecipe(module, identity_loss), seed=seed, max_epsilon=max_epsilon,
                          ledger_path=None if ledger_path is None else str(ledger_path))
     return client, make_client_app(lambda context: client)
 
@@ -58,12 +58,12 @@ def theta_of(module):
 def test_query_reports_only_name_and_size():
     _, app = setup()
     reply = app(Message(RecordDict(), dst_node_id=1, message_type="query"), context())
-    assert dict(reply.content["client"]) == {"name": "site-a", "n_records": 50}
+    assert dict(reply.content["client"]) == {"name": "site-a", "n_records": 50, "input_shape": [6]}
 
 
 def test_train_reply_is_the_submission_of_the_engine_round_and_state_stays_on_the_site():
     client, app = setup()
-    theta = theta_of(client.module)
+    theta = theta_of(client.recipe.module)
     ctx = context()
     msg, instructions = train_message(theta)
     reply = app(msg, ctx)
@@ -83,7 +83,7 @@ def test_train_reply_is_the_submission_of_the_engine_round_and_state_stays_on_th
 
 def test_site_budget_refuses_noiseless_and_over_budget_rounds(tmp_path):
     client, app = setup(max_epsilon=3.0, ledger_path=tmp_path / "ledger.json")
-    theta = theta_of(client.module)
+    theta = theta_of(client.recipe.module)
     with pytest.raises(PrivacyBudgetExceeded, match="without noise"):
         app(train_message(theta, noise_std=0.0)[0], context())
     with pytest.raises(PrivacyBudgetExceeded, match="mu0 = 2e\\+03 > 10"):
@@ -94,7 +94,8 @@ def test_site_budget_refuses_noiseless_and_over_budget_rounds(tmp_path):
     rounds = 0
     with pytest.raises(PrivacyBudgetExceeded, match="would take"):
         for rounds in range(1, 100):
-            app(train_message(theta, noise_std=0.5, local_steps=5)[0], ctx)  # mu0 = 0.4, q = 0.2
+            # mu0 = 0.4, q = 0.2; a new request each round (a repeated one would get its cached reply)
+            app(train_message(theta, noise_std=0.5, local_steps=5, lr=0.1 + rounds)[0], ctx)
     assert 1 < rounds < 99  # some rounds ran, then the ledger stopped the site
     assert len(client.ledger().fits) == rounds - 1  # refused rounds are not recorded
     assert client.ledger().spent() <= 3.0
@@ -107,7 +108,7 @@ def test_max_epsilon_without_a_ledger_file_is_refused():
 
 def test_an_off_manifold_theta_gets_an_error_and_costs_nothing(tmp_path):
     client, app = setup(max_epsilon=3.0, ledger_path=tmp_path / "ledger.json")
-    theta = theta_of(client.module)
+    theta = theta_of(client.recipe.module)
     theta["weight"] = 0.99 * theta["weight"]
     with pytest.raises(InvalidIterateError, match="not a point of Grassmann"):
         app(train_message(theta)[0], context())
@@ -127,14 +128,14 @@ def _replay(app_for_run, theta, lr=1e-4):
         TaskIdentity.run_id = run_id
         msg, _ = train_message(theta, noise_std=sigma, batch_size=50, local_steps=1, lr=lr)
         subs.append(decode_arrays(app(msg, context(run_id)).content["submission"])["weight"])
-    clean = private_gradient(client.module, identity_loss, client.data, clip=1.0, noise_std=0.0, denominator=50)
+    clean = private_gradient(client.recipe.module, identity_loss, client.data, clip=1.0, noise_std=0.0, denominator=50)
     recovered = -(2 * subs[0] - subs[1]) / lr
     return float((recovered - clean["weight"]).norm() / clean["weight"].norm())
 
 
 def test_budget_and_fresh_noise_hold_across_runs_and_restarts(tmp_path):
     ledger = tmp_path / "site-a.ledger.json"
-    theta = theta_of(setup()[0].module)
+    theta = theta_of(setup()[0].recipe.module)
     # two runs, the site restarted in between (a new process: only the ledger file remains)
     assert _replay(lambda: setup(max_epsilon=50.0, ledger_path=ledger, seed=None), theta) > 1.0
     fits = PrivacyBudget(50.0, path=ledger).fits
@@ -154,7 +155,7 @@ def test_budget_and_fresh_noise_hold_across_runs_and_restarts(tmp_path):
 
 def test_the_replay_check_recovers_the_gradient_when_the_noise_repeats(tmp_path):
     """What the check above catches: a site whose noise is the same in every run (a fixed seed)."""
-    theta = theta_of(setup()[0].module)
+    theta = theta_of(setup()[0].recipe.module)
     assert _replay(lambda: setup(seed=7), theta) < 1e-2
 
 
@@ -164,3 +165,21 @@ def test_rounds_above_the_mu0_ceiling_are_meaningless_privacy(sampling, floor):
     ledger = PrivacyAccountant()
     ledger.step(mu0=_MU0_CEILING, sample_rate=0.01, num_steps=1, sampling=sampling)
     assert ledger.get_epsilon(1e-5, discretization=10 * DISCRETIZATION) > floor
+
+
+def test_a_repeated_request_gets_the_same_reply_and_costs_nothing(tmp_path):
+    """A resumed server re-sends the round it crashed in: same answer, no second charge, no fresh noise."""
+    ledger = tmp_path / "ledger.json"
+    theta = theta_of(setup()[0].recipe.module)
+    first = decode_arrays(setup(max_epsilon=5.0, ledger_path=ledger, seed=None)[1](
+        train_message(theta, noise_std=0.5)[0], context(1)).content["submission"])
+    TaskIdentity.run_id = 2
+    client, app = setup(max_epsilon=5.0, ledger_path=ledger, seed=None)  # a new run, a restarted site
+    again = decode_arrays(app(train_message(theta, noise_std=0.5)[0], context(2)).content["submission"])
+    assert all(torch.equal(first[n], again[n]) for n in first)
+    assert len(client.ledger().fits) == 1
+    other = dict(theta)
+    other["weight"] = theta["weight"].clone()
+    other["weight"][0, 0] += 1e-12  # one bit off: a new request, a new release, charged
+    fresh = decode_arrays(app(train_message(other, noise_std=0.5)[0], context(2)).content["submission"])
+    assert not torch.equal(fresh["weight"], first["weight"]) and len(client.ledger().fits) == 2

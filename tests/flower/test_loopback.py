@@ -1,4 +1,4 @@
-"""A real Flower deployment on 127.0.0.1: SuperLink, three SuperNodes, flwr run; one site is killed mid-run."""
+"""Real, secured Flower deployments on 127.0.0.1 of every estimator: TLS, registered SuperNodes, crashes."""
 
 import json
 import pickle
@@ -8,58 +8,96 @@ import pytest
 
 pytest.importorskip("flwr")
 
-from skfedriem import FederatedPCA
+from skfedriem import FederatedPCA, FederatedSPDNetClassifier
 from skfedriem.flower.loopback import main
-from skfedriem.flower.pca_app import estimator_from_run_config, load_site_data
+from skfedriem.flower.run_config import estimator_from_run_config, load_site_records
 from skfedriem.privacy import PrivacyBudget
 
 pytestmark = pytest.mark.slow
 
 
-def test_deployment_survives_a_killed_supernode(tmp_path, capsys):
-    summary = main(["--sites", "3", "--records", "120", "--features", "6", "--rounds", "2", "--eps", "2.0",
-                    "--kill-site-after-round", "1", "--round-timeout", "45", "--timeout", "420",
-                    "--site-max-epsilon", "5.0", "--out", str(tmp_path)])
+def site_data(tmp_path, n, targets):
+    return [load_site_records(tmp_path / f"site-{i}" / ("records.npz" if targets else "records.npy"),
+                              targets=targets) for i in range(n)]
+
+
+def test_pca_deployment_refuses_an_intruder_and_survives_sites_that_leave_or_restart(tmp_path, capsys):
+    summary = main(["--estimator", "pca", "--sites", "3", "--rounds", "3", "--eps", "2.0", "--intruder",
+                    "--kill-site-after-round", "1", "--restart-site-after-round", "1", "--round-timeout", "30",
+                    "--site-max-epsilon", "5.0", "--timeout", "420", "--out", str(tmp_path)])
     out = capsys.readouterr().out
-    assert "killed site-0's SuperNode" in out
-    # round 2 waits at most round-timeout for the dead site (the SuperLink notices it within 2 heartbeats, 60 s)
-    assert summary["replied"] == [[0, 1, 2], [1, 2]]
-
+    assert "killed site-0's SuperNode" in out and "restarted site-2's SuperNode" in out
+    # site-0 is gone for good; site-2 may have missed round 2 while it restarted, and rejoined round 3
+    replied = summary["replied"]
+    assert replied[0] == [0, 1, 2] and replied[1] in ([1], [1, 2]) and replied[2] == [1, 2]
+    assert summary["intruder_refused"]  # its key was never registered: the SuperLink refused it
+    assert summary["tls_verified"] and summary["plaintext_refused"]
     result = json.loads((tmp_path / "server" / "result.json").read_text())
-    assert result["clients"] == ["site-0", "site-1", "site-2"] and result["n_records"] == [120] * 3
-    # The ledger charged both rounds, the dead site's included: the same ε as an in-process run
-    # with this plan (the app project's defaults: B = 50, tau = 5; T = 2).
-    reference = FederatedPCA(n_components=2, eps=2.0, n_rounds=2, local_steps=5, batch_size=50,
-                             random_state=0).fit(np.vstack([load_site_data(tmp_path / f"site-{i}" / "records.npy")
-                                                            for i in range(3)]), groups=np.repeat([0, 1, 2], 120))
+    assert result["clients"] == ["site-0", "site-1", "site-2"]  # the intruder is not among them
+    # every round is charged, the missed one included: the in-process plan's epsilon
+    X = np.vstack([x for x, _ in site_data(tmp_path, 3, False)])
+    reference = FederatedPCA(n_components=2, eps=2.0, n_rounds=3, local_steps=5, batch_size=50).fit(
+        X, groups=np.repeat([0, 1, 2], 120))
     assert result["epsilon"] == reference.epsilon_ <= 2.0
-    assert [h["epsilon"] for h in result["history"]] == [h["epsilon"] for h in reference.history_]
-
-    # each live site charged both rounds to its own ledger file, on its own disk
-    for site in (1, 2):
-        ledger = PrivacyBudget(5.0, path=tmp_path / f"site-{site}" / "ledger.json")
-        assert [f["label"].split()[-1] for f in ledger.fits] == ["1", "2"]
-        assert ledger.spent() <= 5.0
-
-    with (tmp_path / "server" / "federated_pca.pkl").open("rb") as f:
+    # each site's own ledger holds the rounds it took, site-2's across its restart
+    rounds = {i: [f["label"].split()[-1] for f in PrivacyBudget(5.0, path=tmp_path / f"site-{i}" / "ledger.json").fits]
+              for i in range(3)}
+    assert rounds[0] == ["1"] and rounds[1] == ["1", "2", "3"]
+    took = [str(r + 1) for r in range(3) if 2 in replied[r]]
+    assert set(took) <= set(rounds[2]) <= {"1", "2", "3"} and rounds[2][-1] == "3"  # charged for all it answered
+    restarted = (tmp_path / "logs" / "supernode-2.log").read_text().split("Starting Flower SuperNode")
+    assert len(restarted) == 3 and "ROUND 3" in restarted[2]  # the new process took round 3
+    with (tmp_path / "server" / "estimator.pkl").open("rb") as f:
         est = pickle.load(f)
-    U = est.components_
-    np.testing.assert_allclose(U @ U.T, np.eye(2), atol=1e-8)
-    assert est.transform(np.ones((4, 6))).shape == (4, 2)
+    np.testing.assert_allclose(est.components_ @ est.components_.T, np.eye(2), atol=1e-8)
+
+
+def test_spdnet_deployment_resumes_after_a_server_crash_and_equals_the_in_process_fit(tmp_path):
+    summary = main(["--estimator", "spdnet", "--sites", "2", "--rounds", "2", "--eps", "none", "--records", "40",
+                    "--set", "batch-size=40", "--set", "local-steps=2", "--kill-server-after-round", "1",
+                    "--timeout", "420", "--out", str(tmp_path)])
+    assert summary["rounds"] == 2 and summary["tls_verified"]
+    with (tmp_path / "server" / "estimator.pkl").open("rb") as f:
+        deployed = pickle.load(f)
+    data = site_data(tmp_path, 2, True)
+    X, y = np.concatenate([x for x, _ in data]), np.concatenate([t for _, t in data])
+    local = FederatedSPDNetClassifier(eps=None, dims=(3,), batch_size=40, local_steps=2, n_rounds=2,
+                                      random_state=0).fit(X, y, groups=np.repeat([0, 1], 40))
+    # noise off, full batches: the crash and the resume changed nothing
+    np.testing.assert_allclose(deployed.predict_proba(X), local.predict_proba(X), atol=1e-4)
+    assert deployed.classes_.tolist() == [0, 1] and len(deployed.history_) == 2
+    assert all("valid_accuracy" in h for h in deployed.history_)  # on the server's own validation file
+
+
+def test_eegnet_deployment_writes_a_working_estimator_and_its_learning_curve(tmp_path):
+    summary = main(["--estimator", "eegnet", "--sites", "2", "--rounds", "1", "--eps", "8.0", "--features", "4",
+                    "--timeout", "420", "--out", str(tmp_path)])
+    assert summary["epsilon"] <= 8.0 and summary["replied"] == [[0, 1]]
+    with (tmp_path / "server" / "estimator.pkl").open("rb") as f:
+        est = pickle.load(f)
+    X, _ = site_data(tmp_path, 1, True)[0]
+    assert est.predict(X).shape == (len(X),) and (tmp_path / "server" / "learning_curve.png").stat().st_size > 0
 
 
 def test_run_config_is_validated():
     with pytest.raises(ValueError, match="aggregation"):
-        estimator_from_run_config({"aggregation": "mean"})
+        estimator_from_run_config("pca", {"aggregation": "mean"})
     with pytest.raises(ValueError, match="eps"):
-        estimator_from_run_config({"eps": -1.0})
-    assert estimator_from_run_config({"eps": "none"}).eps is None
+        estimator_from_run_config("spdnet", {"eps": -1.0})
+    with pytest.raises(ValueError, match="'colour' is not a parameter of FederatedEEGNetClassifier"):
+        estimator_from_run_config("eegnet", {"colour": "red"})
+    est = estimator_from_run_config("spdnet", {"eps": "none", "dims": "8,4", "clients-per-round": 0, "seed": 3})
+    assert est.eps is None and est.dims == (8, 4) and est.clients_per_round is None and est.random_state == 3
+    assert estimator_from_run_config("eegnet", {"f1": 4, "kernel-length": 32}).F1 == 4
 
 
 def test_site_data_is_checked(tmp_path):
     bad = tmp_path / "x.npy"
     np.save(bad, np.array([[1.0, np.nan], [0.0, 1.0]]))
     with pytest.raises(ValueError, match="NaN"):
-        load_site_data(bad)
-    with pytest.raises(ValueError, match="data-path.*.npy or .csv"):
-        load_site_data(tmp_path / "x.parquet")
+        load_site_records(bad, targets=False)
+    with pytest.raises(ValueError, match="data-path.*.npz"):
+        load_site_records(tmp_path / "x.npy", targets=True)
+    np.savez(tmp_path / "nolabels.npz", X=np.ones((3, 2)))
+    with pytest.raises(ValueError, match=r"arrays named \['X', 'y'\]"):
+        load_site_records(tmp_path / "nolabels.npz", targets=True)

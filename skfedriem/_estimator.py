@@ -1,0 +1,186 @@
+"""What every federated private estimator shares, and the public federation API its deployments use.
+
+An estimator's ``fit`` and a deployment's ServerApp/ClientApp go through the
+same four public methods (scikit-learn's ``_BasePCA`` plays this role for its
+PCAs):
+
+* :meth:`~FederatedEstimatorMixin.prepare_records`: the tensors a client
+  trains on, from its raw records (validated in the model's dtype);
+* :meth:`~FederatedEstimatorMixin.make_model`: the network and per-record loss
+  for inputs of a public shape (and public classes);
+* :meth:`~FederatedEstimatorMixin.make_trainer`: the round loop with this
+  estimator's settings on a fresh (or, with ``warm_start``, the fitted) model;
+* :meth:`~FederatedEstimatorMixin.set_fitted`: the fitted attributes, from a
+  finished run (post-processing of what the server saw).
+
+A subclass stores its parameters (:meth:`_store_parameters`), declares the
+model-specific constraints, and implements the hooks ``_check_records``,
+``_model``, ``_encode_targets``, ``_trainer_options``, ``_monitor`` and
+``_set_model_attributes``.
+"""
+
+from __future__ import annotations
+
+import copy
+from numbers import Integral, Real
+
+import numpy as np
+import torch
+from torch import nn
+
+from ._clients import client_indices
+from ._compat import Interval, StrOptions, validate_estimator_params
+from ._seeding import RunSeeds, run_seeds
+from .federated import AGGREGATIONS, BACKENDS, FederatedTrainer, TrainingState
+from .privacy import PrivacyBudget
+from .privacy.per_sample import LossFn
+
+__all__ = ["FederatedEstimatorMixin"]
+
+
+class FederatedEstimatorMixin:
+    """Parameters, seeds, the round loop and the fitted privacy report shared by every federated estimator."""
+
+    _federation_constraints: dict = {
+        "eps": [Interval(Real, 0, None, closed="neither"), None],
+        "delta": [Interval(Real, 0, 1, closed="neither")],
+        "clip": [Interval(Real, 0, None, closed="neither")],
+        "n_rounds": [Interval(Integral, 1, None, closed="left")],
+        "batch_size": [Interval(Integral, 1, None, closed="left")],
+        "clients_per_round": [Interval(Integral, 1, None, closed="left"), None],
+        "aggregation": [StrOptions(set(AGGREGATIONS))],
+        "optimizer": [StrOptions({"sgd", "adam"})],
+        "lr": [Interval(Real, 0, None, closed="neither")],
+        "sampling": [StrOptions({"fixed", "poisson"})],
+        "n_clients": [Interval(Integral, 1, None, closed="left")],
+        "random_state": ["random_state"],
+        "secure_mode": ["boolean"],
+        "privacy_budget": [PrivacyBudget, None],
+        "client_timings": ["boolean"],
+        "warm_start": ["boolean"],
+        "backend": [StrOptions({"local", *BACKENDS})],
+        "verbose": ["verbose"],
+    }
+
+    def _store_parameters(self, parameters: dict) -> None:
+        """``__init__``'s body: store every keyword argument under its own name (scikit-learn's contract)."""
+        for name, value in parameters.items():
+            if name not in ("self", "__class__"):
+                setattr(self, name, value)
+
+    # ----------------------------------------------------------- federation API
+    def prepare_records(self, X, y=None, *, classes=None) -> tuple[torch.Tensor, ...]:
+        """The tensors a client trains on: its validated records (and encoded targets).
+
+        Parameters
+        ----------
+        X : array-like
+            The client's records, already shaped as ``fit`` takes them.
+        y : array-like, optional
+            Their targets (classifiers).
+        classes : array-like, optional
+            The federation's public classes (classifiers); targets outside them are an error.
+
+        Returns
+        -------
+        records : tuple of torch.Tensor
+            ``(inputs,)`` or ``(inputs, targets)``, records along dim 0.
+        """
+        inputs = torch.from_numpy(np.ascontiguousarray(self._check_records(np.asarray(X))))
+        if y is None:
+            return (inputs,)
+        return inputs, self._encode_targets(y, classes)
+
+    def make_model(self, input_shape: tuple[int, ...], classes=None, *,
+                   generator: torch.Generator | None = None) -> tuple[nn.Module, LossFn]:
+        """The untrained network for records of ``input_shape`` and its per-record loss.
+
+        The initial values are data-independent (drawn from ``generator``;
+        never from torch's global generator).
+        """
+        generator = torch.Generator() if generator is None else generator
+        return self._model(tuple(int(s) for s in input_shape), classes, generator)
+
+    def make_trainer(self, input_shape: tuple[int, ...], *, classes=None, held_out=None,
+                     deployed: bool = False, seeds: RunSeeds | None = None) -> FederatedTrainer:
+        """The round loop with this estimator's settings, for records of ``input_shape``.
+
+        Parameters
+        ----------
+        input_shape : tuple of int
+            The shape of one record (public).
+        classes : array-like, optional
+            The classes (public; classifiers).
+        held_out : optional
+            Data the server holds and reports metrics on every round
+            (``validation_data`` of the classifiers, ``reference_X`` of FederatedPCA).
+        deployed : bool, default=False
+            The clients are elsewhere (a deployment): only the public seeds
+            (initial point, client selection) come from ``random_state``, and
+            the sites keep their own noise.
+        seeds : RunSeeds, optional
+            Seeds drawn by the caller (``fit`` draws them once for the split too).
+
+        Returns
+        -------
+        FederatedTrainer
+            With ``warm_start`` and a fitted estimator: starting from the
+            fitted model, with its ledger and history carried on.
+        """
+        validate_estimator_params(self)
+        if seeds is None:
+            seeds = self._seeds(deployed=deployed)
+        prior = None
+        if self.warm_start and hasattr(self, "ledger_"):
+            module, loss_fn = copy.deepcopy(self.module_), self.make_model(input_shape, classes)[1]
+            self._check_warm_start(input_shape, classes)
+            prior = TrainingState(0, {}, self.ledger_.state_dict(), self.history_)
+        else:
+            generator = torch.Generator().manual_seed(int(seeds.init.generate_state(1)[0]))
+            module, loss_fn = self.make_model(input_shape, classes, generator=generator)
+        return FederatedTrainer(
+            module, loss_fn, n_rounds=self.n_rounds, batch_size=self.batch_size,
+            clients_per_round=self.clients_per_round, eps=self.eps, delta=self.delta, clip=self.clip,
+            sampling=self.sampling, aggregation=self.aggregation, optimizer=self.optimizer, lr=self.lr,
+            seed_sequence=seeds.server, client_seed=seeds.clients, secure_mode=self.secure_mode,
+            privacy_budget=self.privacy_budget, run_name=repr(self), client_timings=self.client_timings,
+            prior=prior, monitor=None if held_out is None else self._monitor(held_out, classes),
+            verbose=self.verbose, **self._trainer_options(),
+        )
+
+    def set_fitted(self, trainer: FederatedTrainer, *, input_shape: tuple[int, ...], classes=None):
+        """Set the fitted attributes from a finished run; returns self.
+
+        Everything set is post-processing of the transcript: the trained
+        model, ``epsilon_``, ``delta_``, ``mu0_``, ``noise_std_``,
+        ``batch_size_``, ``history_``, ``ledger_`` and ``n_features_in_``.
+        """
+        self.n_features_in_ = int(input_shape[0])
+        self._input_shape = tuple(int(s) for s in input_shape)
+        for name, value in trainer.fitted_attributes().items():
+            setattr(self, name, value)
+        self._set_model_attributes(trainer.module, classes)
+        return self
+
+    # ------------------------------------------------------------------ helpers
+    def _seeds(self, *, deployed: bool = False) -> RunSeeds:
+        return run_seeds(self.random_state, private=self.eps is not None and not deployed,
+                         secure_mode=self.secure_mode and not deployed, owner=type(self).__name__)
+
+    def _fit_federated(self, records: tuple[torch.Tensor, ...], input_shape: tuple[int, ...], groups, *,
+                       classes=None, held_out=None):
+        """``fit``'s common body: split into clients, run the rounds, set the fitted attributes."""
+        seeds = self._seeds()
+        indices, names = client_indices(len(records[0]), groups, n_clients=self.n_clients,
+                                        rng=np.random.default_rng(seeds.split))
+        trainer = self.make_trainer(input_shape, classes=classes, held_out=held_out, seeds=seeds)
+        trainer.fit([tuple(r[idx] for r in records) for idx in indices], client_names=names, backend=self.backend)
+        return self.set_fitted(trainer, input_shape=input_shape, classes=classes)
+
+    def _check_warm_start(self, input_shape: tuple[int, ...], classes) -> None:
+        if tuple(input_shape) != self._input_shape:
+            raise ValueError(f"warm_start=True continues a model fitted on records of shape {self._input_shape}; "
+                             f"got records of shape {tuple(input_shape)}. Set warm_start=False to start afresh.")
+        if classes is not None and not np.array_equal(np.asarray(classes), self.classes_):
+            raise ValueError(f"warm_start=True continues a model of classes {self.classes_.tolist()!r}; got "
+                             f"{np.asarray(classes).tolist()!r}. Set warm_start=False to start afresh.")

@@ -1,0 +1,69 @@
+"""A server's state between rounds: what a checkpoint holds, a resume continues and a warm start builds on."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+__all__ = ["TrainingState"]
+
+
+@dataclass
+class TrainingState:
+    """The server's side of a run after some rounds (or as a round starts).
+
+    Everything here is post-processing of what the server saw, plus the
+    public client-selection stream: a checkpoint leaks nothing a fitted model
+    does not.
+
+    Attributes
+    ----------
+    round : int
+        Rounds completed (``started``: the index of the round that started).
+    theta : dict of str to Tensor
+        θ at that point.
+    ledger : dict
+        :meth:`~skfedriem.privacy.PrivacyAccountant.state_dict` of every step charged
+        (a started round included).
+    history : list of dict
+        ``history_`` so far.
+    server_rng : dict or None
+        The client-selection generator's state (before the started round's draw).
+    started : bool
+        True when the round ``round`` had started (charged, sent) and not ended.
+    """
+
+    round: int
+    theta: dict[str, torch.Tensor]
+    ledger: dict = field(default_factory=lambda: {"history": []})
+    history: list[dict] = field(default_factory=list)
+    server_rng: dict | None = None
+    started: bool = False
+
+    @classmethod
+    def empty(cls) -> TrainingState:
+        """No rounds, no steps."""
+        return cls(0, {})
+
+    def save(self, path: str | Path) -> None:
+        """Write atomically (a crash leaves the previous checkpoint)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        os.close(handle)
+        try:
+            torch.save({"round": self.round, "theta": self.theta, "ledger": self.ledger, "history": self.history,
+                        "server_rng": self.server_rng, "started": self.started}, tmp)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    @classmethod
+    def load(cls, path: str | Path) -> TrainingState:
+        """Inverse of :meth:`save` (tensors, numbers, strings and lists only: ``weights_only``)."""
+        return cls(**torch.load(path, weights_only=True))

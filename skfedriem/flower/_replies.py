@@ -1,0 +1,60 @@
+"""A site's last replies, by request: a request repeated after a server crash gets the same answer.
+
+A resumed server sends again the round it was running when it crashed: the
+same θ_t and the same instructions. Answering with a fresh release would
+spend privacy twice on one round; answering with the earlier reply spends
+nothing new (it is what the server may already have seen). A request that
+differs in any bit (another θ, another σ) is a new release, charged as such.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from ..federated.client import RoundInstructions
+
+__all__ = ["ReplyCache"]
+
+
+class ReplyCache:
+    """The last ``keep`` replies of a site, in ``folder`` (files the site owns, next to its ledger)."""
+
+    def __init__(self, folder: str | Path, *, keep: int = 16) -> None:
+        self.folder = Path(folder)
+        self.keep = keep
+
+    @staticmethod
+    def key(theta: dict[str, torch.Tensor], instructions: RoundInstructions) -> str:
+        """A digest of the whole request: every block of θ_t bit for bit, and the instructions."""
+        h = hashlib.sha256(json.dumps(asdict(instructions), sort_keys=True).encode())
+        for name in sorted(theta):
+            value = theta[name].detach().contiguous()
+            h.update(f"{name}|{tuple(value.shape)}|{value.dtype}".encode())
+            h.update(value.numpy().tobytes())
+        return h.hexdigest()
+
+    def get(self, key: str) -> tuple[dict[str, torch.Tensor], float] | None:
+        """The reply already given to this request, if any."""
+        path = self.folder / f"{key}.pt"
+        if not path.exists():
+            return None
+        saved = torch.load(path, weights_only=True)
+        return saved["submission"], float(saved["seconds"])
+
+    def put(self, key: str, submission: dict[str, torch.Tensor], seconds: float) -> None:
+        """Keep this reply (written atomically, before it is sent); forget the oldest beyond ``keep``."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        handle, tmp = tempfile.mkstemp(prefix=".reply.", dir=self.folder)
+        os.close(handle)
+        torch.save({"submission": submission, "seconds": seconds}, tmp)
+        os.replace(tmp, self.folder / f"{key}.pt")
+        replies = sorted(self.folder.glob("*.pt"), key=lambda p: p.stat().st_mtime)
+        for old in replies[: max(0, len(replies) - self.keep)]:
+            old.unlink(missing_ok=True)

@@ -1,0 +1,197 @@
+"""Every estimator as a Flower deployment: one ServerApp and one ClientApp per estimator kind.
+
+Each site runs ``flower-supernode`` with its own records in its node
+configuration; the server never reads a site's file. It learns each client's
+name, record count and record shape, then θ_t goes out and submissions come
+back (see :mod:`skfedriem.flower._protocol`). The Flower App projects naming
+these apps ship in :data:`APP_DIRS`::
+
+    flwr run "$(python -c 'from skfedriem.flower.apps import APP_DIRS; print(APP_DIRS["spdnet"])')" <superlink> \\
+        --run-config 'n-clients=3 classes="left_hand,right_hand" eps=10.0 output="/srv/run-1"'
+
+Node configuration of a SuperNode (``--node-config``):
+
+* ``data-path`` (required): the site's records. FederatedPCA: ``.npy``/``.csv``
+  (one record per row) or ``.npz`` with ``X``; classifiers: ``.npz`` with
+  ``X`` (covariance matrices for SPDNet, raw trials for EEGNet) and ``y``
+  (:func:`~skfedriem.flower.run_config.load_site_records` says how to make one
+  from MOABB data).
+* ``name``: the client's name (default: the file's stem).
+* ``max-epsilon`` (and ``delta``, default 1e-5): the site's own budget over
+  every round of every run on this data, charged to ``ledger-path`` (default
+  ``<data-path>.privacy-ledger.json``) before each round runs; rounds past
+  it, or without noise, are refused with an error reply.
+* ``secure-mode``: ``true`` draws batches and noise from the OS's secure
+  generator, hardened against floating-point attacks.
+* ``seed``: test benches only (mixed with the run id; whoever knows it can
+  remove the noise). Default: fresh OS entropy at every run's start.
+
+Run configuration (defaults in each project's ``pyproject.toml``): the
+estimator's parameters (:func:`~skfedriem.flower.run_config.estimator_from_run_config`),
+``n-clients`` (sites to wait for), ``classes`` (classifiers: the public class
+names, comma-separated), ``validation-path`` (classifiers: an ``.npz`` of
+trials the *server* holds, for per-round validation metrics), ``round-timeout``,
+``output`` (where the server writes ``result.json``, ``estimator.pkl``,
+``learning_curve.png`` and its checkpoint) and ``resume`` (``true``: continue
+the run whose checkpoint is in ``output`` after a server crash).
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+
+import numpy as np
+from flwr.app import Context
+from flwr.serverapp import Grid, ServerApp
+
+from ..federated import ClientRecipe, TrainingState
+from ._client_app import ClientSetup, make_client_app
+from ._protocol import FlowerTransport, NodeDirectory
+from .run_config import classes_from_run_config, estimator_from_run_config, load_site_records
+
+__all__ = ["APP_DIRS", "client_apps", "server_apps", "site_setup"]
+
+APP_DIRS = {kind: Path(__file__).with_name("projects") / kind for kind in ("pca", "spdnet", "eegnet")}
+
+# Per process: a site's validated records and working model, by kind, data file and run configuration.
+_SITES: dict[tuple, tuple] = {}
+
+
+def _classes(kind: str, config) -> np.ndarray | None:
+    return None if kind == "pca" else classes_from_run_config(config)
+
+
+def site_setup(kind: str, context: Context) -> ClientSetup:
+    """A site's ClientSetup from its node configuration and the run configuration."""
+    node, config = context.node_config, context.run_config
+    path = str(node["data-path"])
+    key = (kind, path, tuple(sorted(dict(config).items())))
+    if key not in _SITES:
+        est = estimator_from_run_config(kind, config)
+        classes = _classes(kind, config)
+        X, y = load_site_records(path, targets=kind != "pca")
+        records = est.prepare_records(X, y, classes=classes)
+        module, loss_fn = est.make_model(X.shape[1:], classes)
+        _SITES[key] = records, ClientRecipe(module, loss_fn, est.optimizer)
+    records, recipe = _SITES[key]
+    seed, max_epsilon = node.get("seed"), node.get("max-epsilon")
+    return ClientSetup(
+        name=str(node.get("name", Path(path).stem)), data=records, recipe=recipe,
+        seed=None if seed is None else np.random.SeedSequence([int(seed), int(context.run_id)]),
+        secure_mode=str(node.get("secure-mode", "false")).lower() == "true",
+        max_epsilon=None if max_epsilon is None else float(max_epsilon), delta=float(node.get("delta", 1e-5)),
+        ledger_path=str(node.get("ledger-path", path + ".privacy-ledger.json")),
+    )
+
+
+def _validation(est, kind: str, config, classes):
+    path = str(config.get("validation-path", ""))
+    if kind == "pca" or not path:
+        return None
+    X, y = load_site_records(path, targets=True)
+    return est.prepare_records(X, y, classes=classes)
+
+
+def _resume_state(config, out: Path, description: dict) -> TrainingState | None:
+    """The checkpoint to resume from (``resume = true``), after checking it is this run's."""
+    meta = out / "checkpoint.json"
+    if str(config.get("resume", "false")).lower() != "true":
+        meta.write_text(json.dumps(description, sort_keys=True))
+        return None
+    if not (out / "checkpoint.pt").exists():
+        raise ValueError(f"resume=true, but {out} holds no checkpoint: start the run without resume.")
+    saved = json.loads(meta.read_text())
+    if saved != description:
+        raise ValueError(f"resume=true, but the checkpoint in {out} is of another run: {saved} != {description}.")
+    return TrainingState.load(out / "checkpoint.pt")
+
+
+def _write_results(est, kind: str, out: Path, names: list[str], sizes: list[int]) -> None:
+    result = {"estimator": kind, "clients": names, "n_records": sizes, "epsilon": est.epsilon_, "delta": est.delta_,
+              "noise_std": est.noise_std_, "history": est.history_}
+    if kind == "pca":
+        result["components"] = est.components_.tolist()
+    else:
+        result["classes"] = est.classes_.tolist()
+    (out / "result.json").write_text(json.dumps(result, indent=1))
+    with (out / "estimator.pkl").open("wb") as f:
+        pickle.dump(est, f)
+    _plot_learning_curve(est.history_, out / "learning_curve.png")
+
+
+def _plot_learning_curve(history: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rounds = [h["round"] for h in history]
+    metric = next((m for m in ("valid_accuracy", "optimality_gap") if m in history[0]), None)
+    fig, axes = plt.subplots(1, 2 if metric else 1, figsize=(9 if metric else 4.5, 3.2), squeeze=False)
+    axes[0, 0].plot(rounds, [h["epsilon"] for h in history])
+    axes[0, 0].set(xlabel="round", ylabel="certified ε spent")
+    if metric:
+        axes[0, 1].plot(rounds, [h[metric] for h in history])
+        axes[0, 1].set(xlabel="round", ylabel=metric.replace("_", " "))
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _serve(kind: str, grid: Grid, context: Context) -> None:
+    config = context.run_config
+    est = estimator_from_run_config(kind, config)
+    out = Path(str(config["output"]))
+    out.mkdir(parents=True, exist_ok=True)
+    timeout = float(config.get("round-timeout", 300.0))
+    directory = NodeDirectory(grid, query_timeout=min(timeout, 60.0))
+    names, sizes, shapes = directory.discover(int(config["n-clients"]), timeout=max(timeout, 120.0))
+    if len(set(shapes)) != 1:
+        raise ValueError(f"The sites' records have different shapes: {dict(zip(names, shapes))}.")
+    print(f"skfedriem: clients {dict(zip(names, sizes))}, records of shape {shapes[0]}", flush=True)
+    classes = _classes(kind, config)
+    trainer = est.make_trainer(shapes[0], classes=classes, held_out=_validation(est, kind, config, classes),
+                               deployed=True)
+    description = {"estimator": kind, "clients": names, "n_records": sizes,
+                   "config": {k: v for k, v in dict(config).items() if k != "resume"}}
+    resume = _resume_state(config, out, description)
+    if resume is not None:
+        print(f"skfedriem: resuming at round {resume.round + 1} ({'restarted' if resume.started else 'next'})",
+              flush=True)
+
+    def on_round(state: TrainingState) -> None:
+        state.save(out / "checkpoint.pt")  # at a round's start (charged) and at its end
+        if not state.started:
+            last = state.history[-1]
+            print(f"skfedriem: round {state.round}/{trainer.n_rounds} selected={last['clients']} "
+                  f"replied={last['replied']} epsilon={last['epsilon']:.4g}", flush=True)
+
+    transport = FlowerTransport(directory, names, timeout=timeout, on_failure="skip")
+    trainer.serve(transport, sizes, names, trainer.seed_sequence, resume=resume, on_round=on_round)
+    est.set_fitted(trainer, input_shape=shapes[0], classes=classes)
+    _write_results(est, kind, out, names, sizes)
+    print(f"skfedriem: done, epsilon={est.epsilon_:.4g}, results in {out}", flush=True)
+
+
+def _make_server_app(kind: str) -> ServerApp:
+    app = ServerApp()
+
+    @app.main()
+    def main(grid: Grid, context: Context) -> None:
+        _serve(kind, grid, context)
+
+    return app
+
+
+#: The ServerApp and ClientApp of each estimator kind ("pca", "spdnet", "eegnet").
+server_apps = {kind: _make_server_app(kind) for kind in APP_DIRS}
+client_apps = {kind: make_client_app(lambda context, kind=kind: site_setup(kind, context)) for kind in APP_DIRS}
+# one plain assignment each: Flower finds the apps its projects name by reading this file
+pca_server_app = server_apps["pca"]
+pca_client_app = client_apps["pca"]
+spdnet_server_app = server_apps["spdnet"]
+spdnet_client_app = client_apps["spdnet"]
+eegnet_server_app = server_apps["eegnet"]
+eegnet_client_app = client_apps["eegnet"]

@@ -1,0 +1,117 @@
+"""From Flower's run and node configurations to estimators and site records (shared by every deployment app).
+
+Run configuration (``--run-config``, public, the same for the server and every
+site): the estimator's parameters, spelled with dashes (``n-rounds`` or
+``rounds``, ``batch-size``, ``dims = "16"``, ``eps = "none"`` for a
+non-private run, ``seed`` for ``random_state``, 0 for "all" in
+``clients-per-round`` and for "one local epoch" in ``local-steps``), plus the
+deployment's own keys (:data:`DEPLOYMENT_KEYS`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from sklearn.base import BaseEstimator
+from sklearn.utils import check_array
+
+from .._compat import validate_estimator_params
+from ..classification import FederatedEEGNetClassifier, FederatedSPDNetClassifier
+from ..decomposition import FederatedPCA
+
+__all__ = ["DEPLOYMENT_KEYS", "ESTIMATORS", "classes_from_run_config", "estimator_from_run_config",
+           "load_site_records"]
+
+#: The estimators a deployment can train, by the name its Flower App project uses.
+ESTIMATORS: dict[str, type[BaseEstimator]] = {
+    "pca": FederatedPCA, "spdnet": FederatedSPDNetClassifier, "eegnet": FederatedEEGNetClassifier,
+}
+
+#: Run-configuration keys of the deployment itself, not estimator parameters.
+DEPLOYMENT_KEYS = {"n-clients", "output", "round-timeout", "resume", "classes", "validation-path"}
+
+_ALIASES = {"rounds": "n_rounds", "seed": "random_state"}
+_NONE_IF_ZERO = {"clients_per_round", "local_steps"}
+
+
+def _convert(name: str, value):
+    if name == "eps" and isinstance(value, str) and value.lower() in ("none", "inf"):
+        return None
+    if name in _NONE_IF_ZERO and value == 0:
+        return None
+    if name == "dims" and isinstance(value, str):
+        return tuple(int(d) for d in value.replace(" ", "").split(",") if d)
+    return value
+
+
+def estimator_from_run_config(kind: str, config) -> BaseEstimator:
+    """A validated, unfitted estimator of ``kind`` from a Flower run configuration.
+
+    ValueError names an unknown key or a bad value.
+    """
+    try:
+        cls = ESTIMATORS[kind]
+    except KeyError:
+        raise ValueError(f"The estimator kind must be one of {sorted(ESTIMATORS)}. Got {kind!r} instead.") from None
+    names = {name.lower(): name for name in cls().get_params()}
+    params = {}
+    for key, value in dict(config).items():
+        if key in DEPLOYMENT_KEYS:
+            continue
+        lowered = key.replace("-", "_").lower()
+        name = names.get(_ALIASES.get(lowered, lowered))
+        if name is None:
+            raise ValueError(f"Run config {key!r} is not a parameter of {cls.__name__} nor a deployment setting "
+                             f"({sorted(DEPLOYMENT_KEYS)}).")
+        try:
+            params[name] = _convert(name, value)
+        except (TypeError, ValueError):
+            raise ValueError(f"Run config {key!r} = {value!r} is not valid.") from None
+    est = cls(**params)
+    validate_estimator_params(est)
+    return est
+
+
+def classes_from_run_config(config) -> np.ndarray:
+    """The federation's classes from ``classes = "left,right"`` (integers when every name is one)."""
+    names = [c.strip() for c in str(config.get("classes", "")).split(",") if c.strip()]
+    if len(names) < 2:
+        raise ValueError(f"A classifier deployment needs the run config 'classes' (at least 2, comma-separated, "
+                         f"public). Got {config.get('classes')!r}.")
+    try:
+        return np.array([int(c) for c in names])
+    except ValueError:
+        return np.array(names)
+
+
+def load_site_records(path: str | Path, *, targets: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """A site's records: ``(X, y)`` from a ``.npz`` (arrays ``X`` and ``y``), or ``X`` from ``.npy``/``.csv``.
+
+    Classifier sites need ``.npz`` files with labels, e.g. from MOABB::
+
+        X, y, _ = skfedriem.datasets.load_moabb(dataset, paradigm, subjects=[3])
+        np.savez("site-c.npz", X=pyriemann.estimation.Covariances("oas").fit_transform(X), y=y)
+
+    (SPDNet takes the covariance matrices; EEGNet the raw trials ``X``.)
+    """
+    path = Path(path)
+    y = None
+    if path.suffix == ".npz":
+        required = ["X", "y"] if targets else ["X"]
+        with np.load(path, allow_pickle=False) as archive:
+            if any(name not in archive.files for name in required):
+                raise ValueError(f"{path} must hold arrays named {required}; it holds {archive.files}.")
+            X = archive["X"]
+            y = archive["y"] if targets else None
+    elif path.suffix == ".npy" and not targets:
+        X = np.load(path, allow_pickle=False)
+    elif path.suffix == ".csv" and not targets:
+        X = np.loadtxt(path, delimiter=",", ndmin=2)
+    else:
+        kinds = ".npz (X, y)" if targets else ".npy, .csv or .npz"
+        raise ValueError(f"The 'data-path' node setting must name a {kinds} file. Got {str(path)!r}.")
+    X = check_array(X, dtype=np.float64, allow_nd=True, ensure_min_samples=2, input_name=f"data-path {path}")
+    if y is not None and y.shape != (len(X),):
+        raise ValueError(f"{path}: y must have one label per record, shape ({len(X)},). Got {y.shape}.")
+    return X, y

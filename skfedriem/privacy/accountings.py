@@ -1,0 +1,100 @@
+"""How a run's noise is calibrated and its ε reported: accounting methods behind one interface, by name.
+
+An accounting method turns (ε, δ) and a run's shape (sampling rate q, τ steps
+per round, T rounds) into the per-step μ0 = 2C/(Bσ), and a ledger of the steps
+taken into the ε it certifies. The round loop only calls :meth:`calibrate`
+and :meth:`epsilon` on the method it was given (like Opacus' accountants,
+registered by name), so a new method plugs in with :func:`register_accounting`
+without touching the loop. ``"rfedproj"`` (the paper's whole-run composition)
+is registered here; :mod:`skfedriem.baselines` registers ``"prirfed"``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+from .accountant import PrivacyAccountant
+from .accounting import DISCRETIZATION, calibrate_mu0
+
+__all__ = ["RunAccounting", "WholeRunAccounting", "accounting_names", "get_accounting", "register_accounting"]
+
+
+class RunAccounting(ABC):
+    """An accounting method: calibrates μ0 for a target (ε, δ) and reports the ε a ledger has spent.
+
+    Attributes
+    ----------
+    name : str
+        The name estimators take as ``accounting=``.
+    samplings : tuple of str
+        The batch samplings the method can account.
+    """
+
+    name: str
+    samplings: tuple[str, ...] = ("fixed", "poisson")
+
+    @abstractmethod
+    def calibrate(self, eps: float, delta: float, *, sample_rate: float, steps_per_round: int, n_rounds: int,
+                  sampling: str) -> float:
+        """The largest per-step μ0 whose run of ``n_rounds`` rounds of τ steps this method certifies at (ε, δ)."""
+
+    @abstractmethod
+    def epsilon(self, ledger: PrivacyAccountant, delta: float, *, steps_per_round: int, n_rounds: int,
+                discretization: float = DISCRETIZATION) -> float:
+        """The ε this method certifies for every step in ``ledger`` (a run planned with ``n_rounds`` rounds)."""
+
+    def check_sampling(self, sampling: str) -> None:
+        """ValueError unless this method accounts ``sampling``."""
+        if sampling not in self.samplings:
+            raise ValueError(f"accounting={self.name!r} accounts {'/'.join(self.samplings)} sampling: use "
+                             f"sampling={self.samplings[0]!r}. Got {sampling!r}.")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r})"
+
+
+class WholeRunAccounting(RunAccounting):
+    """The paper's accounting: the whole transcript's T·τ subsampled Gaussian steps, composed by PLD.
+
+    ε is that of every step in the ledger, however many runs wrote it
+    (:func:`~skfedriem.privacy.epsilon_spent`, :class:`~skfedriem.privacy.PrivacyAccountant`).
+    """
+
+    name = "rfedproj"
+
+    def calibrate(self, eps, delta, *, sample_rate, steps_per_round, n_rounds, sampling):
+        return calibrate_mu0(eps, delta, sample_rate, n_rounds * steps_per_round, sampling)
+
+    def epsilon(self, ledger, delta, *, steps_per_round, n_rounds, discretization=DISCRETIZATION):
+        return ledger.get_epsilon(delta, discretization=discretization)
+
+
+_REGISTRY: dict[str, RunAccounting] = {}
+
+
+def register_accounting(method: RunAccounting) -> RunAccounting:
+    """Make ``method`` available as ``accounting=method.name``; returns it."""
+    if not isinstance(method, RunAccounting):
+        raise TypeError(f"register_accounting needs a RunAccounting. Got {type(method).__name__} instead.")
+    _REGISTRY[method.name] = method
+    return method
+
+
+def accounting_names() -> tuple[str, ...]:
+    """The registered method names."""
+    return tuple(sorted(_REGISTRY))
+
+
+def get_accounting(accounting: str | RunAccounting) -> RunAccounting:
+    """The method called ``accounting`` (or the method itself); ValueError listing the registered names."""
+    if isinstance(accounting, RunAccounting):
+        return accounting
+    try:
+        return _REGISTRY[accounting]
+    except (KeyError, TypeError):
+        raise ValueError(
+            f"The 'accounting' parameter must be one of {list(accounting_names())}. Got {accounting!r} instead."
+        ) from None
+
+
+register_accounting(WholeRunAccounting())

@@ -1,0 +1,51 @@
+"""The layers stay layered: the round loop imports nothing above it, and apps use estimators' public API only."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "skfedriem"
+ABOVE_THE_LOOP = ("skfedriem.flower", "skfedriem.baselines", "skfedriem.classification", "skfedriem.decomposition",
+                  "skfedriem.experiments", "skfedriem.audit")
+ESTIMATOR_NAMES = {"est", "estimator", "clf", "pca", "self_estimator"}
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Absolute names of every module ``path`` imports (relative imports resolved)."""
+    package = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts[:-1])
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package.rsplit(".", node.level - 1)[0] if node.level else ""
+            module = f"{base}.{node.module}" if node.level and node.module else (node.module or base)
+            found.add(module)
+            found.update(f"{module}.{alias.name}" for alias in node.names)
+    return found
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE / "federated").glob("*.py")), ids=lambda p: p.name)
+def test_the_federation_layer_imports_nothing_above_it(path):
+    bad = sorted(m for m in imported_modules(path) if m.startswith(ABOVE_THE_LOOP))
+    assert not bad, f"{path.name} imports {bad}"
+
+
+def test_the_check_sees_a_violation(tmp_path):
+    """The import check above would catch an upward import (it is not vacuous)."""
+    probe = PACKAGE / "federated" / "engine.py"
+    assert "skfedriem.privacy.accountings" in imported_modules(probe)
+    assert any(m.startswith("skfedriem.flower") for m in imported_modules(PACKAGE / "flower" / "simulation.py"))
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE / "flower").glob("*.py")), ids=lambda p: p.name)
+def test_apps_call_no_private_method_of_an_estimator(path):
+    """Deployment code builds, trains and fits estimators through their public federation API."""
+    calls = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr.startswith("_") and not node.func.attr.startswith("__")
+                and isinstance(node.func.value, ast.Name) and node.func.value.id in ESTIMATOR_NAMES):
+            calls.append(f"{node.func.value.id}.{node.func.attr}")
+    assert not calls, f"{path.name} calls {calls}"
