@@ -1,19 +1,23 @@
-# Two entry points for newcomers: `make demo` (main job) and `make test`.
-# Both create .venv, install torch==2.13.0 first when no torch is present
-# (the CPU build this machine ships), then the package with its extras.
+# Two entry points for newcomers: `make demo` (main job) and `make test`; `make docs` builds the site.
+# All create .venv, install torch==2.13.0 first when no torch is present (the CPU build this
+# machine ships), then the package with its extras.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
+SHELL := /bin/bash
+.SHELLFLAGS := -eo pipefail -c
+# pip's notes about package folders this machine's configuration lists but lacks: not errors
+QUIET := 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }
 
-.PHONY: setup demo test bench
+.PHONY: setup demo test docs bench
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 setup: $(PY)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e ".[test,eeg,flower]"
+	$(PY) -m pip install --quiet --upgrade pip $(QUIET)
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install --quiet torch==2.13.0 $(QUIET)
+	$(PY) -m pip install --quiet -e ".[test,eeg,flower]" $(QUIET)
 
 demo: setup
 	$(PY) examples/demo.py
@@ -21,5 +25,10 @@ demo: setup
 test: setup
 	$(PY) -m pytest skfedriem tests README.md -q
 
+docs: setup
+	$(PY) -m pip install --quiet -e ".[docs]" $(QUIET)
+	$(PY) -m sphinx -W --keep-going -b html docs docs/_build/html
+	@echo "The site is in docs/_build/html/index.html"
+
 bench: setup
-	for b in benchmarks/*.py; do $(PY) $$b || exit 1; done
+	for b in benchmarks/*.py; do [ "$$b" = benchmarks/report.py ] || $(PY) $$b || exit 1; done

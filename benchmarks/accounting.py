@@ -5,7 +5,7 @@ q = 0.1, 2000 steps, δ = 1e-5, ε in {0.5, 1, 2, 5, 10}. For each: the μ0 that
 with a 10x finer grid (the slack is their relative difference), the noise
 multiplier σ/C·B/2 = 1/μ0, and the calibration wall time. Baseline in the same
 run: the Poisson add/remove accountant of dp-accounting at the same ε (the
-fixed mode pays the price of symmetrising, SPEC §5).
+fixed mode pays the price of symmetrising; docs: the method, privacy accounting).
 
     python benchmarks/accounting.py
 """

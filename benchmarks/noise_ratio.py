@@ -1,4 +1,4 @@
-"""Noise PriRFed needs relative to ours at equal (ε, δ) (SPEC §5; paper Fig. 4b: 5 to 6x).
+"""Noise PriRFed needs relative to ours at equal (ε, δ) (docs: the method, privacy accounting; paper Fig. 4b: 5 to 6x).
 
 σ ∝ 1/μ0 in both, so σ_PriRFed / σ_ours = μ0_ours / μ0_PriRFed. Setting:
 δ = 1e-5, q = 0.1, τ = 10 local steps per round, T = 200 rounds (2000 steps).

@@ -1,4 +1,4 @@
-"""Privacy cost of federated PCA (SPEC §7): private minus non-private optimality gap.
+"""Privacy cost of federated PCA (docs: the method, reference results): private minus non-private optimality gap.
 
 Paper setting: n = 50 clients, k = 10 per round, m = 5000 records each, τ = 10
 local steps of B = 500, T = 200 rounds, ε = 1, δ = 1e-5, SGD η = 0.2 (ProjAvg

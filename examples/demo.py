@@ -70,7 +70,7 @@ def main() -> None:
     print(f"{name}: {len(train)} training trials in {len(np.unique(groups))} clients, {len(test)} held out")
     for eps in (10.0, None):
         t0 = time.perf_counter()
-        clf = FederatedSPDNetClassifier(eps=eps, delta=1e-5, **settings)  # random_state=None: private noise
+        clf = FederatedSPDNetClassifier(eps=eps, delta=1e-5, verbose=1, **settings)  # unseeded: private noise
         clf.fit(X[train], y[train], groups=groups[train])
         accuracy = clf.score(X[test], y[test])
         label = "non-private" if eps is None else f"private eps={eps:g}"

@@ -26,6 +26,7 @@ from numbers import Integral, Real
 
 import numpy as np
 import torch
+from sklearn.utils.validation import validate_data
 from torch import nn
 
 from ._clients import client_indices
@@ -36,6 +37,8 @@ from .privacy import PrivacyBudget
 from .privacy.per_sample import LossFn
 
 __all__ = ["FederatedEstimatorMixin"]
+
+_NO_TARGETS = object()  # _validate's "no y at all" (None is a y scikit-learn must refuse)
 
 
 class FederatedEstimatorMixin:
@@ -131,7 +134,7 @@ class FederatedEstimatorMixin:
         if seeds is None:
             seeds = self._seeds(deployed=deployed)
         prior = None
-        if self.warm_start and hasattr(self, "ledger_"):
+        if self._warm():
             module, loss_fn = copy.deepcopy(self.module_), self.make_model(input_shape, classes)[1]
             self._check_warm_start(input_shape, classes)
             prior = TrainingState(0, {}, self.ledger_.state_dict(), self.history_)
@@ -163,6 +166,28 @@ class FederatedEstimatorMixin:
         return self
 
     # ------------------------------------------------------------------ helpers
+    def _warm(self) -> bool:
+        """Whether this fit continues an earlier one (``warm_start`` and a trained model)."""
+        return self.warm_start and getattr(self, "module_", None) is not None
+
+    def _validate(self, X, y=_NO_TARGETS, *, name: str = "X", reset: bool = True, **kw):
+        """scikit-learn's ``validate_data``, with NaN and inf refused by record index in this estimator's words.
+
+        Pass ``y`` (even None) where the estimator is supervised: scikit-learn then checks it.
+        """
+        options = dict(reset=reset, ensure_all_finite=False, dtype=np.float64, **kw)
+        supervised = y is not _NO_TARGETS
+        validated = validate_data(self, X, y, **options) if supervised else validate_data(self, X, **options)
+        X = validated[0] if supervised else validated
+        bad = np.flatnonzero(~np.isfinite(X.reshape(len(X), -1)).all(axis=1))
+        if bad.size:
+            raise ValueError(
+                f"{name}[{bad[0]}] contains NaN or inf ({bad.size} of {len(X)} records): {type(self).__name__} "
+                "needs finite records. Drop or repair them first (e.g. interpolate a bad channel, or impute "
+                "before the pipeline)."
+            )
+        return validated
+
     def _seeds(self, *, deployed: bool = False) -> RunSeeds:
         return run_seeds(self.random_state, private=self.eps is not None and not deployed,
                          secure_mode=self.secure_mode and not deployed, owner=type(self).__name__)

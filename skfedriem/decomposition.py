@@ -14,6 +14,7 @@ from ._compat import Interval, StrOptions, validate_estimator_params
 from ._estimator import FederatedEstimatorMixin
 from .metrics import pca_optimality_gap
 from .models import PCAProjector
+from .privacy import PrivacyAccountant
 
 __all__ = ["FederatedPCA", "identity_loss"]
 
@@ -193,13 +194,21 @@ class FederatedPCA(FederatedEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Tra
         self
         """
         validate_estimator_params(self)
-        X = validate_data(self, X, dtype=np.float64, ensure_min_samples=2, reset=not self._warm())
+        X = self._validate(X, ensure_min_samples=2, reset=not self._warm())
+        if self.n_components == X.shape[1]:
+            return self._fit_whole_space(X.shape[1])
         if reference_X is not None:
-            reference_X = validate_data(self, reference_X, dtype=np.float64, reset=False)
+            reference_X = self._validate(reference_X, name="reference_X", reset=False)
         return self._fit_federated(self.prepare_records(X), (X.shape[1],), groups, held_out=reference_X)
 
-    def _warm(self) -> bool:
-        return self.warm_start and hasattr(self, "ledger_")
+    def _fit_whole_space(self, n_features: int):
+        """n_components == n_features: the subspace is the whole space, known without the data or any privacy cost."""
+        self.components_ = np.eye(n_features)
+        self.n_components_ = n_features
+        self.module_ = None
+        self.epsilon_, self.delta_, self.mu0_, self.noise_std_ = 0.0, self.delta, None, 0.0
+        self.batch_size_, self.history_, self.ledger_ = None, [], PrivacyAccountant()
+        return self
 
     # hooks of FederatedEstimatorMixin
     def _check_records(self, X: np.ndarray) -> np.ndarray:
@@ -234,11 +243,6 @@ class FederatedPCA(FederatedEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Tra
                 f"The 'n_components' parameter of FederatedPCA must be <= n_features={n_features}. "
                 f"Got {self.n_components!r} instead."
             )
-        if self.manifold == "grassmann" and self.n_components == n_features:
-            raise ValueError(
-                f"n_components={self.n_components} equals n_features={n_features}: the Grassmann manifold "
-                "Gr(n, n) is a single point. Use fewer components."
-            )
 
     def _initial_basis(self, n_features: int) -> torch.Tensor | None:
         if isinstance(self.init, str):
@@ -252,7 +256,7 @@ class FederatedPCA(FederatedEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Tra
         return torch.from_numpy(basis.T.copy())
 
     def transform(self, X):
-        """Coordinates of X in the learnt subspace, X @ components_.T.
+        """Coordinates of X in the learnt subspace, ``X @ components_.T``.
 
         Parameters
         ----------
@@ -267,7 +271,7 @@ class FederatedPCA(FederatedEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Tra
         return X @ self.components_.T.astype(X.dtype, copy=False)
 
     def inverse_transform(self, X):
-        """Map subspace coordinates back to feature space, X @ components_.
+        """Map subspace coordinates back to feature space, ``X @ components_``.
 
         Parameters
         ----------

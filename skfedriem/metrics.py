@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["pca_optimality_gap"]
+__all__ = ["pca_optimality_gap", "subspace_overlap"]
 
 
 def pca_optimality_gap(components, X) -> float:
@@ -36,3 +36,31 @@ def pca_optimality_gap(components, X) -> float:
     M = X.T @ X / X.shape[0]
     top = np.linalg.eigvalsh(M)[::-1][: U.shape[0]].sum()
     return float(max(top - np.trace(U @ M @ U.T), 0.0))
+
+
+def subspace_overlap(components, reference) -> float:
+    """How much two p-dimensional subspaces coincide: ‖A Bᵀ‖²_F / p, in [0, 1] (1: the same subspace).
+
+    The mean squared cosine of the principal angles between the row spaces.
+
+    Parameters
+    ----------
+    components, reference : array-like of shape (p, n_features)
+        Orthonormal rows (e.g. ``FederatedPCA().components_`` and the top-p
+        eigenvectors of the pooled data).
+
+    Returns
+    -------
+    overlap : float
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> subspace_overlap(np.eye(3)[:2], np.eye(3)[1:])
+    0.5
+    """
+    A = np.asarray(components, dtype=np.float64)
+    B = np.asarray(reference, dtype=np.float64)
+    if A.shape != B.shape:
+        raise ValueError(f"The subspaces must have the same shape (p, n_features). Got {A.shape} and {B.shape}.")
+    return float(np.linalg.norm(A @ B.T) ** 2 / A.shape[0])

@@ -230,3 +230,11 @@ def test_the_federation_api_rebuilds_a_fit_from_public_parts(data):
     reference = small(eps=None, n_rounds=3).fit(X, groups=groups)
     np.testing.assert_allclose(est.components_, reference.components_, atol=1e-12)
     assert est.n_features_in_ == 8 and est.transform(X[:2]).shape == (2, 2)
+
+
+def test_the_whole_space_needs_no_training_and_costs_no_privacy():
+    X = np.random.default_rng(0).normal(size=(30, 3))
+    pca = FederatedPCA(n_components=3).fit(X)
+    np.testing.assert_array_equal(pca.components_, np.eye(3))
+    assert pca.epsilon_ == 0.0 and pca.history_ == [] and pca.ledger_.steps == 0
+    np.testing.assert_allclose(pca.inverse_transform(pca.transform(X)), X)

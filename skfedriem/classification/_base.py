@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.preprocessing import LabelEncoder
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_array, check_is_fitted, validate_data
+from sklearn.utils.validation import check_array, check_is_fitted
 
 from .._compat import Interval, StrOptions, validate_estimator_params
 from .._estimator import FederatedEstimatorMixin
@@ -94,8 +94,8 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
         self
         """
         validate_estimator_params(self)
-        warm = self.warm_start and hasattr(self, "ledger_")
-        X, y = validate_data(self, X, y, allow_nd=True, dtype=np.float64, ensure_min_samples=2, reset=not warm)
+        warm = self._warm()
+        X, y = self._validate(X, y, allow_nd=True, ensure_min_samples=2, reset=not warm)
         check_classification_targets(y)
         classes = self.classes_ if warm else np.unique(y)
         if len(classes) < 2:
@@ -114,7 +114,7 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
                 "The 'validation_data' parameter must be a pair (X_valid, y_valid). "
                 f"Got {type(validation_data).__name__} instead."
             ) from None
-        X_valid = validate_data(self, X_valid, allow_nd=True, dtype=np.float64, reset=False)
+        X_valid = self._validate(X_valid, name="X_valid", allow_nd=True, reset=False)
         y_valid = np.asarray(y_valid)
         if y_valid.shape != (len(X_valid),):
             raise ValueError(f"y_valid must have shape ({len(X_valid)},). Got {y_valid.shape} instead.")
@@ -174,7 +174,7 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
 
     def _logits(self, X) -> np.ndarray:
         check_is_fitted(self)
-        X = self._check_records(validate_data(self, X, allow_nd=True, dtype=np.float64, reset=False))
+        X = self._check_records(self._validate(X, allow_nd=True, reset=False))
         return _forward_in_chunks(self.module_, torch.from_numpy(np.ascontiguousarray(X))).double().numpy()
 
     def decision_function(self, X):

@@ -38,9 +38,10 @@ class FederatedSPDNetClassifier(FederatedClassifier):
         Target δ, in (0, 1); keep it well below 1 / (trials of the smallest client).
     clip : float, default=1.0
         Per-trial gradient clip norm C (over all parameters together).
-    dims : tuple of int, default=(16,)
+    dims : tuple of int or None, default=None
         Output size of each BiMap layer (one BiRe block per entry);
-        non-increasing and at most n_channels.
+        non-increasing and at most n_channels. None: one block of
+        min(16, n_channels), the paper's size where the data allow it.
     reeig_eps : float, default=1e-4
         ReEig floor ε_R (on trace-normalised matrices).
     n_rounds : int, default=200
@@ -140,7 +141,7 @@ class FederatedSPDNetClassifier(FederatedClassifier):
 
     _parameter_constraints: dict = {
         **FederatedClassifier._parameter_constraints,
-        "dims": [tuple, list],
+        "dims": [tuple, list, None],
         "reeig_eps": [Interval(Real, 0, None, closed="neither")],
     }
 
@@ -150,7 +151,7 @@ class FederatedSPDNetClassifier(FederatedClassifier):
         eps=10.0,
         delta=1e-5,
         clip=1.0,
-        dims=(16,),
+        dims=None,
         reeig_eps=1e-4,
         n_rounds=200,
         local_epochs=1,
@@ -179,4 +180,5 @@ class FederatedSPDNetClassifier(FederatedClassifier):
         return check_spd(X, name=name)
 
     def _build_module(self, input_shape, n_classes, generator, dtype):
-        return SPDNet(input_shape[0], n_classes, tuple(self.dims), self.reeig_eps, generator=generator, dtype=dtype)
+        dims = (min(16, input_shape[0]),) if self.dims is None else tuple(self.dims)
+        return SPDNet(input_shape[0], n_classes, dims, self.reeig_eps, generator=generator, dtype=dtype)

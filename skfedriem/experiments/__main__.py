@@ -20,7 +20,7 @@ def _eps(value: str) -> float | None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m skfedriem.experiments")
     commands = parser.add_subparsers(dest="command", required=True)
-    eeg = commands.add_parser("eeg", help="the paper's EEG comparison (SPEC §6-7)",
+    eeg = commands.add_parser("eeg", help="the paper's EEG comparison (docs: user guide, EEG)",
                               description="Federated SPDNet (ProjAvg, RLAvg, RetAvg), PriRFed, EEGNet and "
                               "centralised references over ε, seeds and participation; resumable.")
     eeg.add_argument("--dataset", choices=sorted(DATASETS), required=True)

@@ -1,11 +1,11 @@
-"""The paper's EEG comparison (SPEC §6-7) as a resumable study: arms x ε x seeds x participation.
+"""The paper's EEG comparison (docs: user guide, EEG) as a resumable study: arms x ε x seeds x participation.
 
 Protocol, per run (dataset, arm, ε, seed, participation):
 
 * data: a MOABB motor-imagery paradigm, band-pass 8-32 Hz, resampled to
   128 Hz; each trial is normalised inside the model (SPDNet: trace of its
   covariance; EEGNet: its standard deviation); clients are fixed groups of
-  subjects (SPEC §6: BNCI2014_001 3 per client, Weibo2014 and Cho2017 2,
+  subjects (docs: user guide, EEG: BNCI2014_001 3 per client, Weibo2014 and Cho2017 2,
   PhysionetMI 1).
 * split: within every subject, stratified by class and drawn with the run's
   seed: 60% training (the client's private records), 20% validation (held by
@@ -15,7 +15,8 @@ Protocol, per run (dataset, arm, ε, seed, participation):
   aggregation, ours); ``prirfed`` (SPDNet, Poisson sampling, PriRFed's
   accounting, RetAvg); ``eegnet`` (federated EEGNet, FedAvg); and the
   centralised references ``central-spdnet``, ``central-eegnet`` (all training
-  trials in one client).
+  trials in one place: trained with skorch when non-private, as one private
+  client otherwise).
 * participation p: k = max(1, round(p n)) clients per round.
 
 Outputs in ``out``: ``runs.csv`` (one row per finished run, the resume key),
@@ -34,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import torch
 from tqdm.auto import tqdm
 
 from ..classification import FederatedEEGNetClassifier, FederatedSPDNetClassifier
@@ -84,7 +86,7 @@ CURVE_FIELDS = ["dataset", "arm", "eps", "seed", "participation", "round", "vali
 
 @dataclass(frozen=True)
 class DatasetConfig:
-    """Paper settings of one dataset (SPEC §6 and issue 5)."""
+    """Paper settings of one dataset (docs: user guide, EEG)."""
 
     moabb_name: str
     n_classes: int
@@ -252,28 +254,58 @@ def run_study(dataset: str, arms, eps_values, seeds: int, participations, out: s
             spec = ARM_SPECS[arm]
             inputs = covariances if spec.takes_covariances else X
             groups = np.zeros(len(y), dtype=int) if spec.central else clients
-            est = make_estimator(arm, eps, seed, config, n_clients, p, n_rounds)
-            t0 = time.perf_counter()
-            with warnings.catch_warnings():
-                # batch clamping (the CSV records batch_size) and SeededNoiseWarning (the study is seeded on purpose)
-                warnings.simplefilter("ignore", UserWarning)
-                est.fit(inputs[train], y[train], groups=groups[train], validation_data=(inputs[valid], y[valid]))
-            seconds = time.perf_counter() - t0
+            data = (inputs[train], y[train], groups[train], inputs[valid], y[valid], inputs[test], y[test])
+            summary, history = _fit_arm(spec, eps, seed, config, n_clients, p, n_rounds, data)
             row = dict(dataset=dataset, arm=arm, eps=_eps_label(eps), seed=seed, participation=f"{p:g}",
-                       test_accuracy=est.score(inputs[test], y[test]),
-                       epsilon_certified=est.epsilon_, noise_std=est.noise_std_, batch_size=est.batch_size_,
-                       n_clients=1 if spec.central else n_clients,
-                       clients_per_round=est.clients_per_round or (1 if spec.central else n_clients),
-                       n_rounds=est.n_rounds, seconds=seconds,
-                       aggregation_ms_per_round=1e3 * float(np.mean([h["aggregation_seconds"] + h["submission_seconds"]
-                                                                      for h in est.history_])))
+                       n_clients=1 if spec.central else n_clients, **summary)
+            row["clients_per_round"] = row["clients_per_round"] or (1 if spec.central else n_clients)
             curves = [dict(dataset=dataset, arm=arm, eps=row["eps"], seed=seed, participation=row["participation"],
                            round=h["round"], valid_accuracy=h["valid_accuracy"], epsilon=h["epsilon"])
-                      for h in est.history_]
+                      for h in history]
             _append(curves_path, CURVE_FIELDS, curves)
             _append(runs_path, RUN_FIELDS, [row])  # last: a run counts as done once its curve is saved
     write_report(out)
     return out
+
+
+def _fit_arm(spec: Arm, eps, seed: int, config: DatasetConfig, n_clients: int, participation: float,
+             n_rounds: int | None, data) -> tuple[dict, list[dict]]:
+    """Train one run; its ``runs.csv`` fields and its per-round history.
+
+    The centralised non-private arms train with skorch (:mod:`skfedriem.experiments.central`);
+    every other arm with its federated estimator (one client for the centralised private arms).
+    """
+    X_train, y_train, g_train, X_valid, y_valid, X_test, y_test = data
+    t0 = time.perf_counter()
+    if spec.central and eps is None:
+        from sklearn.preprocessing import LabelEncoder
+
+        from .central import central_net, net_history
+
+        encoder = LabelEncoder().fit(y_train)
+        settings = dict(config.spdnet if spec.takes_covariances else config.eegnet)
+        rounds = n_rounds if n_rounds is not None else settings["n_rounds"]
+        torch.manual_seed(seed)  # skorch initialises the network from torch's global generator
+        net = central_net(spec.network, input_shape=X_train.shape[1:], n_classes=len(encoder.classes_),
+                          lr=settings["lr"], batch_size=settings["batch_size"], n_rounds=rounds, dims=config.dims,
+                          reeig_eps=config.reeig_eps,
+                          validation=(X_valid, encoder.transform(y_valid)))
+        net.fit(X_train.astype(np.float32), encoder.transform(y_train))
+        summary = dict(test_accuracy=net.score(X_test.astype(np.float32), encoder.transform(y_test)),
+                       epsilon_certified=math.inf, noise_std=0.0, batch_size=net.batch_size, clients_per_round=1,
+                       n_rounds=rounds, seconds=time.perf_counter() - t0, aggregation_ms_per_round=0.0)
+        return summary, net_history(net)
+    est = make_estimator(spec.name, eps, seed, config, n_clients, participation, n_rounds)
+    with warnings.catch_warnings():
+        # batch clamping (the CSV records batch_size) and SeededNoiseWarning (the study is seeded on purpose)
+        warnings.simplefilter("ignore", UserWarning)
+        est.fit(X_train, y_train, groups=g_train, validation_data=(X_valid, y_valid))
+    summary = dict(test_accuracy=est.score(X_test, y_test), epsilon_certified=est.epsilon_,
+                   noise_std=est.noise_std_, batch_size=est.batch_size_, clients_per_round=est.clients_per_round,
+                   n_rounds=est.n_rounds, seconds=time.perf_counter() - t0,
+                   aggregation_ms_per_round=1e3 * float(np.mean([h["aggregation_seconds"] + h["submission_seconds"]
+                                                                  for h in est.history_])))
+    return summary, est.history_
 
 
 def _covariances(X: np.ndarray) -> np.ndarray:

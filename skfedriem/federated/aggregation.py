@@ -1,4 +1,4 @@
-"""Server aggregation rules, applied per parameter block (SPEC §4).
+"""Server aggregation rules, applied per parameter block (docs: the method, the protocol).
 
 Each rule is a pair of maps: the client submission Sub(θ_t, θ_i) and the
 server output Out(θ_t, Δ̄) of the mean submission. All k submissions of a
@@ -37,9 +37,9 @@ class Aggregation:
     name : str
     submission : callable
         ``submission(manifold, theta, local)`` with ``theta`` of shape
-        (*shape) and ``local`` of shape (k, *shape) -> (k, *shape).
+        ``(*shape)`` and ``local`` of shape ``(k, *shape)`` -> ``(k, *shape)``.
     output : callable
-        ``output(manifold, theta, mean_submission)`` -> new θ, shape (*shape).
+        ``output(manifold, theta, mean_submission)`` -> new θ, shape ``(*shape)``.
     """
 
     name: str

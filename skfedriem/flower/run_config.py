@@ -40,8 +40,8 @@ def _convert(name: str, value):
         return None
     if name in _NONE_IF_ZERO and value == 0:
         return None
-    if name == "dims" and isinstance(value, str):
-        return tuple(int(d) for d in value.replace(" ", "").split(",") if d)
+    if name == "dims" and isinstance(value, str):  # "" keeps the estimator's default
+        return tuple(int(d) for d in value.replace(" ", "").split(",") if d) or None
     return value
 
 

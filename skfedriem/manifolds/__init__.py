@@ -3,6 +3,7 @@
 from .base import ConvergenceError, Manifold, sym
 from .euclidean import Euclidean
 from .grassmann import Grassmann
+from .optim import ProjectedAdam, ProjectedOptimizerMixin, ProjectedSGD
 from .parameter import ManifoldParameter, manifold_of, project_parameters_
 from .sphere import Sphere
 from .stiefel import Stiefel
@@ -13,6 +14,9 @@ __all__ = [
     "Grassmann",
     "Manifold",
     "ManifoldParameter",
+    "ProjectedAdam",
+    "ProjectedOptimizerMixin",
+    "ProjectedSGD",
     "Sphere",
     "Stiefel",
     "manifold_of",

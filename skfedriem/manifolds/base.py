@@ -1,7 +1,7 @@
 """The manifold contract every parameter geometry implements.
 
 A parameter lives on a compact submanifold ``M`` of a Euclidean space of
-matrices, with the metric induced by the Frobenius inner product (SPEC §2,
+matrices, with the metric induced by the Frobenius inner product (docs: the method, geometry,
 after Pautrel et al., 2026). Each concrete manifold supplies only the
 projection ``proj`` (Π, nearest point of M) and the tangent projection
 ``proju`` (P_X); the retraction and the lifting are derived from them. The
@@ -129,7 +129,7 @@ class Manifold(ABC):
 
         Parameters
         ----------
-        X : torch.Tensor, shape (..., *shape)
+        X : torch.Tensor of shape ``(..., *shape)``
         atol : float, default=1e-6
             Absolute tolerance on the defining equations.
         explain : bool, default=False

@@ -15,7 +15,7 @@ class Grassmann(Manifold):
     """Grassmann manifold of p-planes of R^n, as projectors P = Pᵀ = P², tr P = p.
 
     Points are n x n matrices in Sym(n) (ambient dimension n(n+1)/2) with the
-    Frobenius metric (SPEC §2). Π(Y) is the projector on the top-p eigenvectors
+    Frobenius metric (docs: the method, geometry). Π(Y) is the projector on the top-p eigenvectors
     of sym(Y); P_P(Z) = P S (I − P) + (I − P) S P with S = sym(Z); the
     intrinsic dimension is p(n − p). Exp, Log and the inverse retraction are
     closed form through principal angles (Absil, Mahony & Sepulchre, 2004).

@@ -38,7 +38,7 @@ class Stiefel(Manifold):
     Π is the polar factor U Vᵀ of the thin SVD (the nearest point in Frobenius
     norm; not a QR retraction), P_X(Z) = Z − X sym(XᵀZ), and
     d_M = np − p(p+1)/2. The inverse of the polar retraction solves the
-    Lyapunov equation (XᵀY) S + S (XᵀY)ᵀ = 2 I (SPEC §2, Bartels–Stewart); Exp is Edelman,
+    Lyapunov equation (XᵀY) S + S (XᵀY)ᵀ = 2 I (docs: the method, geometry; Bartels–Stewart); Exp is Edelman,
     Arias & Smith's (1998) closed form for the embedded metric; Log has no
     closed form and is computed by a shooting iteration (see :meth:`log`).
 

@@ -1,4 +1,4 @@
-"""EEGNet (Lawhern et al., 2018), the Euclidean baseline of SPEC §6, without batch normalisation.
+"""EEGNet (Lawhern et al., 2018), the Euclidean baseline, without batch normalisation.
 
 Written here rather than imported from braindecode: braindecode 1.8 pulls
 torchaudio 2.11, whose PyPI wheel is a CUDA build that fails to import next to
@@ -8,7 +8,7 @@ network is short.
 Changes from the original, both for record-level DP:
 
 * Batch normalisation is removed (in training mode it mixes the records of a
-  batch and raises the sensitivity from 2C/B to 2C, SPEC §3). The convolution
+  batch and raises the sensitivity from 2C/B to 2C; see the user guide, "The method"). The convolution
   before each removed BatchNorm gets a bias instead (BatchNorm's shift).
 * Dropout is left out: inside ``torch.func.vmap`` it would draw from the
   global RNG, breaking determinism by ``random_state``; DP noise regularises.

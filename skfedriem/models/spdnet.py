@@ -1,9 +1,9 @@
 """SPDNet (Huang & Van Gool, 2017, "A Riemannian network for SPD matrix learning").
 
 Covariance matrices go through L BiRe blocks (BiMap X ↦ WᵀXW with W on the
-Stiefel manifold, then ReEig), LogEig, Vech and a linear classifier (SPEC §6).
+Stiefel manifold, then ReEig), LogEig, Vech and a linear classifier (user guide, "The method").
 No layer couples the records of a batch (no batch normalisation), so the
-per-record sensitivity of SPEC §3 holds, and every trainable layer declares its
+per-record sensitivity of the private step holds, and every trainable layer declares its
 per-sample gradient rule for :mod:`skfedriem.privacy.layerwise`.
 """
 

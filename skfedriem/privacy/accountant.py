@@ -26,7 +26,7 @@ class PrivacyAccountant:
     Like Opacus' accountants it knows nothing of training: the federated loop
     calls :meth:`step` as rounds complete and :meth:`get_epsilon` to report.
     Steps with different (μ0, q, sampling) compose heterogeneously; the bound
-    is the one of :func:`skfedriem.privacy.epsilon_spent` (SPEC §5).
+    is the one of :func:`skfedriem.privacy.epsilon_spent` (docs: the method, privacy accounting).
 
     Examples
     --------

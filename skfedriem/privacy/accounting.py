@@ -1,4 +1,4 @@
-"""Privacy accounting for the subsampled Gaussian local steps (SPEC §5).
+"""Privacy accounting for the subsampled Gaussian local steps (docs: the method, privacy accounting).
 
 One private local step releases a clipped batch mean plus Gaussian noise; under
 substitution of one record it is μ0-GDP with μ0 = 2C / (B σ). Subsampling a
@@ -25,7 +25,7 @@ q = B / m⋆ of the smallest client. Two rigorous modes:
     mixtures by ±sensitivity, so the sensitivity is μ0/2 at unit noise.
 
 Only dp-accounting's documented mechanism classes and PMF constructor are used;
-what it lacks (the symmetrised hull of SPEC §5) is built here from its pieces.
+what it lacks (the symmetrised hull the method certifies) is built here from its pieces.
 """
 
 from __future__ import annotations
@@ -143,7 +143,7 @@ def epsilon_spent(
     Parameters
     ----------
     mu0 : float
-        Per-step Gaussian-DP parameter μ0 = 2C / (Bσ) (SPEC §5), > 0.
+        Per-step Gaussian-DP parameter μ0 = 2C / (Bσ) (docs: the method, privacy accounting), > 0.
     sample_rate : float
         q = B / m⋆ in (0, 1], m⋆ the size of the smallest client.
     steps : int
@@ -252,7 +252,7 @@ def gdp_mu(mu0: float, sample_rate: float, steps: int) -> float:
 
     An approximation for reading results, never used to certify anything: the
     certified figure is :func:`epsilon_spent`. It grows like √steps, depends on
-    C/σ only, and shrinks with the smallest client (SPEC §5).
+    C/σ only, and shrinks with the smallest client (docs: the method, privacy accounting).
 
     Parameters
     ----------

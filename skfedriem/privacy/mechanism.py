@@ -69,7 +69,7 @@ class PerRecordGradients(ABC):
 
 
 class DenseGradients(PerRecordGradients):
-    """Per-record tangent gradients stored densely: ``grads[name]`` is (B, *shape)."""
+    """Per-record tangent gradients stored densely: ``grads[name]`` has shape ``(B, *shape)``."""
 
     def __init__(self, grads: dict[str, torch.Tensor]) -> None:
         self.grads = grads

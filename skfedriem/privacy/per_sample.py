@@ -48,7 +48,7 @@ def per_sample_gradients(
     Returns
     -------
     grads : dict of str to torch.Tensor
-        ``grads[name]`` has shape (B, *param.shape).
+        ``grads[name]`` has shape ``(B, *param.shape)``.
     """
     params = trainable_parameters(module)
     n_records = batch[0].shape[0]

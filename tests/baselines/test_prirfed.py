@@ -46,7 +46,7 @@ def test_calibration_certifies_and_is_tight(eps):
 
 
 def test_noise_ratio_is_the_papers_five_to_six():
-    # SPEC §5 / paper Fig. 4b: PriRFed needs about 5-6x our noise at equal (eps, delta)
+    # paper Fig. 4b: PriRFed needs about 5-6x our noise at equal (eps, delta)
     ratio = calibrate_mu0(1.0, 1e-5, 0.1, 2000, "fixed") / prirfed_calibrate_mu0(1.0, 1e-5, 0.1, 10, 200)
     assert 5.0 <= ratio <= 6.0
 

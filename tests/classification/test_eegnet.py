@@ -91,3 +91,13 @@ def test_one_extreme_trial_is_refused_or_cannot_poison_the_release(raw_trials):
     clf = FederatedEEGNetClassifier(eps=8.0, **{**SMALL, "n_rounds": 2, "batch_size": 40,
                                                 "local_steps": 4}).fit(extreme, y, groups=groups)
     assert all(np.isfinite(p.detach().numpy()).all() for p in clf.module_.parameters())
+
+
+def test_errors_name_the_estimator_and_say_what_to_do(raw_trials):
+    X, y, groups = raw_trials
+    with pytest.raises(ValueError, match="FederatedEEGNetClassifier needs at least 2 classes"):
+        FederatedEEGNetClassifier(**SMALL).fit(X, np.zeros_like(y))
+    broken = X.copy()
+    broken[7, 1, 3] = np.nan
+    with pytest.raises(ValueError, match=r"X\[7\] contains NaN or inf .*FederatedEEGNetClassifier needs finite"):
+        FederatedEEGNetClassifier(**SMALL).fit(broken, y)

@@ -273,3 +273,9 @@ def test_warm_start_continues_with_the_same_classes(spd_data):
     assert clf.ledger_.steps == 2 * first_half.ledger_.steps and clf.epsilon_ > first_half.epsilon_
     with pytest.raises(ValueError, match="outside the classes"):
         clf.fit(X, np.where(y == y[0], 99, y), groups=groups)
+
+
+def test_the_default_network_follows_the_number_of_channels():
+    X, y, groups = make_spd_classification(2, 20, 3, random_state=0)  # 3 channels, as MOABB's FakeDataset
+    clf = FederatedSPDNetClassifier(eps=None, n_rounds=1, batch_size=8).fit(X, y, groups=groups)
+    assert clf.module_.features[1].weight.shape == (3, 3)  # one BiMap to min(16, 3)

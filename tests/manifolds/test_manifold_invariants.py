@@ -1,4 +1,4 @@
-"""One invariant suite run over every manifold (SPEC §2), in float64."""
+"""One invariant suite run over every manifold (docs: the method, geometry), in float64."""
 
 import pytest
 import torch

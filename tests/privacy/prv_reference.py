@@ -2,7 +2,7 @@
 
 They share no code with skfedriem.privacy.accounting (which builds on
 dp-accounting's connect-the-dots PLDs): here the privacy-loss variables are
-written down in closed form from SPEC §5 and composed by prv-accountant's own
+written down in closed form (docs: the method, privacy accounting) and composed by prv-accountant's own
 discretisation, with its error bounds.
 """
 

@@ -49,7 +49,7 @@ def test_fixed_mode_never_below_poisson_add_remove(mu0, q, steps):
 
 
 def test_fixed_mode_costs_a_few_percent_of_noise_over_add_remove():
-    # SPEC §5: at q = 0.1, 2000 steps, eps = 1 the symmetrised tradeoff needs ~3.5 % more noise.
+    # docs (the method, privacy accounting): at q = 0.1, 2000 steps, eps = 1 the symmetrised tradeoff needs ~3.5 % more noise.
     mu_fixed = calibrate_mu0(1.0, DELTA, 0.1, 2000)
     mu_ar = 1.0
     lo, hi = 0.01, 1.0
