@@ -8,8 +8,10 @@ run: the Poisson add/remove accountant of dp-accounting at the same ε (the
 fixed mode pays the price of symmetrising; docs: the method, privacy accounting).
 
     python benchmarks/accounting.py
+    python benchmarks/accounting.py --epsilons 1 10    # a subset
 """
 
+import argparse
 import json
 import time
 
@@ -31,9 +33,12 @@ def add_remove_mu0(eps: float) -> float:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--epsilons", type=float, nargs="+", default=EPSILONS)
+    epsilons = parser.parse_args().epsilons
     rows = []
     for sampling in ("fixed", "poisson"):
-        for eps in EPSILONS:
+        for eps in epsilons:
             t0 = time.perf_counter()
             mu0 = calibrate_mu0(eps, DELTA, Q, STEPS, sampling=sampling)
             seconds = time.perf_counter() - t0
@@ -43,7 +48,7 @@ def main() -> None:
                 dict(sampling=sampling, eps=eps, mu0=mu0, noise_multiplier=1 / mu0, certified_eps=coarse,
                      fine_eps=fine, slack=coarse / fine - 1, calibration_s=seconds)
             )
-    baseline = {eps: add_remove_mu0(eps) for eps in EPSILONS}
+    baseline = {eps: add_remove_mu0(eps) for eps in epsilons}
     header = f"{'sampling':8} {'eps':>5} {'mu0':>9} {'1/mu0':>8} {'eps@mu0':>9} {'slack%':>7} {'time s':>7} {'noise vs add/remove':>20}"
     print(f"q={Q}, steps={STEPS}, delta={DELTA}, grid={DISCRETIZATION}")
     print(header)

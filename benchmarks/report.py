@@ -47,9 +47,11 @@ def machine() -> dict:
             "torch": torch.__version__, "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None}
 
 
-def split_output(text: str) -> tuple[str, dict]:
-    """(the printed table, the JSON line) of a benchmark's standard output."""
+def split_output(text: str, start: str | None = None) -> tuple[str, dict]:
+    """(the printed table, the JSON line) of a benchmark's output; the table from the line holding ``start``."""
     lines = text.rstrip().splitlines()
+    if start is not None:
+        lines = lines[next(i for i, line in enumerate(lines) if start in line):]
     for i in range(len(lines) - 1, -1, -1):
         try:
             result = json.loads(lines[i])
@@ -61,8 +63,8 @@ def split_output(text: str) -> tuple[str, dict]:
     raise ValueError("No JSON line with a 'benchmark' key in the output.")
 
 
-def keep(name: str, text: str, command: str, info: dict) -> Path:
-    table, result = split_output(text)
+def keep(name: str, text: str, command: str, info: dict, start: str | None = None) -> Path:
+    table, result = split_output(text, start)
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps({"name": name, "command": command, "date": datetime.date.today().isoformat(),
@@ -76,35 +78,39 @@ def write_docs() -> None:
         kept = json.loads(path.read_text())
         m = kept["machine"]
         title = f"``{kept['command']}``"
+        load = ("load average not recorded" if m["load_average"] is None
+                else f"load average {m['load_average']:.2f} when it started")
         parts += [title, "~" * len(title), "",
                   f"{kept['date']}, {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, Python {m['python']}, "
-                  f"torch {m['torch']}; load average {m['load_average']:.2f} when it started.", "",
+                  f"torch {m['torch']}; {load}.", "",
                   ".. code-block:: text", "", *[f"   {line}" for line in kept["table"].splitlines()], ""]
     DOCS_TABLES.write_text("\n".join(parts))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="action", required=True)
     run = commands.add_parser("run")
     run.add_argument("name")
     run.add_argument("args", nargs=argparse.REMAINDER)
     imported = commands.add_parser("import")
     imported.add_argument("name")
     imported.add_argument("log")
-    imported.add_argument("--command", default=None)
+    imported.add_argument("--command", default=None, help="how it was run (default: the plain script)")
+    imported.add_argument("--start", default=None, help="the table starts at the first line holding this text")
     commands.add_parser("docs")
     args = parser.parse_args()
-    if args.command == "run":
+    if args.action == "run":
         extra = [a for a in args.args if a != "--"]
         info = machine()
         done = subprocess.run([sys.executable, str(HERE / f"{args.name}.py"), *extra], capture_output=True,
                               text=True, check=True)
         print(done.stdout)
         print(keep(args.name, done.stdout, " ".join(["python", f"benchmarks/{args.name}.py", *extra]), info))
-    elif args.command == "import":
-        print(keep(args.name, Path(args.log).read_text(), args.command or f"python benchmarks/{args.name}.py",
-                   machine()))
+    elif args.action == "import":
+        info = {**machine(), "load_average": None}  # the run was earlier: its load is unknown
+        print(keep(args.name, Path(args.log).read_text(), args.command or f"python benchmarks/{args.name}.py", info,
+                   start=args.start))
     write_docs()
 
 

@@ -24,6 +24,7 @@ import resource
 import statistics
 import time
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -33,6 +34,7 @@ from skfedriem.models import SPDNet
 from skfedriem.privacy import (
     DenseGradients,
     PrivateManifoldOptimizer,
+    SeededRandomness,
     clip_factors,
     noisy_mean,
     per_sample_gradients,
@@ -47,11 +49,11 @@ def loss_fn(output, target):
     return F.cross_entropy(output, target, reduction="none")
 
 
-def generic_private_gradient(model, batch, per_sample, generator, clip=1.0, noise_std=0.05):
+def generic_private_gradient(model, batch, per_sample, randomness, clip=1.0, noise_std=0.05):
     params = trainable_parameters(model)
     grads = DenseGradients(project_per_sample(per_sample(model, batch), params))
     sums = grads.weighted_sum(clip_factors(grads.norms(), clip))
-    return noisy_mean(sums, params, denominator=B, noise_std=noise_std, generator=generator)
+    return noisy_mean(sums, params, denominator=B, noise_std=noise_std, randomness=randomness)
 
 
 def vmap_gradients(model, batch):
@@ -80,12 +82,12 @@ def timed(fn, repeats, warmup=3):
 def step_costs(repeats: int) -> dict:
     X, y, _ = make_spd_classification(1, B, N_CH, n_classes=K, scale=1e-10, random_state=0)
     batch = (torch.as_tensor(X, dtype=torch.float32), torch.as_tensor(y))
-    g = torch.Generator().manual_seed(0)
+    g = SeededRandomness(np.random.SeedSequence(0))
     ms = {}
     for label, clip, sigma in (("non_private", math.inf, 0.0), ("private", 1.0, 0.05)):
         model = SPDNet(N_CH, K, (D,), generator=torch.Generator().manual_seed(1))
         opt = PrivateManifoldOptimizer(model, torch.optim.Adam(model.parameters(), lr=1e-3), loss_fn=loss_fn,
-                                       clip=clip, noise_std=sigma, generator=g)
+                                       clip=clip, noise_std=sigma, randomness=g)
         ms[label] = 1e3 * timed(lambda: opt.step(batch, denominator=B), repeats)
     model = SPDNet(N_CH, K, (D,), generator=torch.Generator().manual_seed(1))
     ms["private_vmap"] = 1e3 * timed(lambda: generic_private_gradient(model, batch, vmap_gradients, g), repeats)

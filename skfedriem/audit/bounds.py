@@ -45,7 +45,26 @@ _COARSE_EPS = np.linspace(0.0, 40.0, 201)
 
 
 def clopper_pearson_upper(errors: int, trials: int, confidence: float) -> float:
-    """One-sided Clopper–Pearson upper bound on a rate from ``errors`` in ``trials``."""
+    """One-sided Clopper–Pearson upper bound on a rate from ``errors`` in ``trials``.
+
+    Parameters
+    ----------
+    errors : int
+        Errors observed.
+    trials : int
+        Trials.
+    confidence : float
+        The bound holds with this probability.
+
+    Returns
+    -------
+    float
+
+    Examples
+    --------
+    >>> round(clopper_pearson_upper(0, 100, 0.95), 4)
+    0.0295
+    """
     if errors >= trials:
         return 1.0
     return float(beta.ppf(confidence, errors + 1, trials - errors))
@@ -63,6 +82,24 @@ def family_tradeoff(alpha: float, mu0: float, sample_rate: float, steps: int, sa
     certified privacy profile δ(ε) (symmetric in both modes), maximised on a
     grid of ε refined around the best coarse point (a grid can only miss the
     supremum from below: the curve errs low, the bound cautious).
+
+    Parameters
+    ----------
+    alpha : float
+        Type I error of a test.
+    mu0 : float
+        Per-step GDP parameter.
+    sample_rate : float
+        q.
+    steps : int
+        Composed steps.
+    sampling : {"fixed", "poisson"}
+        The subsampling the accountant assumes.
+
+    Returns
+    -------
+    float
+        The smallest type II error any test can reach at type I error ``alpha``.
     """
     pld = _composed(float(mu0), float(sample_rate), int(steps), sampling)
 
@@ -82,7 +119,25 @@ def mu0_lower_bound(fpr_upper: float, fnr_upper: float, sample_rate: float, step
                     *, mu0_max: float = 20.0) -> float:
     """The smallest per-step μ0 of the certified family not refuted by a test with these error bounds.
 
-    0 when the test shows nothing; ``mu0_max`` when even that is refuted.
+    Parameters
+    ----------
+    fpr_upper : float
+        Upper bound on the test's false positive rate.
+    fnr_upper : float
+        Upper bound on its false negative rate.
+    sample_rate : float
+        q.
+    steps : int
+        Composed steps.
+    sampling : {"fixed", "poisson"}
+        The subsampling the accountant assumes.
+    mu0_max : float, default=20.0
+        The largest μ0 probed.
+
+    Returns
+    -------
+    float
+        0 when the test shows nothing; ``mu0_max`` when even that is refuted.
     """
 
     def refuted(mu0: float) -> bool:
@@ -107,7 +162,7 @@ def mu0_lower_bound(fpr_upper: float, fnr_upper: float, sample_rate: float, step
 class AuditResult:
     """What an audit measured and what it proves.
 
-    Attributes
+    Parameters
     ----------
     epsilon_certified : float
         The accountant's ε for the audited runs.
@@ -116,19 +171,33 @@ class AuditResult:
         does not refute (see the module docstring).
     epsilon_lower_bound_any : float
         The assumption-free (ε, δ) lower bound.
-    mu0_certified, mu0_lower_bound : float
-    delta, confidence : float
+    mu0_certified : float
+        The per-step μ0 the runs were calibrated to.
+    mu0_lower_bound : float
+        The smallest μ0 of the family not refuted.
+    delta : float
+        δ of both ε.
+    confidence : float
+        Joint confidence of the Clopper–Pearson bounds.
     sample_rate : float
+        q of the audited runs.
     steps : int
+        Private steps in each run.
     sampling : str
+        ``"fixed"`` or ``"poisson"``.
     n_runs : int
         Runs on each of D and D' whose errors were counted.
-    false_positive_rate, false_negative_rate : float
-        Measured.
-    false_positive_upper, false_negative_upper : float
-        Their Clopper–Pearson upper bounds (jointly at ``confidence``).
+    false_positive_rate : float
+        Measured on D'.
+    false_negative_rate : float
+        Measured on D.
+    false_positive_upper : float
+        Clopper–Pearson upper bound of ``false_positive_rate``.
+    false_negative_upper : float
+        Clopper–Pearson upper bound of ``false_negative_rate``.
     threshold : float
-    seconds : float
+        The score threshold of the test.
+    seconds : float, default=0.0
         Wall time of the runs (0 when scores were given).
     """
 

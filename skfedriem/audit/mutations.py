@@ -27,6 +27,16 @@ def noise_scaled(factor: float) -> Iterator[None]:
     """Clients add ``factor`` × σ of noise while the server and the accountant charge σ (0: no noise).
 
     In-process clients only (``backend="local"``).
+
+    Parameters
+    ----------
+    factor : float
+        Multiplier of the clients' noise.
+
+    Yields
+    ------
+    None
+        Inside the ``with`` block the mutation is active.
     """
     honest = client_module.run_client_round
 

@@ -41,10 +41,23 @@ __all__ = ["audit_federated_pca", "audit_off_manifold_server", "canary_federatio
 
 
 def canary_federation(n_records: int, clip: float, sign: int) -> np.ndarray:
-    """One client's records: the canary s(e₁ + sign·e₂)/√2 first, then zeros; shape (n_records, 2).
+    """One client's records: the canary s(e₁ + sign·e₂)/√2 first, then zeros.
 
     s puts the canary's gradient norm s²/√2 at the initial subspace e₁e₁ᵀ at
     100 C, so it is clipped to exactly C at every step of a short run.
+
+    Parameters
+    ----------
+    n_records : int
+        Records of the client.
+    clip : float
+        C.
+    sign : {1, -1}
+        Which of the two neighbouring canaries (D or D').
+
+    Returns
+    -------
+    ndarray of shape (n_records, 2)
     """
     X = np.zeros((n_records, 2))
     s = math.sqrt(100 * math.sqrt(2) * clip)
@@ -112,6 +125,31 @@ def audit_off_manifold_server(*, mu0: float = 0.5, norm_sq: float = 0.99, n_feat
     record. The server sees the client's θ_i after one SGD step at ``lr``
     and scores how far it moved along θ against the noise it sees elsewhere.
     The step is certified μ0-GDP (σ = 2C/μ0 with B = 1).
+
+    Parameters
+    ----------
+    mu0 : float, default=0.5
+        The step's certified GDP parameter.
+    norm_sq : float, default=0.99
+        ‖θ‖² of the malicious iterate.
+    n_features : int, default=20
+        n.
+    lr : float, default=50.0
+        The client's SGD rate.
+    n_runs : int, default=500
+        Steps on each side.
+    clip : float, default=1.0
+        C.
+    delta : float, default=1e-5
+        δ of the reported ε.
+    random_state : int, optional
+        Seeds run j with ``random_state + j``; None: OS entropy.
+    confidence : float, default=0.95
+        Joint confidence of the bounds.
+
+    Returns
+    -------
+    AuditResult
     """
     sigma = 2 * clip / mu0
     theta = torch.zeros(n_features, 1, dtype=torch.float64)

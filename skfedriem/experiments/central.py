@@ -63,6 +63,16 @@ def central_net(network: str, *, input_shape: tuple[int, ...], n_classes: int, l
 
 
 def net_history(net: NeuralNetClassifier) -> list[dict]:
-    """Per-epoch ``round`` and ``valid_accuracy`` (and ε = inf) from a fitted net, as the study's curves want."""
+    """Per-epoch ``round`` and ``valid_accuracy`` (and ε = inf) from a fitted net, as the study's curves want.
+
+    Parameters
+    ----------
+    net : skorch.NeuralNetClassifier
+        Fitted.
+
+    Returns
+    -------
+    list of dict
+    """
     return [{"round": row["epoch"], "valid_accuracy": row.get("valid_acc", float("nan")), "epsilon": float("inf")}
             for row in net.history]

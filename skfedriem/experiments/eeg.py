@@ -47,15 +47,16 @@ __all__ = ["ARMS", "ARM_SPECS", "Arm", "DATASETS", "DatasetConfig", "load_datase
 class Arm:
     """One arm of the study: which estimator, on which inputs, federated or centralised, with which settings.
 
-    Attributes
+    Parameters
     ----------
     name : str
+        The arm's label in tables and figures.
     network : {"spdnet", "eegnet"}
         SPDNet trains on the trials' covariance matrices, EEGNet on the raw trials.
-    central : bool
+    central : bool, default=False
         All training trials in one client (the centralised reference); else
         one client per group of subjects, with the study's participation.
-    settings : dict
+    settings : dict, default={}
         Extra estimator parameters (aggregation, sampling, accounting).
     """
 
@@ -86,7 +87,27 @@ CURVE_FIELDS = ["dataset", "arm", "eps", "seed", "participation", "round", "vali
 
 @dataclass(frozen=True)
 class DatasetConfig:
-    """Paper settings of one dataset (docs: user guide, EEG)."""
+    """Paper settings of one dataset (docs: user guide, EEG).
+
+    Parameters
+    ----------
+    moabb_name : str
+        The MOABB dataset class.
+    n_classes : int
+        Classes of the motor-imagery paradigm.
+    subjects_per_client : int
+        Consecutive subjects grouped into one client.
+    dims : tuple of int
+        SPDNet's BiMap output sizes.
+    reeig_eps : float
+        ε_R.
+    spdnet : dict, default={}
+        SPDNet's ``lr``, ``batch_size``, ``n_rounds``.
+    eegnet : dict, default={}
+        EEGNet's.
+    subjects : tuple of int, optional
+        The subjects used (default: all of the dataset's).
+    """
 
     moabb_name: str
     n_classes: int
@@ -118,6 +139,14 @@ DATASETS: dict[str, DatasetConfig] = {
 
 def load_dataset(name: str, *, eegmmidb: str | Path | None = None):
     """Trials, labels and client of each trial for a configured dataset.
+
+    Parameters
+    ----------
+    name : str
+        A key of ``DATASETS`` (``"BNCI2014_001"``, ``"Weibo2014"``,
+        ``"Cho2017"``, ``"PhysionetMI"``, ``"FakeDataset"``).
+    eegmmidb : str or Path, optional
+        A local copy of EEGMMIDB for ``"PhysionetMI"`` (nothing is downloaded).
 
     Returns
     -------
@@ -162,7 +191,30 @@ def load_dataset(name: str, *, eegmmidb: str | Path | None = None):
 
 
 def split_trials(y: np.ndarray, subjects: np.ndarray, seed: int, fractions=(0.6, 0.2, 0.2)):
-    """Boolean masks (train, valid, test), stratified by subject and class, drawn with ``seed``."""
+    """Boolean masks (train, valid, test), stratified by subject and class, drawn with ``seed``.
+
+    Parameters
+    ----------
+    y : ndarray of shape (n_trials,)
+        Labels.
+    subjects : ndarray of shape (n_trials,)
+        Subject of each trial.
+    seed : int
+        Seeds the split.
+    fractions : tuple of float, default=(0.6, 0.2, 0.2)
+        Train, validation and test shares within each (subject, class).
+
+    Returns
+    -------
+    train, valid, test : ndarray of bool, shape (n_trials,)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> train, valid, test = split_trials(np.repeat([0, 1], 10), np.zeros(20), seed=0)
+    >>> int(train.sum()), int(valid.sum()), int(test.sum())
+    (12, 4, 4)
+    """
     rng = np.random.default_rng(seed)
     part = np.empty(len(y), dtype=int)
     for s in np.unique(subjects):

@@ -32,9 +32,10 @@ __all__ = ["AGGREGATIONS", "Aggregation", "get_aggregation"]
 class Aggregation:
     """A named pair (Sub, Out) of maps.
 
-    Attributes
+    Parameters
     ----------
     name : str
+        The name estimators take as ``aggregation=``.
     submission : callable
         ``submission(manifold, theta, local)`` with ``theta`` of shape
         ``(*shape)`` and ``local`` of shape ``(k, *shape)`` -> ``(k, *shape)``.
@@ -60,7 +61,27 @@ AGGREGATIONS: dict[str, Aggregation] = {
 
 
 def get_aggregation(name: str) -> Aggregation:
-    """The aggregation rule called ``name``; ValueError listing the valid ones."""
+    """The aggregation rule called ``name``.
+
+    Parameters
+    ----------
+    name : str
+        ``"projavg"``, ``"rlavg"`` or ``"retavg"``.
+
+    Returns
+    -------
+    Aggregation
+
+    Raises
+    ------
+    ValueError
+        For an unknown name, listing the valid ones.
+
+    Examples
+    --------
+    >>> get_aggregation("projavg").name
+    'projavg'
+    """
     try:
         return AGGREGATIONS[name]
     except (KeyError, TypeError):

@@ -20,7 +20,7 @@ class TrainingState:
     public client-selection stream: a checkpoint leaks nothing a fitted model
     does not.
 
-    Attributes
+    Parameters
     ----------
     round : int
         Rounds completed (``started``: the index of the round that started).

@@ -50,14 +50,17 @@ def make_optimizer(optimizer: str | Callable, params, lr: float) -> torch.optim.
 class ClientRecipe:
     """What a client needs of the model, besides its records: all public, the same for every client.
 
-    Attributes
+    Parameters
     ----------
     module : torch.nn.Module
         A working copy of the model (its values are overwritten with θ_t each round).
     loss_fn : callable
         ``loss_fn(module(batch[0]), *batch[1:])`` -> per-record losses (B,).
-    optimizer : str or callable
-    reset_optimizer : bool
+    optimizer : str or callable, default="sgd"
+        ``"sgd"``, ``"adam"``, or ``optimizer(params, lr)`` -> a ``torch.optim.Optimizer``.
+    reset_optimizer : bool, default=True
+        Start each round from a fresh optimiser state (else the client keeps
+        its state, e.g. Adam's moments, in its :class:`ClientState`).
     """
 
     module: nn.Module
@@ -76,11 +79,11 @@ class ClientRecipe:
 class ClientState:
     """What a client carries from one round to the next; it never leaves the client.
 
-    Attributes
+    Parameters
     ----------
     randomness : SecretRandomness
         Draws the batches and the noise.
-    optimizer_state : dict or None
+    optimizer_state : dict or None, default=None
         Kept only when the optimiser is not reset between rounds.
     """
 
@@ -163,15 +166,20 @@ def check_iterate(module: nn.Module, theta: dict[str, torch.Tensor]) -> dict[str
 class RoundInstructions:
     """What the server tells a selected client for one round (all public).
 
-    Attributes
+    Parameters
     ----------
     lr : float
+        The round's learning rate.
     local_steps : int
         τ_i for this client.
     batch_size : int
+        B.
     clip : float
+        C (inf: no clipping).
     noise_std : float
+        σ (0: no noise).
     sampling : {"fixed", "poisson"}
+        How the client draws its batches.
     aggregation : str
         The rule whose Sub the client applies.
     """

@@ -38,7 +38,29 @@ BACKENDS: dict[str, str] = {"flower": "skfedriem.flower.simulation:run_trainer_i
 
 
 def lr_at_round(lr: float, schedule: str | Callable[[int], float], round_: int, n_rounds: int) -> float:
-    """Learning rate of round ``round_`` (0-based): constant, cosine, or a callable of the round."""
+    """Learning rate of round ``round_`` (0-based).
+
+    Parameters
+    ----------
+    lr : float
+        η, the rate of round 0.
+    schedule : {"constant", "cosine"} or callable
+        Constant η, cosine decay η (1 + cos(π t / T)) / 2, or ``schedule(t)``
+        -> the rate of round t (``lr`` is then ignored).
+    round_ : int
+        t.
+    n_rounds : int
+        T.
+
+    Returns
+    -------
+    float
+
+    Examples
+    --------
+    >>> lr_at_round(0.1, "cosine", 50, 100)
+    0.05
+    """
     if callable(schedule):
         return float(schedule(round_))
     if schedule == "constant":

@@ -16,7 +16,7 @@ __all__ = ["PrivacyPlan", "check_client_sizes", "plan_run"]
 class PrivacyPlan:
     """Everything fixed before training so σ can be calibrated.
 
-    Attributes
+    Parameters
     ----------
     batch_size : int
         B after clamping to the smallest client.
@@ -34,9 +34,10 @@ class PrivacyPlan:
         σ = 2C / (B μ0) (0 for a non-private run).
     clip : float
         C (inf for a non-private run).
-    accounting : str
+    accounting : str, default="rfedproj"
         The name of the accounting method that calibrated σ.
-    sampling : {"fixed", "poisson"}
+    sampling : {"fixed", "poisson"}, default="fixed"
+        How clients draw their batches.
     """
 
     batch_size: int
@@ -99,6 +100,42 @@ def plan_run(
     run, whatever the participation (the server chooses and sees S_t, so
     client sampling gives no amplification). σ comes from the registered
     accounting method (:func:`~skfedriem.privacy.accountings.get_accounting`).
+
+    Parameters
+    ----------
+    client_sizes : list of int
+        m_i, records of each client.
+    client_names : list
+        The clients' names, for messages.
+    batch_size : int
+        B requested (clamped to m⋆ with a warning).
+    n_rounds : int
+        T.
+    local_steps : int or None
+        τ for every client; exactly one of ``local_steps`` and ``local_epochs``.
+    local_epochs : float or None
+        τ_i = ⌈local_epochs · m_i / B⌉.
+    eps : float or None
+        Target ε; None or inf: a non-private run.
+    delta : float
+        Target δ.
+    clip : float
+        C.
+    sampling : {"fixed", "poisson"}
+        How clients draw their batches.
+    accounting : str or RunAccounting, default="rfedproj"
+        The accounting method (a registered name or an instance).
+
+    Returns
+    -------
+    PrivacyPlan
+
+    Examples
+    --------
+    >>> plan = plan_run([100, 200], client_names=["a", "b"], batch_size=10, n_rounds=50, local_steps=5,
+    ...                 local_epochs=None, eps=4.0, delta=1e-5, clip=1.0, sampling="fixed")
+    >>> plan.sample_rate, plan.total_steps
+    (0.1, 250)
     """
     method = get_accounting(accounting)
     method.check_sampling(sampling)

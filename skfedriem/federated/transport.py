@@ -23,7 +23,12 @@ Replies = dict[int, tuple[dict[str, torch.Tensor], float]]
 
 @runtime_checkable
 class Transport(Protocol):
-    """Anything that can run a round's selected clients from θ_t."""
+    """Anything that can run a round's selected clients from θ_t.
+
+    A :class:`typing.Protocol`: any object with a ``run_round`` method of this
+    signature is a transport (:class:`LocalTransport`,
+    :class:`~skfedriem.flower.FlowerTransport`).
+    """
 
     def run_round(self, t: int, selected: list[int], theta: dict[str, torch.Tensor],
                   instructions: dict[int, RoundInstructions]) -> Replies:

@@ -31,7 +31,7 @@ _MU0_CEILING = 10.0
 class ClientSetup:
     """Everything one client needs, built where the client runs.
 
-    Attributes
+    Parameters
     ----------
     name : str
         The client's name (unique in the federation).

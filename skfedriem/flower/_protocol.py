@@ -49,7 +49,17 @@ def decode_instructions(record: ConfigRecord) -> RoundInstructions:
 
 @dataclass(frozen=True)
 class ClientInfo:
-    """What a node says of its client in reply to ``query``: all public."""
+    """What a node says of its client in reply to ``query``: all public.
+
+    Parameters
+    ----------
+    name : str
+        The client's name.
+    n_records : int
+        m_i.
+    input_shape : tuple of int
+        The shape of one record's input.
+    """
 
     name: str
     n_records: int

@@ -64,7 +64,21 @@ def _classes(kind: str, config) -> np.ndarray | None:
 
 
 def site_setup(kind: str, context: Context) -> ClientSetup:
-    """A site's ClientSetup from its node configuration and the run configuration."""
+    """A site's ClientSetup from its node configuration and the run configuration.
+
+    Parameters
+    ----------
+    kind : {"pca", "spdnet", "eegnet"}
+        The estimator the run trains.
+    context : flwr.app.Context
+        The ClientApp's context: ``node_config`` (``data-path``, and optional
+        ``name``, ``seed``, ``secure-mode``, ``max-epsilon``, ``delta``,
+        ``ledger-path``) and ``run_config``.
+
+    Returns
+    -------
+    ClientSetup
+    """
     node, config = context.node_config, context.run_config
     path = str(node["data-path"])
     key = (kind, path, tuple(sorted(dict(config).items())))

@@ -23,7 +23,13 @@ __all__ = ["TLSFiles", "make_supernode_keys", "make_tls_certificates"]
 
 
 class TLSFiles:
-    """Paths of ``ca.crt``, ``server.pem`` and ``server.key`` in ``folder``."""
+    """Paths of ``ca.crt``, ``server.pem`` and ``server.key`` in ``folder``.
+
+    Parameters
+    ----------
+    folder : Path
+        Where the files are.
+    """
 
     def __init__(self, folder: Path) -> None:
         self.ca_certificate = folder / "ca.crt"
@@ -43,7 +49,24 @@ def _write_key(key, path: Path) -> None:
 
 def make_tls_certificates(folder: str | Path, *, hosts: tuple[str, ...] = ("127.0.0.1", "localhost"),
                           days: int = 30) -> TLSFiles:
-    """A certificate authority and a SuperLink certificate for ``hosts`` (IP addresses or DNS names)."""
+    """A certificate authority and a SuperLink certificate for ``hosts``.
+
+    For tests and trials; a deployment uses certificates from its
+    institution's authority.
+
+    Parameters
+    ----------
+    folder : str or Path
+        Created if needed.
+    hosts : tuple of str, default=("127.0.0.1", "localhost")
+        IP addresses or DNS names the SuperLink answers on.
+    days : int, default=30
+        Validity.
+
+    Returns
+    -------
+    TLSFiles
+    """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     files = TLSFiles(folder)
@@ -75,7 +98,19 @@ def make_tls_certificates(folder: str | Path, *, hosts: tuple[str, ...] = ("127.
 
 
 def make_supernode_keys(folder: str | Path, name: str) -> tuple[Path, Path]:
-    """``(private_key, public_key)`` paths of a new P-384 key pair for SuperNode ``name``."""
+    """A new P-384 key pair for SuperNode ``name``, in OpenSSH format.
+
+    Parameters
+    ----------
+    folder : str or Path
+        Created if needed.
+    name : str
+        Names the files ``<name>.key`` and ``<name>.pub``.
+
+    Returns
+    -------
+    private_key, public_key : Path
+    """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     key = ec.generate_private_key(ec.SECP384R1())

@@ -49,7 +49,12 @@ __all__ = ["LoopbackFederation", "free_port", "main"]
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free now."""
+    """A TCP port on 127.0.0.1 that is free now.
+
+    Returns
+    -------
+    int
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -349,7 +354,18 @@ def site_files(estimator: str, out: Path, *, sites: int, records: int, features:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    """Command line: synthetic sites, a secured loopback federation, one run; prints the result."""
+    """Command line: synthetic sites, a secured loopback federation, one run; prints the result.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        The arguments (default: ``sys.argv[1:]``); ``--help`` lists them.
+
+    Returns
+    -------
+    dict
+        The run's result as printed.
+    """
     from .apps import APP_DIRS
 
     parser = argparse.ArgumentParser(prog="python -m skfedriem.flower.loopback", description=__doc__.split("\n")[0])

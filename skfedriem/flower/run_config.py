@@ -48,7 +48,22 @@ def _convert(name: str, value):
 def estimator_from_run_config(kind: str, config) -> BaseEstimator:
     """A validated, unfitted estimator of ``kind`` from a Flower run configuration.
 
-    ValueError names an unknown key or a bad value.
+    Parameters
+    ----------
+    kind : {"pca", "spdnet", "eegnet"}
+        Which estimator.
+    config : mapping
+        The run configuration (``pyproject.toml``'s ``[tool.flwr.app.config]``,
+        with ``flwr run --run-config`` overrides); dashes and case are ignored.
+
+    Returns
+    -------
+    BaseEstimator
+
+    Raises
+    ------
+    ValueError
+        Naming an unknown key or a bad value.
     """
     try:
         cls = ESTIMATORS[kind]
@@ -74,7 +89,22 @@ def estimator_from_run_config(kind: str, config) -> BaseEstimator:
 
 
 def classes_from_run_config(config) -> np.ndarray:
-    """The federation's classes from ``classes = "left,right"`` (integers when every name is one)."""
+    """The federation's classes from ``classes = "left,right"`` (integers when every name is one).
+
+    Parameters
+    ----------
+    config : mapping
+        The run configuration.
+
+    Returns
+    -------
+    ndarray
+
+    Examples
+    --------
+    >>> classes_from_run_config({"classes": "0, 1"})
+    array([0, 1])
+    """
     names = [c.strip() for c in str(config.get("classes", "")).split(",") if c.strip()]
     if len(names) < 2:
         raise ValueError(f"A classifier deployment needs the run config 'classes' (at least 2, comma-separated, "
@@ -94,6 +124,18 @@ def load_site_records(path: str | Path, *, targets: bool) -> tuple[np.ndarray, n
         np.savez("site-c.npz", X=pyriemann.estimation.Covariances("oas").fit_transform(X), y=y)
 
     (SPDNet takes the covariance matrices; EEGNet the raw trials ``X``.)
+
+    Parameters
+    ----------
+    path : str or Path
+        The file.
+    targets : bool
+        Whether labels are needed.
+
+    Returns
+    -------
+    X : ndarray
+    y : ndarray or None
     """
     path = Path(path)
     y = None

@@ -84,6 +84,21 @@ def run_trainer_in_simulation(trainer, clients: Sequence[tuple[torch.Tensor, ...
     ``client_seeds[i]`` (or the secure generator in ``trainer.secure_mode``)
     and the server's selection from ``server_seq``, so a run without noise
     reproduces the local backend's model to float tolerance, and ε is the same.
+
+    Parameters
+    ----------
+    trainer : FederatedTrainer
+        Planned and initialised; it is trained in place.
+    clients : sequence of tuple of Tensor
+        Client i's records.
+    names : list
+        Client i's name (distinct as strings).
+    client_seeds : list of SeedSequence or None
+        Client i's seed; None: OS entropy.
+    server_seq : SeedSequence
+        Seeds the server's client selection.
+    cpus_per_client : float, default=1.0
+        Flower's per-SuperNode CPU reservation.
     """
     str_names = [str(n) for n in names]
     if len(set(str_names)) != len(str_names):

@@ -26,7 +26,16 @@ class ConvergenceError(RuntimeError):
 
 
 def sym(A: torch.Tensor) -> torch.Tensor:
-    """Symmetric part ``(A + Aᵀ) / 2`` of a batch of square matrices."""
+    """Symmetric part ``(A + Aᵀ) / 2`` of a batch of square matrices.
+
+    Parameters
+    ----------
+    A : torch.Tensor of shape ``(..., n, n)``
+
+    Returns
+    -------
+    torch.Tensor of shape ``(..., n, n)``
+    """
     return 0.5 * (A + A.transpose(-1, -2))
 
 

@@ -38,8 +38,31 @@ class ProjectedOptimizerMixin:
 
 
 class ProjectedSGD(ProjectedOptimizerMixin, torch.optim.SGD):
-    """SGD with projection onto the manifold (Riemannian SGD with the projective retraction)."""
+    """SGD with projection onto the manifold (Riemannian SGD with the projective retraction).
+
+    Takes the arguments of :class:`torch.optim.SGD`, unchanged; only
+    :class:`~skfedriem.manifolds.ManifoldParameter` tensors are treated
+    differently (tangent gradient in, projection out).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from skfedriem.manifolds import ManifoldParameter, Sphere
+    >>> u = ManifoldParameter(torch.tensor([1.0, 0.0]), Sphere(2))
+    >>> opt = ProjectedSGD([u], lr=0.5)
+    >>> (-(u @ torch.tensor([0.6, 0.8])) ** 2).backward()
+    >>> opt.step()
+    >>> round(float(u.detach().norm()), 6)
+    1.0
+    """
 
 
 class ProjectedAdam(ProjectedOptimizerMixin, torch.optim.Adam):
-    """Adam on the ambient tensors, tangent gradients in and projection out (as the private step does)."""
+    """Adam on the ambient tensors, tangent gradients in and projection out (as the private step does).
+
+    Takes the arguments of :class:`torch.optim.Adam`, unchanged; only
+    :class:`~skfedriem.manifolds.ManifoldParameter` tensors are treated
+    differently. Adam's moments live in the ambient space: the update is the
+    one a private local step with ``optimizer="adam"`` takes, without clipping
+    and noise.
+    """

@@ -72,14 +72,29 @@ def _rebuild_manifold_parameter(data, manifold, requires_grad):
 
 
 def manifold_of(param: torch.Tensor) -> Manifold:
-    """The manifold of a parameter: its tag, or Euclidean of its shape."""
+    """The manifold of a parameter: its tag, or Euclidean of its shape.
+
+    Parameters
+    ----------
+    param : torch.Tensor
+        A parameter, tagged (:class:`ManifoldParameter`) or not.
+
+    Returns
+    -------
+    manifold : Manifold
+    """
     manifold = getattr(param, "manifold", None)
     return manifold if manifold is not None else Euclidean(*param.shape)
 
 
 @torch.no_grad()
 def project_parameters_(module: nn.Module) -> None:
-    """Replace every manifold parameter of ``module`` by Π of itself, in place."""
+    """Replace every manifold parameter of ``module`` by Π of itself, in place.
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+    """
     for param in module.parameters():
         if isinstance(param, ManifoldParameter):
             param.copy_(param.manifold.proj(param))

@@ -26,7 +26,11 @@ __all__ = ["EEGNet", "TrialStandardize"]
 
 
 class TrialStandardize(nn.Module):
-    """X ↦ X / std(X) per trial (over channels and time)."""
+    """X ↦ X / std(X) per trial (over channels and time).
+
+    Like :class:`TraceNormalize`, it uses no statistic shared across records.
+    No parameters.
+    """
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         scale = X.std(dim=(-2, -1), keepdim=True)

@@ -58,7 +58,13 @@ class BiMap(nn.Module):
 
 
 class ReEig(nn.Module):
-    """X ↦ U max(Λ, ε_R) Uᵀ, the rectified eigenvalue layer (stable backward)."""
+    """X ↦ U max(Λ, ε_R) Uᵀ, the rectified eigenvalue layer (stable backward).
+
+    Parameters
+    ----------
+    eps : float, default=1e-4
+        ε_R, the eigenvalue floor.
+    """
 
     def __init__(self, eps: float = 1e-4) -> None:
         super().__init__()
@@ -72,14 +78,23 @@ class ReEig(nn.Module):
 
 
 class LogEig(nn.Module):
-    """X ↦ U log(Λ) Uᵀ, the matrix logarithm (stable backward)."""
+    """X ↦ U log(Λ) Uᵀ, the matrix logarithm (stable backward).
+
+    No parameters.
+    """
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         return log_eig(X)
 
 
 class LogReEig(nn.Module):
-    """ReEig then LogEig with a single eigendecomposition: X ↦ U log(max(Λ, ε_R)) Uᵀ."""
+    """ReEig then LogEig with a single eigendecomposition: X ↦ U log(max(Λ, ε_R)) Uᵀ.
+
+    Parameters
+    ----------
+    eps : float, default=1e-4
+        ε_R, the eigenvalue floor.
+    """
 
     def __init__(self, eps: float = 1e-4) -> None:
         super().__init__()
@@ -93,7 +108,10 @@ class LogReEig(nn.Module):
 
 
 class Vech(nn.Module):
-    """Upper triangle (diagonal included) of each matrix: n(n+1)/2 values."""
+    """Upper triangle (diagonal included) of each matrix: n(n+1)/2 values.
+
+    No parameters.
+    """
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         rows, cols = torch.triu_indices(X.shape[-1], X.shape[-1], device=X.device)
@@ -106,7 +124,7 @@ class TraceNormalize(nn.Module):
     EEG covariances in V² have eigenvalues near 1e-10, below any sensible ReEig
     floor. Dividing each trial by its own trace uses no statistic shared across
     records, so it leaves record-level privacy intact (a dataset-wide scale
-    would not).
+    would not). No parameters.
     """
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:

@@ -101,14 +101,28 @@ class _SpectralFunction(torch.autograd.Function):
 def spectral_function(X: torch.Tensor, kind: str, floor: float = 0.0) -> torch.Tensor:
     """U f(Λ) Uᵀ for symmetric ``X`` (..., n, n), differentiable and stable.
 
+    The backward pass uses the Daleckii–Krein formula with divided differences
+    of f, so it stays finite when eigenvalues coincide.
+
     Parameters
     ----------
     X : torch.Tensor, shape (..., n, n)
         Symmetric matrices (only the lower triangle is read by ``eigh``).
     kind : {"log", "reeig", "log_reeig"}
         f = log, f = max(·, floor), or f = log ∘ max(·, floor).
-    floor : float
+    floor : float, default=0.0
         ε_R for ``"reeig"`` and ``"log_reeig"``.
+
+    Returns
+    -------
+    torch.Tensor, shape (..., n, n)
+
+    Examples
+    --------
+    >>> import torch
+    >>> spectral_function(torch.diag(torch.tensor([1.0, 4.0])), "reeig", floor=2.0)
+    tensor([[2., 0.],
+            [0., 4.]])
     """
     if kind not in _KINDS:
         raise ValueError(f"The 'kind' parameter must be one of {_KINDS}. Got {kind!r} instead.")
@@ -116,12 +130,34 @@ def spectral_function(X: torch.Tensor, kind: str, floor: float = 0.0) -> torch.T
 
 
 def re_eig(X: torch.Tensor, floor: float) -> torch.Tensor:
-    """ReEig: U max(Λ, ε_R) Uᵀ (Huang & Van Gool, 2017)."""
+    """ReEig: U max(Λ, ε_R) Uᵀ (Huang & Van Gool, 2017).
+
+    Parameters
+    ----------
+    X : torch.Tensor, shape (..., n, n)
+        Symmetric matrices.
+    floor : float
+        ε_R.
+
+    Returns
+    -------
+    torch.Tensor, shape (..., n, n)
+    """
     return spectral_function(X, "reeig", floor)
 
 
 def log_eig(X: torch.Tensor) -> torch.Tensor:
-    """LogEig: U log(Λ) Uᵀ, the matrix logarithm of an SPD matrix."""
+    """LogEig: U log(Λ) Uᵀ, the matrix logarithm of an SPD matrix.
+
+    Parameters
+    ----------
+    X : torch.Tensor, shape (..., n, n)
+        SPD matrices.
+
+    Returns
+    -------
+    torch.Tensor, shape (..., n, n)
+    """
     return spectral_function(X, "log")
 
 
@@ -131,5 +167,16 @@ def log_re_eig(X: torch.Tensor, floor: float) -> torch.Tensor:
     ReEig keeps the eigenvectors, so the eigendecomposition LogEig would
     compute is already known; fusing halves the eigh calls of a BiRe block
     followed by LogEig.
+
+    Parameters
+    ----------
+    X : torch.Tensor, shape (..., n, n)
+        Symmetric matrices.
+    floor : float
+        ε_R.
+
+    Returns
+    -------
+    torch.Tensor, shape (..., n, n)
     """
     return spectral_function(X, "log_reeig", floor)

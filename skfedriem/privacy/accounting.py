@@ -271,6 +271,21 @@ def gdp_epsilon(mu: float, delta: float) -> float:
     """Exact (ε, δ) conversion of μ-GDP: the ε with δ(ε) = ``delta``.
 
     δ(ε) = Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2) (Dong, Roth & Su, 2022, Cor. 1).
+
+    Parameters
+    ----------
+    mu : float
+        The GDP parameter, > 0.
+    delta : float
+
+    Returns
+    -------
+    epsilon : float
+
+    Examples
+    --------
+    >>> round(gdp_epsilon(1.0, 1e-5), 2)
+    4.38
     """
 
     def delta_of(eps: float) -> float:

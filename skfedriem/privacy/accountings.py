@@ -28,6 +28,15 @@ class RunAccounting(ABC):
         The name estimators take as ``accounting=``.
     samplings : tuple of str
         The batch samplings the method can account.
+
+    Examples
+    --------
+    >>> from skfedriem.privacy import PrivacyAccountant, get_accounting
+    >>> method = get_accounting("rfedproj")
+    >>> mu0 = method.calibrate(2.0, 1e-5, sample_rate=0.1, steps_per_round=10, n_rounds=50, sampling="fixed")
+    >>> ledger = PrivacyAccountant(); ledger.step(mu0=mu0, sample_rate=0.1, num_steps=500)
+    >>> method.epsilon(ledger, 1e-5, steps_per_round=10, n_rounds=50) <= 2.0
+    True
     """
 
     name: str
@@ -58,6 +67,14 @@ class WholeRunAccounting(RunAccounting):
 
     ε is that of every step in the ledger, however many runs wrote it
     (:func:`~skfedriem.privacy.epsilon_spent`, :class:`~skfedriem.privacy.PrivacyAccountant`).
+
+    Examples
+    --------
+    >>> from skfedriem.privacy import WholeRunAccounting
+    >>> mu0 = WholeRunAccounting().calibrate(1.0, 1e-5, sample_rate=0.1, steps_per_round=10, n_rounds=200,
+    ...                                      sampling="fixed")
+    >>> round(1 / mu0, 2)   # B σ / (2C), as calibrate_mu0 at 2000 steps
+    17.04
     """
 
     name = "rfedproj"
@@ -73,7 +90,17 @@ _REGISTRY: dict[str, RunAccounting] = {}
 
 
 def register_accounting(method: RunAccounting) -> RunAccounting:
-    """Make ``method`` available as ``accounting=method.name``; returns it."""
+    """Make ``method`` available as ``accounting=method.name``.
+
+    Parameters
+    ----------
+    method : RunAccounting
+
+    Returns
+    -------
+    method : RunAccounting
+        The same object.
+    """
     if not isinstance(method, RunAccounting):
         raise TypeError(f"register_accounting needs a RunAccounting. Got {type(method).__name__} instead.")
     _REGISTRY[method.name] = method
@@ -81,12 +108,26 @@ def register_accounting(method: RunAccounting) -> RunAccounting:
 
 
 def accounting_names() -> tuple[str, ...]:
-    """The registered method names."""
+    """The registered method names.
+
+    Returns
+    -------
+    tuple of str
+    """
     return tuple(sorted(_REGISTRY))
 
 
 def get_accounting(accounting: str | RunAccounting) -> RunAccounting:
-    """The method called ``accounting`` (or the method itself); ValueError listing the registered names."""
+    """The method called ``accounting`` (or the method itself); ValueError listing the registered names.
+
+    Parameters
+    ----------
+    accounting : str or RunAccounting
+
+    Returns
+    -------
+    RunAccounting
+    """
     if isinstance(accounting, RunAccounting):
         return accounting
     try:

@@ -53,7 +53,16 @@ def _owners(module: nn.Module) -> dict[str, nn.Module]:
 
 
 def supports_layerwise(module: nn.Module) -> bool:
-    """True when every trainable parameter sits in a layer with a per-sample rule."""
+    """Whether every trainable parameter of ``module`` has a per-layer rule (see the module docstring).
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+
+    Returns
+    -------
+    bool
+    """
     return all(_rule(sub) is not None for sub in _owners(module).values())
 
 

@@ -46,7 +46,20 @@ __all__ = [
 def project_per_sample(
     grads: dict[str, torch.Tensor], params: dict[str, torch.Tensor]
 ) -> dict[str, torch.Tensor]:
-    """g_z = P_θ ∇f(θ; z) for every record z (Euclidean blocks unchanged)."""
+    """g_z = P_θ ∇f(θ; z) for every record z (Euclidean blocks unchanged).
+
+    Parameters
+    ----------
+    grads : dict of str to torch.Tensor
+        Per-record ambient gradients, ``(B, *shape)`` per block.
+    params : dict of str to torch.Tensor
+        The parameters θ, by the same names.
+
+    Returns
+    -------
+    dict of str to torch.Tensor
+        The tangent gradients, same shapes.
+    """
     return {name: manifold_of(params[name]).proju(params[name].detach(), g) for name, g in grads.items()}
 
 
@@ -69,7 +82,13 @@ class PerRecordGradients(ABC):
 
 
 class DenseGradients(PerRecordGradients):
-    """Per-record tangent gradients stored densely: ``grads[name]`` has shape ``(B, *shape)``."""
+    """Per-record tangent gradients stored densely.
+
+    Parameters
+    ----------
+    grads : dict of str to torch.Tensor
+        ``grads[name]`` has shape ``(B, *shape)``, the B records' gradients of that block.
+    """
 
     def __init__(self, grads: dict[str, torch.Tensor]) -> None:
         self.grads = grads
@@ -88,7 +107,19 @@ class DenseGradients(PerRecordGradients):
 
 
 def clip_factors(norms: torch.Tensor, clip: float) -> torch.Tensor:
-    """min(1, C / ‖g_z‖) per record (clip_C(g) = g · min(1, C / ‖g‖)), and 0 where ‖g_z‖ is not finite."""
+    """min(1, C / ‖g_z‖) per record (clip_C(g) = g · min(1, C / ‖g‖)), and 0 where ‖g_z‖ is not finite.
+
+    Parameters
+    ----------
+    norms : torch.Tensor of shape (B,)
+        Each record's gradient norm over all blocks.
+    clip : float
+        C; ``inf`` keeps every finite record whole.
+
+    Returns
+    -------
+    torch.Tensor of shape (B,)
+    """
     finite = torch.isfinite(norms)
     if math.isinf(clip):
         return finite.to(norms.dtype)
@@ -109,6 +140,24 @@ def noisy_mean(
     The noise is added before the projection, so the release is post-processing
     of an ambient Gaussian mechanism for any θ (see the module docstring).
     Euclidean blocks are not projected.
+
+    Parameters
+    ----------
+    sums : dict of str to torch.Tensor
+        Σ_z clip_C(g_z) per block.
+    params : dict of str to torch.Tensor
+        θ, by the same names.
+    denominator : float
+        B.
+    noise_std : float
+        σ (0: no noise).
+    randomness : SecretRandomness or None
+        The client's secret source of noise (needed when ``noise_std > 0``).
+
+    Returns
+    -------
+    dict of str to torch.Tensor
+        The released tangent gradient g̃ of each block.
     """
     if noise_std > 0 and randomness is None:
         raise ValueError("noise_std > 0 needs the client's secret randomness; got randomness=None.")

@@ -27,7 +27,16 @@ LossFn = Callable[..., torch.Tensor]
 
 
 def trainable_parameters(module: nn.Module) -> dict[str, nn.Parameter]:
-    """Named parameters with ``requires_grad`` (the blocks that are trained)."""
+    """Named parameters with ``requires_grad`` (the blocks that are trained).
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+
+    Returns
+    -------
+    dict of str to torch.nn.Parameter
+    """
     return {name: p for name, p in module.named_parameters() if p.requires_grad}
 
 

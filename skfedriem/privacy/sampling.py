@@ -14,12 +14,15 @@ __all__ = ["BatchSampler", "FixedSizeSampler", "PoissonSampler", "make_sampler"]
 class BatchSampler(ABC):
     """Draws the records of one local step, fresh and independent at every call.
 
-    Attributes
+    Parameters
     ----------
     n_records : int
         Size m of the client's dataset.
     batch_size : int
-        B: the exact (fixed) or expected (Poisson) batch size.
+        B: the exact (fixed) or expected (Poisson) batch size, in [1, n_records].
+
+    Attributes
+    ----------
     sample_rate : float
         q = B / m, the rate the accountant uses.
     denominator : float
@@ -61,6 +64,18 @@ class FixedSizeSampler(BatchSampler):
 
     Not an epoch shuffle: the subsampling amplification the accountant
     certifies needs every step's batch to be a fresh uniform B-subset.
+
+    Parameters
+    ----------
+    n_records : int
+    batch_size : int
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> sampler = FixedSizeSampler(n_records=10, batch_size=3)
+    >>> len(sampler.sample(np.random.default_rng(0))), sampler.sample_rate
+    (3, 0.3)
     """
 
     sampling = "fixed"
@@ -74,6 +89,12 @@ class PoissonSampler(BatchSampler):
 
     The clipped gradients are summed and divided by the expected size B, not
     by the realised size, so the sensitivity stays 2C / B.
+
+    Parameters
+    ----------
+    n_records : int
+    batch_size : int
+        The expected batch size.
     """
 
     sampling = "poisson"
@@ -86,7 +107,18 @@ _SAMPLERS = {"fixed": FixedSizeSampler, "poisson": PoissonSampler}
 
 
 def make_sampler(sampling: str, n_records: int, batch_size: int) -> BatchSampler:
-    """The sampler named ``sampling`` ("fixed" or "poisson")."""
+    """The sampler named ``sampling``.
+
+    Parameters
+    ----------
+    sampling : {"fixed", "poisson"}
+    n_records : int
+    batch_size : int
+
+    Returns
+    -------
+    BatchSampler
+    """
     try:
         cls = _SAMPLERS[sampling]
     except KeyError:

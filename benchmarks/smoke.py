@@ -1,0 +1,68 @@
+"""Run every benchmark at a tiny scale, so none of them rots between the runs that fill the docs' tables.
+
+Not a measurement: the figures of a smoke run mean nothing. Each script must
+exit 0 and end with its JSON line. ``.ci/run`` calls this after the tests.
+
+    python benchmarks/smoke.py
+"""
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+#: Tiny arguments for each benchmark script; None: not run here, with the reason.
+SMOKE_ARGS: dict[str, list[str] | str] = {
+    "accounting": ["--epsilons", "1"],
+    "aggregation_cost": [],
+    "flower_overhead": ["--rounds", "2", "--deployment-rounds", "0"],
+    "noise_ratio": [],
+    "pca_privacy_cost": ["--rounds", "2", "--seeds", "1", "--clients", "10", "--records", "1000",
+                         "--figure", "{tmp}/pca_privacy_cost.png"],
+    "physionet_real": "needs the EEGMMIDB files and several minutes even at one seed",
+    "privacy_audit": ["--runs", "20", "--runs-subsampled", "20", "--jobs", "1"],
+    "secure_mode": ["--repeats", "2"],
+    "spdnet_step": ["--rounds", "2", "--repeats", "3"],
+}
+NOT_BENCHMARKS = {"report", "smoke"}
+
+
+def benchmark_names() -> list[str]:
+    """Every benchmark script in this folder."""
+    return sorted(p.stem for p in HERE.glob("*.py") if p.stem not in NOT_BENCHMARKS)
+
+
+def main() -> int:
+    missing = set(benchmark_names()) - set(SMOKE_ARGS)
+    if missing:
+        print(f"no smoke arguments for {sorted(missing)}: add them to SMOKE_ARGS")
+        return 1
+    failures = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in benchmark_names():
+            args = SMOKE_ARGS[name]
+            if isinstance(args, str):
+                print(f"{name:18} skipped: {args}")
+                continue
+            started = time.perf_counter()
+            done = subprocess.run([sys.executable, str(HERE / f"{name}.py"), *(a.format(tmp=tmp) for a in args)],
+                                  capture_output=True, text=True)
+            seconds = time.perf_counter() - started
+            lines = done.stdout.strip().splitlines()
+            try:
+                ok = done.returncode == 0 and json.loads(lines[-1])["benchmark"] == name
+            except (IndexError, ValueError, KeyError, TypeError):
+                ok = False
+            print(f"{name:18} {'ok' if ok else 'FAILED':6} {seconds:6.1f} s")
+            if not ok:
+                failures.append(name)
+                print(done.stdout[-2000:], done.stderr[-4000:], sep="\n")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
