@@ -38,7 +38,6 @@ default_role = "literal"
 
 html_theme = "pydata_sphinx_theme"
 html_title = f"skfedriem {release}"
-html_static_path = ["_static"]
 html_theme_options = {
     "navigation_with_keys": False,
     "show_toc_level": 2,
