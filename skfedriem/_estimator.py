@@ -62,6 +62,7 @@ class FederatedEstimatorMixin:
         "client_timings": ["boolean"],
         "warm_start": ["boolean"],
         "backend": [StrOptions({"local", *BACKENDS})],
+        "n_jobs": [Integral, None],
         "verbose": ["verbose"],
     }
 
@@ -148,7 +149,7 @@ class FederatedEstimatorMixin:
             seed_sequence=seeds.server, client_seed=seeds.clients, secure_mode=self.secure_mode,
             privacy_budget=self.privacy_budget, run_name=repr(self), client_timings=self.client_timings,
             prior=prior, monitor=None if held_out is None else self._monitor(held_out, classes),
-            verbose=self.verbose, **self._trainer_options(),
+            n_jobs=self.n_jobs, verbose=self.verbose, **self._trainer_options(),
         )
 
     def set_fitted(self, trainer: FederatedTrainer, *, input_shape: tuple[int, ...], classes=None):

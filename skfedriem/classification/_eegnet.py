@@ -61,6 +61,13 @@ class FederatedEEGNetClassifier(FederatedClassifier):
     warm_start : bool, default=False
         Continue from the fitted network; ``epsilon_`` composes every round run so far.
     backend : {"local", "flower"}, default="local"
+    n_jobs : int, default=None
+        Worker processes running a round's clients at the same time
+        (scikit-learn's convention: None is 1, -1 every CPU; at most one per
+        client of a round). The model and ε do not depend on it. Every job
+        computes with one thread (torch and BLAS) while fitting, which keeps
+        tiny-matrix work fast on a busy machine; ``n_jobs`` is the knob for
+        more cores. ``backend="local"`` only.
     verbose : int, default=0
 
     Attributes
@@ -115,6 +122,7 @@ class FederatedEEGNetClassifier(FederatedClassifier):
         client_timings=False,
         warm_start=False,
         backend="local",
+        n_jobs=None,
         verbose=0,
     ):
         self._store_parameters(locals())

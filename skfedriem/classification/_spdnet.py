@@ -101,6 +101,13 @@ class FederatedSPDNetClassifier(FederatedClassifier):
         same protocol on Flower's simulation engine (one virtual SuperNode
         per client; same seeds, so the same model and ε). Needs
         ``pip install "skfedriem[flower]"``.
+    n_jobs : int, default=None
+        Worker processes running a round's clients at the same time
+        (scikit-learn's convention: None is 1, -1 every CPU; at most one per
+        client of a round). The model and ε do not depend on it. Every job
+        computes with one thread (torch and BLAS) while fitting, which keeps
+        tiny-matrix work fast on a busy machine; ``n_jobs`` is the knob for
+        more cores. ``backend="local"`` only.
     verbose : int, default=0
         > 0 shows a progress bar over rounds.
 
@@ -172,6 +179,7 @@ class FederatedSPDNetClassifier(FederatedClassifier):
         client_timings=False,
         warm_start=False,
         backend="local",
+        n_jobs=None,
         verbose=0,
     ):
         self._store_parameters(locals())

@@ -30,6 +30,9 @@ __all__ = ["ClientRecipe", "ClientState", "RoundInstructions", "check_iterate", 
            "run_client_round"]
 
 OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam}
+# Adam's fused CPU kernel: one kernel per tensor instead of about ten (0.09 against 0.18 ms per SPDNet step);
+# the same update up to rounding. SGD gains nothing from it.
+_OPTIMIZER_OPTIONS: dict[str, dict] = {"adam": {"fused": True}}
 
 
 def check_optimizer(optimizer) -> None:
@@ -43,7 +46,9 @@ def check_optimizer(optimizer) -> None:
 def make_optimizer(optimizer: str | Callable, params, lr: float) -> torch.optim.Optimizer:
     """A client optimiser: a name in :data:`OPTIMIZERS` or ``callable(params, lr)``."""
     check_optimizer(optimizer)
-    return optimizer(params, lr) if callable(optimizer) else OPTIMIZERS[optimizer](params, lr=lr)
+    if callable(optimizer):
+        return optimizer(params, lr)
+    return OPTIMIZERS[optimizer](params, lr=lr, **_OPTIMIZER_OPTIONS.get(optimizer, {}))
 
 
 @dataclass(frozen=True)
@@ -244,7 +249,7 @@ def run_client_round(
     sampler = make_sampler(instructions.sampling, int(data[0].shape[0]), instructions.batch_size)
     for _ in range(instructions.local_steps):
         idx = torch.from_numpy(sampler.sample(state.randomness))
-        step.step(tuple(x[idx] for x in data), denominator=sampler.denominator)
+        step.step(tuple(x.index_select(0, idx) for x in data), denominator=sampler.denominator)
     if not reset_optimizer:
         state.optimizer_state = copy.deepcopy(inner.state_dict())
     rule = get_aggregation(instructions.aggregation)

@@ -28,6 +28,7 @@ from ..privacy.per_sample import LossFn
 from .aggregation import get_aggregation
 from .checkpoint import TrainingState
 from .client import OPTIMIZERS, ClientRecipe, ClientState, RoundInstructions, check_optimizer
+from .parallel import ParallelTransport, effective_n_jobs, thread_budget
 from .plan import PrivacyPlan, check_client_sizes, plan_run
 from .transport import LocalTransport, Transport
 
@@ -145,6 +146,12 @@ class FederatedTrainer:
         use data the server holds.
     record_transcript : bool, default=False
         Keep what the server sees (θ_t, S_t, Δ_i) in :attr:`transcript_`.
+    n_jobs : int, optional
+        Worker processes running a round's selected clients at the same time
+        (scikit-learn's convention: None is 1, -1 every CPU; at most k are
+        used). Results do not depend on it. Every job, this process included,
+        computes with :data:`~skfedriem.federated.parallel.THREADS_PER_JOB`
+        thread(s) during :meth:`fit` (restored after). ``backend="local"`` only.
     verbose : int, default=0
         > 0 shows a per-round progress bar.
 
@@ -192,6 +199,7 @@ class FederatedTrainer:
         prior: TrainingState | None = None,
         monitor: Callable[[nn.Module], dict] | None = None,
         record_transcript: bool = False,
+        n_jobs: int | None = None,
         verbose: int = 0,
     ) -> None:
         self.module = module
@@ -223,6 +231,7 @@ class FederatedTrainer:
         self.prior = prior
         self.monitor = monitor
         self.record_transcript = record_transcript
+        self.n_jobs = n_jobs
         self.verbose = verbose
 
     def fit(self, clients: Sequence[tuple[torch.Tensor, ...]], client_names: Sequence | None = None,
@@ -247,19 +256,33 @@ class FederatedTrainer:
         self
         """
         check_optimizer(self.optimizer)
+        n_jobs = effective_n_jobs(self.n_jobs)
         names = list(client_names) if client_names is not None else list(range(len(clients)))
         sizes = [int(c[0].shape[0]) for c in clients]
         client_seeds = self.client_seeds(len(clients))
         if backend == "local":
             states = [ClientState.fresh(seed, secure_mode=self.secure_mode) for seed in client_seeds]
-            return self.serve(LocalTransport(self.client_recipe(), clients, states), sizes, names, self.seed_sequence)
+            n_jobs = min(n_jobs, self._clients_per_round(len(clients)))
+            if n_jobs > 1:
+                check_client_sizes(sizes, names)  # before the workers start
+            with thread_budget():
+                if n_jobs == 1:
+                    transport = LocalTransport(self.client_recipe(), clients, states)
+                    return self.serve(transport, sizes, names, self.seed_sequence)
+                with ParallelTransport(self.client_recipe(), clients, states, n_jobs=n_jobs) as transport:
+                    return self.serve(transport, sizes, names, self.seed_sequence)
         if backend not in BACKENDS:
             raise ValueError(f"The 'backend' parameter must be one of {['local', *BACKENDS]}. Got {backend!r} instead.")
+        if n_jobs != 1:
+            raise ValueError(f"n_jobs runs clients in worker processes of backend='local'; backend={backend!r} "
+                             f"places its clients itself. Got n_jobs={self.n_jobs!r}; leave it None.")
         # fail before the backend starts (tens of seconds for Flower and Ray) on what the server would reject
         self._clients_per_round(len(clients))
         check_client_sizes(sizes, names)
         module_name, function = BACKENDS[backend].split(":")
-        getattr(importlib.import_module(module_name), function)(self, clients, names, client_seeds, self.seed_sequence)
+        with thread_budget():
+            getattr(importlib.import_module(module_name), function)(self, clients, names, client_seeds,
+                                                                      self.seed_sequence)
         return self
 
     def client_recipe(self) -> ClientRecipe:
@@ -353,6 +376,10 @@ class FederatedTrainer:
                 for name, p in params.items():
                     p.copy_(resume.theta[name])
         self.accountant_ = PrivacyAccountant.from_state_dict(prior.ledger)
+        # 10x the final grid: still an upper bound, and each round composes only its own steps
+        self._epsilon_so_far = self.accounting.running_epsilon(
+            self.accountant_, self.delta, steps_per_round=self.plan_.steps_per_round, n_rounds=self.plan_.n_rounds,
+            discretization=10 * DISCRETIZATION)
         self.history_: list[dict] = [dict(h) for h in prior.history]
         self._round_offset = len(self.history_) - start
         self.transcript_: list[dict] | None = [] if self.record_transcript else None
@@ -407,8 +434,8 @@ class FederatedTrainer:
 
     def _end_round(self, t: int, lr: float, selected: np.ndarray, replied: list[int], aggregation_seconds: float,
                    submission_seconds: float, round_seconds: float) -> None:
-        # 10x the final grid: still an upper bound, fast enough for every round
-        entry = {"round": self._round_offset + t + 1, "epsilon": self._epsilon(10 * DISCRETIZATION), "lr": lr,
+        epsilon = math.inf if self.plan_.mu0 is None else self._epsilon_so_far()
+        entry = {"round": self._round_offset + t + 1, "epsilon": epsilon, "lr": lr,
                  "clients": selected.tolist(), "replied": replied, "aggregation_seconds": aggregation_seconds}
         if self.client_timings:
             entry.update(submission_seconds=submission_seconds, round_seconds=round_seconds)

@@ -1,6 +1,6 @@
 """Record-level differential privacy: the private local step and its accounting."""
 
-from .accountant import PrivacyAccountant
+from .accountant import PrivacyAccountant, RunningEpsilon
 from .accounting import DISCRETIZATION, calibrate_mu0, epsilon_spent, gdp_epsilon, gdp_mu
 from .accountings import RunAccounting, WholeRunAccounting, accounting_names, get_accounting, register_accounting
 from .budget import PrivacyBudget
@@ -26,6 +26,7 @@ __all__ = [
     "PrivacyAccountant",
     "PrivacyBudget",
     "RunAccounting",
+    "RunningEpsilon",
     "WholeRunAccounting",
     "accounting_names",
     "get_accounting",

@@ -9,7 +9,7 @@ from numbers import Integral, Real
 from .._compat import Interval, StrOptions, validate_params
 from .accounting import DISCRETIZATION, single_step_pld
 
-__all__ = ["PrivacyAccountant"]
+__all__ = ["PrivacyAccountant", "RunningEpsilon"]
 
 
 @dataclass(frozen=True)
@@ -118,3 +118,67 @@ def _composed_epsilon(items: tuple, delta: float, discretization: float) -> floa
         pld = single_step_pld(mu0, q, sampling, discretization).self_compose(steps)
         composed = pld if composed is None else composed.compose(pld)
     return float(composed.get_epsilon_for_delta(delta))
+
+
+@lru_cache(maxsize=64)
+def _steps_pld(mu0: float, sample_rate: float, sampling: str, steps: int, discretization: float):
+    """The PLD of ``steps`` identical steps (cached: every round of a run adds the same τ steps)."""
+    return single_step_pld(mu0, sample_rate, sampling, discretization).self_compose(steps)
+
+
+class RunningEpsilon:
+    """The ε of a ledger as steps are added to it, composing only the steps added since the last call.
+
+    A training loop reports ε after every round. Recomputing it from the
+    whole ledger each time (:meth:`PrivacyAccountant.get_epsilon`) re-composes
+    every step and costs more each round; this keeps the composed
+    privacy-loss distribution of what it has seen and composes each new round
+    onto it (dp-accounting's ``compose``, whose tail truncation is charged to
+    the infinite-loss mass, so every value is still an upper bound).
+
+    Parameters
+    ----------
+    ledger : PrivacyAccountant
+        Read, never written; steps are only ever appended to it.
+    delta : float
+    discretization : float, default=DISCRETIZATION
+    chunk : int, optional
+        Compose new steps in chunks of this many (a round's τ): the values
+        then do not depend on how the ledger was filled (one round at a time,
+        or several at once when a run resumes from a checkpoint), bit for bit.
+
+    Examples
+    --------
+    >>> ledger = PrivacyAccountant()
+    >>> running = RunningEpsilon(ledger, 1e-5, discretization=1e-3)
+    >>> for _ in range(3):
+    ...     ledger.step(mu0=0.5, sample_rate=0.05, num_steps=20)
+    ...     spent = running()
+    >>> abs(spent - ledger.get_epsilon(1e-5, discretization=1e-3)) < 1e-6
+    True
+    """
+
+    def __init__(self, ledger: PrivacyAccountant, delta: float, *, discretization: float = DISCRETIZATION,
+                 chunk: int | None = None) -> None:
+        self.ledger = ledger
+        self.delta = float(delta)
+        self.discretization = float(discretization)
+        self.chunk = chunk
+        self._pld = None
+        self._composed_steps = 0
+
+    def __call__(self) -> float:
+        """ε of every step in the ledger now (0 when it is empty)."""
+        done = 0
+        for e in self.ledger.history:
+            new = min(e.steps, done + e.steps - self._composed_steps)
+            done += e.steps
+            while new > 0:
+                steps = new if self.chunk is None else min(new, self.chunk)
+                pld = _steps_pld(e.mu0, e.sample_rate, e.sampling, steps, self.discretization)
+                self._pld = pld if self._pld is None else self._pld.compose(pld)
+                self._composed_steps += steps
+                new -= steps
+        if done < self._composed_steps:
+            raise ValueError("RunningEpsilon's ledger lost steps; a ledger may only grow.")
+        return 0.0 if self._pld is None else float(self._pld.get_epsilon_for_delta(self.delta))

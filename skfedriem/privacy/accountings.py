@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
-from .accountant import PrivacyAccountant
+from collections.abc import Callable
+
+from .accountant import PrivacyAccountant, RunningEpsilon
 from .accounting import DISCRETIZATION, calibrate_mu0
 
 __all__ = ["RunAccounting", "WholeRunAccounting", "accounting_names", "get_accounting", "register_accounting"]
@@ -52,6 +54,30 @@ class RunAccounting(ABC):
                 discretization: float = DISCRETIZATION) -> float:
         """The ε this method certifies for every step in ``ledger`` (a run planned with ``n_rounds`` rounds)."""
 
+    def running_epsilon(self, ledger: PrivacyAccountant, delta: float, *, steps_per_round: int, n_rounds: int,
+                        discretization: float = DISCRETIZATION) -> Callable[[], float]:
+        """A function reporting :meth:`epsilon` of ``ledger`` as rounds are added to it (called every round).
+
+        This default recomputes it from the whole ledger; a method that can
+        compose only the new steps overrides it.
+
+        Parameters
+        ----------
+        ledger : PrivacyAccountant
+            The run's ledger, which only grows.
+        delta : float
+        steps_per_round : int
+        n_rounds : int
+        discretization : float, default=DISCRETIZATION
+
+        Returns
+        -------
+        callable
+            ``() -> float``.
+        """
+        return lambda: self.epsilon(ledger, delta, steps_per_round=steps_per_round, n_rounds=n_rounds,
+                                    discretization=discretization)
+
     def check_sampling(self, sampling: str) -> None:
         """ValueError unless this method accounts ``sampling``."""
         if sampling not in self.samplings:
@@ -84,6 +110,9 @@ class WholeRunAccounting(RunAccounting):
 
     def epsilon(self, ledger, delta, *, steps_per_round, n_rounds, discretization=DISCRETIZATION):
         return ledger.get_epsilon(delta, discretization=discretization)
+
+    def running_epsilon(self, ledger, delta, *, steps_per_round, n_rounds, discretization=DISCRETIZATION):
+        return RunningEpsilon(ledger, delta, discretization=discretization, chunk=steps_per_round)
 
 
 _REGISTRY: dict[str, RunAccounting] = {}

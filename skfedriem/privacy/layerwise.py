@@ -45,10 +45,12 @@ def _rule(layer: nn.Module):
 
 def _owners(module: nn.Module) -> dict[str, nn.Module]:
     """The submodules that directly own a trainable parameter, by prefix."""
+    # sub._parameters is what sub.parameters(recurse=False) walks, without its per-call generator
+    # machinery (run at every step: 80 µs of an SPDNet step)
     return {
         prefix: sub
         for prefix, sub in module.named_modules()
-        if any(p.requires_grad for p in sub.parameters(recurse=False))
+        if any(p is not None and p.requires_grad for p in sub._parameters.values())
     }
 
 

@@ -94,8 +94,7 @@ class DenseGradients(PerRecordGradients):
         self.grads = grads
 
     def norms(self) -> torch.Tensor:
-        squares = [g.flatten(start_dim=1).pow(2).sum(1) for g in self.grads.values()]
-        return torch.stack(squares).sum(0).sqrt()
+        return torch.linalg.vector_norm(torch.cat([g.flatten(start_dim=1) for g in self.grads.values()], 1), dim=1)
 
     def weighted_sum(self, weights: torch.Tensor) -> dict[str, torch.Tensor]:
         grads = self.grads
@@ -103,7 +102,7 @@ class DenseGradients(PerRecordGradients):
         if not bool(kept.all()):
             weights = weights[kept]
             grads = {name: g[kept] for name, g in grads.items()}
-        return {name: torch.tensordot(weights.to(g.dtype), g, dims=1) for name, g in grads.items()}
+        return {name: (weights.to(g.dtype) @ g.flatten(start_dim=1)).view(g.shape[1:]) for name, g in grads.items()}
 
 
 def clip_factors(norms: torch.Tensor, clip: float) -> torch.Tensor:

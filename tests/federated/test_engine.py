@@ -7,7 +7,7 @@ import torch
 from skfedriem.federated import FederatedTrainer, TrainingState
 from skfedriem.federated.client import ClientState
 from skfedriem.federated import LocalTransport
-from skfedriem.privacy import epsilon_spent
+from skfedriem.privacy import PrivacyAccountant, epsilon_spent
 
 from ..privacy.models import StiefelNet, cross_entropy, make_data
 
@@ -222,3 +222,12 @@ def test_a_prior_ledger_is_composed_into_every_reported_epsilon():
     assert second.accountant_.steps == 2 * first.accountant_.steps
     assert first.epsilon_ < second.epsilon_ < 2 * first.epsilon_
     assert second.epsilon_ == pytest.approx(epsilon_spent(first.plan_.mu0, first.plan_.sample_rate, 8, 1e-5))
+
+
+def test_history_reports_the_ledgers_epsilon_after_every_round():
+    t = trainer(n_rounds=6, clients_per_round=2).fit(clients())
+    ledger = PrivacyAccountant()
+    for entry in t.history_:
+        ledger.step(mu0=t.plan_.mu0, sample_rate=t.plan_.sample_rate, num_steps=t.plan_.steps_per_round)
+        assert entry["epsilon"] == pytest.approx(ledger.get_epsilon(1e-5, discretization=1e-3), rel=1e-7)
+    assert t.history_[-1]["epsilon"] >= t.epsilon_  # the coarser grid is looser, never tighter

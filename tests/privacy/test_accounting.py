@@ -6,7 +6,7 @@ import math
 import pytest
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
-from skfedriem.privacy import PrivacyAccountant, calibrate_mu0, epsilon_spent, gdp_epsilon, gdp_mu
+from skfedriem.privacy import PrivacyAccountant, RunningEpsilon, calibrate_mu0, epsilon_spent, gdp_epsilon, gdp_mu
 
 from .prv_reference import (
     ReplaceOneSubsampledGaussian,
@@ -142,3 +142,36 @@ def test_accountant_composes_like_epsilon_spent_and_serialises():
     assert restored.get_epsilon(DELTA) == both
     with pytest.raises(ValueError, match="sampling"):
         acc.step(mu0=0.3, sample_rate=0.05, sampling="epoch")
+
+
+def test_running_epsilon_composes_each_round_onto_the_last():
+    ledger = PrivacyAccountant()
+    ledger.step(mu0=0.3, sample_rate=0.2, num_steps=7, sampling="poisson")  # an earlier run's steps
+    running = RunningEpsilon(ledger, 1e-5, discretization=1e-3)
+    for _ in range(12):
+        ledger.step(mu0=0.5, sample_rate=0.05, num_steps=21)
+        spent, recomputed = running(), ledger.get_epsilon(1e-5, discretization=1e-3)
+        # the same bound up to dp-accounting's 1e-15 tail truncations, charged to the infinite loss
+        assert spent == pytest.approx(recomputed, rel=1e-7)
+    assert running() == spent  # nothing new: nothing composed
+
+
+def test_running_epsilon_refuses_a_ledger_that_shrank():
+    ledger = PrivacyAccountant()
+    ledger.step(mu0=0.5, sample_rate=0.05, num_steps=21)
+    running = RunningEpsilon(ledger, 1e-5)
+    running()
+    ledger.load_state_dict({"history": []})
+    with pytest.raises(ValueError, match="lost steps"):
+        running()
+
+
+def test_running_epsilon_in_rounds_does_not_depend_on_how_the_ledger_was_filled():
+    one_by_one, at_once = PrivacyAccountant(), PrivacyAccountant()
+    running = RunningEpsilon(one_by_one, 1e-5, discretization=1e-3, chunk=21)
+    for _ in range(3):
+        one_by_one.step(mu0=0.5, sample_rate=0.05, num_steps=21)
+        spent = running()
+    at_once.step(mu0=0.5, sample_rate=0.05, num_steps=63)  # a resumed run finds three rounds in its ledger
+    assert RunningEpsilon(at_once, 1e-5, discretization=1e-3, chunk=21)() == spent
+    assert RunningEpsilon(at_once, 1e-5, discretization=1e-3)() != spent  # one 63-step block rounds differently

@@ -1,0 +1,329 @@
+"""Speed and memory of private training on a 2-core machine: the targets table, in one run.
+
+Every figure is measured in this run, ratios against a baseline of the same run:
+
+(a) One private run of the BNCI2014_001-size protocol on synthetic SPD data of that
+    shape (3 clients x 1300 trials, 22 channels, 4 classes, T rounds, one local epoch,
+    B = 64, ε = 10) with n_jobs = 1 and 2, each in a fresh process: wall time, and the
+    peak memory of the run (the proportional set size of its process and its workers, which
+    counts the pages they share once; sampled from /proc every 0.2 s).
+(b) One local step, private and non-private (same batch, median of repeats, one thread):
+    SPDNet 22 -> 16 -> 4, B = 64; EEGNet-8,2 on 64 channels x 385 samples, B = 16.
+(c) ProjAvg on St(64,16) x 26 clients (Cho2017's shape), float64, one thread: ms per round.
+(d) FederatedPCA at the paper's size (n = 50 clients, k = 10 per round, m = 5000, d = 40,
+    p = 4, T rounds, τ = 10, B = 500, ε = 1) with n_jobs = 1 and 2.
+(e) A busy machine: the main job (``examples/demo.py --physionet`` when the recordings are
+    in ../shared/data, else ``examples/demo.py``) alone, then next to one process that
+    spins a core; and, for scale, one SPDNet step with 1 and 2 torch threads, idle and busy.
+
+    python benchmarks/speed.py                       # the full table (about 10 minutes)
+    python benchmarks/speed.py --rounds 5 --pca-rounds 5 --repeats 5 --busy-workload none
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Self
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parents[1]
+EEGMMIDB = ROOT.parent / "shared" / "data" / "eegmmidb"
+
+TARGETS = {
+    "bnci_n_jobs_2_s": 40.0,
+    "bnci_n_jobs_1_s": 60.0,
+    "bnci_peak_memory_mb": 1536.0,
+    "spdnet_private_over_non_private": 1.2,
+    "eegnet_private_over_non_private": 1.5,
+    "projavg_64_16_x26_ms": 0.2,
+    "pca_paper_size_s": 20.0,
+    "busy_over_idle": 1.3,
+}
+
+
+# ----------------------------------------------------------------- helpers
+def _process_tree(pid: int) -> list[int]:
+    """``pid`` and every process below it (workers, and the fork server that starts them)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    children.setdefault(int(f.read().rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+            except OSError:
+                continue
+    tree, stack = [], [pid]
+    while stack:
+        tree.append(stack.pop())
+        stack += children.get(tree[-1], [])
+    return tree
+
+
+def _memory_kb(pid: int) -> tuple[int, int]:
+    """(RSS, PSS) summed over ``pid`` and its descendants, kB. PSS counts the pages they share once."""
+    rss = pss = 0
+    for p in _process_tree(pid):
+        try:
+            with open(f"/proc/{p}/smaps_rollup") as f:
+                fields = {line.split(":")[0]: int(line.split()[1]) for line in f if line[:4] in ("Rss:", "Pss:")}
+        except OSError:
+            continue
+        rss, pss = rss + fields.get("Rss", 0), pss + fields.get("Pss", 0)
+    return rss, pss
+
+
+class PeakMemory:
+    """Samples the memory of this process and its descendants (their PSS) every 0.2 s (Linux)."""
+
+    def __enter__(self) -> Self:
+        self.rss_kb, self.pss_kb, self._stop = 0, 0, threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.2):
+            self._update()
+
+    def _update(self) -> None:
+        rss, pss = _memory_kb(os.getpid())
+        self.rss_kb, self.pss_kb = max(self.rss_kb, rss), max(self.pss_kb, pss)
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._update()
+
+
+def timed(fn, repeats: int, warmup: int = 3) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def in_fresh_process(*args: str) -> dict:
+    """Run this script's ``--child`` mode and return the JSON line it prints."""
+    out = subprocess.run([sys.executable, __file__, *args], check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+class BusyCore:
+    """One process spinning a core, as another user's job on a shared machine."""
+
+    def __enter__(self) -> Self:
+        self.process = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        time.sleep(0.5)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.process.kill()
+        self.process.wait()
+
+
+# --------------------------------------------------------------- children
+def bnci_run(rounds: int, n_jobs: int) -> dict:
+    from skfedriem import FederatedSPDNetClassifier
+    from skfedriem.datasets import make_spd_classification
+
+    X, y, groups = make_spd_classification(3, 1300, 22, n_classes=4, class_sep=0.5, scale=1e-10, random_state=0)
+    clf = FederatedSPDNetClassifier(eps=10.0, dims=(16,), n_rounds=rounds, local_epochs=1, batch_size=64,
+                                    random_state=0, n_jobs=n_jobs)
+    with PeakMemory() as memory:
+        t0 = time.perf_counter()
+        clf.fit(X, y, groups=groups)
+        seconds = time.perf_counter() - t0
+    return {"seconds": seconds, "peak_pss_mb": memory.pss_kb / 1024, "peak_rss_sum_mb": memory.rss_kb / 1024,
+            "epsilon": clf.epsilon_, "train_accuracy": float(clf.score(X, y))}
+
+
+def pca_run(rounds: int, n_jobs: int) -> dict:
+    from skfedriem import FederatedPCA
+    from skfedriem.datasets import make_federated_pca
+    from skfedriem.metrics import pca_optimality_gap
+
+    X, groups = make_federated_pca(50, 5000, 40, n_components=4, random_state=0)
+    pca = FederatedPCA(4, eps=1.0, n_rounds=rounds, local_steps=10, batch_size=500, clients_per_round=10,
+                       lr=0.2, random_state=0, n_jobs=n_jobs)
+    with PeakMemory() as memory:
+        t0 = time.perf_counter()
+        pca.fit(X, groups=groups)
+        seconds = time.perf_counter() - t0
+    return {"seconds": seconds, "peak_pss_mb": memory.pss_kb / 1024, "peak_rss_sum_mb": memory.rss_kb / 1024,
+            "epsilon": pca.epsilon_, "gap": float(pca_optimality_gap(pca.components_, X))}
+
+
+# ------------------------------------------------------------------ steps
+def _cross_entropy(output, target):
+    return F.cross_entropy(output, target, reduction="none")
+
+
+def step_ratio(model_factory, batch, repeats: int, blocks: int = 5) -> dict:
+    """ms of one private and one non-private step from the same θ (restored before each step), Adam.
+
+    The two arms alternate in ``blocks`` blocks of ``repeats`` steps; each arm's figure is its
+    fastest block median, so a burst of load on the machine does not land on one arm only.
+    """
+    from skfedriem.federated.client import make_optimizer
+    from skfedriem.privacy import PrivateManifoldOptimizer, SeededRandomness
+
+    randomness = SeededRandomness(np.random.SeedSequence(0))
+    steps = {}
+    for label, clip, sigma in (("non_private", math.inf, 0.0), ("private", 1.0, 0.05)):
+        model = model_factory()
+        start = {name: value.detach().clone() for name, value in model.state_dict().items()}
+        opt = PrivateManifoldOptimizer(model, make_optimizer("adam", model.parameters(), 1e-3),
+                                       loss_fn=_cross_entropy, clip=clip, noise_std=sigma, randomness=randomness)
+
+        def step(model=model, start=start, opt=opt):
+            model.load_state_dict(start)
+            opt.step(batch, denominator=batch[0].shape[0])
+
+        steps[label] = step
+    ms = {label: 1e3 * timed(step, repeats) for label, step in steps.items()}
+    for _ in range(blocks - 1):
+        for label, step in steps.items():
+            ms[label] = min(ms[label], 1e3 * timed(step, repeats, warmup=1))
+    return {"non_private_ms": ms["non_private"], "private_ms": ms["private"],
+            "ratio": ms["private"] / ms["non_private"]}
+
+
+def spdnet_batch():
+    from skfedriem.datasets import make_spd_classification
+
+    X, y, _ = make_spd_classification(1, 64, 22, n_classes=4, scale=1e-10, random_state=0)
+    return torch.as_tensor(X, dtype=torch.float32), torch.as_tensor(y)
+
+
+def spdnet_factory():
+    from skfedriem.models import SPDNet
+
+    return SPDNet(22, 4, (16,), generator=torch.Generator().manual_seed(1))
+
+
+def step_costs(repeats: int) -> dict:
+    from skfedriem.models import EEGNet
+
+    g = torch.Generator().manual_seed(0)
+    eeg = (torch.randn(16, 64, 385, generator=g), torch.randint(0, 2, (16,), generator=g))
+    return {
+        "spdnet": step_ratio(spdnet_factory, spdnet_batch(), repeats),
+        "eegnet": step_ratio(lambda: EEGNet(64, 385, 2, generator=torch.Generator().manual_seed(1)), eeg,
+                             max(3, repeats // 5)),
+    }
+
+
+def projavg_ms(repeats: int) -> float:
+    from skfedriem.federated import get_aggregation
+    from skfedriem.manifolds import Stiefel
+
+    St, k = Stiefel(64, 16), 26
+    g = torch.Generator().manual_seed(0)
+    theta = St.random_point(generator=g, dtype=torch.float64)
+    local = St.retr(theta.expand(k, 64, 16), 0.05 * St.random_tangent(theta.expand(k, 64, 16), generator=g))
+    rule = get_aggregation("projavg")
+    return 1e3 * timed(lambda: rule(St, theta, local), 20 * repeats, warmup=20)
+
+
+# ------------------------------------------------------------------- busy
+def main_job_seconds(workload: str) -> float:
+    physionet = ["--physionet"] if workload == "demo-physionet" else []
+    args = [sys.executable, str(ROOT / "examples" / "demo.py"), *physionet]
+    t0 = time.perf_counter()
+    subprocess.run(args, check=True, capture_output=True, text=True, cwd=ROOT)
+    return time.perf_counter() - t0
+
+
+def busy_machine(workload: str, repeats: int) -> dict:
+    result: dict = {"workload": workload}
+    if workload != "none":
+        result["idle_s"] = main_job_seconds(workload)
+        with BusyCore():
+            result["busy_s"] = main_job_seconds(workload)
+        result["ratio"] = result["busy_s"] / result["idle_s"]
+    batch = spdnet_batch()
+    steps = {}
+    for threads in (1, 2):
+        torch.set_num_threads(threads)
+        for state in ("idle", "busy"):
+            if state == "busy":
+                with BusyCore():
+                    steps[f"{threads}_threads_{state}"] = step_ratio(spdnet_factory, batch, repeats)["private_ms"]
+            else:
+                steps[f"{threads}_threads_{state}"] = step_ratio(spdnet_factory, batch, repeats)["private_ms"]
+    torch.set_num_threads(1)
+    result["spdnet_private_step_ms"] = steps
+    return result
+
+
+# ------------------------------------------------------------------- main
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=200, help="T of the BNCI-size run")
+    parser.add_argument("--pca-rounds", type=int, default=200, help="T of the paper-size FederatedPCA run")
+    parser.add_argument("--repeats", type=int, default=50, help="repeats of each timed step")
+    parser.add_argument("--busy-workload", choices=["auto", "demo-physionet", "demo", "none"], default="auto")
+    parser.add_argument("--child", choices=["bnci", "pca"], help=argparse.SUPPRESS)
+    parser.add_argument("--n-jobs", type=int, default=1, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        run = bnci_run if args.child == "bnci" else pca_run
+        print(json.dumps(run(args.rounds if args.child == "bnci" else args.pca_rounds, args.n_jobs)))
+        return
+
+    torch.set_num_threads(1)
+    workload = args.busy_workload
+    if workload == "auto":
+        workload = "demo-physionet" if EEGMMIDB.is_dir() else "demo"
+    bnci = {n: in_fresh_process("--child", "bnci", "--rounds", str(args.rounds), "--n-jobs", str(n)) for n in (1, 2)}
+    pca = {n: in_fresh_process("--child", "pca", "--pca-rounds", str(args.pca_rounds), "--n-jobs", str(n))
+           for n in (1, 2)}
+    steps = step_costs(args.repeats)
+    projavg = projavg_ms(args.repeats)
+    busy = busy_machine(workload, args.repeats)
+
+    figures = {
+        "bnci_n_jobs_2_s": bnci[2]["seconds"],
+        "bnci_n_jobs_1_s": bnci[1]["seconds"],
+        "bnci_peak_memory_mb": max(bnci[1]["peak_pss_mb"], bnci[2]["peak_pss_mb"]),
+        "spdnet_private_over_non_private": steps["spdnet"]["ratio"],
+        "eegnet_private_over_non_private": steps["eegnet"]["ratio"],
+        "projavg_64_16_x26_ms": projavg,
+        "pca_paper_size_s": min(pca[1]["seconds"], pca[2]["seconds"]),
+        "busy_over_idle": busy.get("ratio", float("nan")),
+    }
+    print(f"{os.cpu_count()} CPUs; BNCI-size run T={args.rounds}, FederatedPCA paper size T={args.pca_rounds}")
+    print(f"{'figure':34} {'measured':>10} {'target':>8}  met")
+    for name, value in figures.items():
+        met = "yes" if value <= TARGETS[name] else ("-" if math.isnan(value) else "NO")
+        print(f"{name:34} {value:10.3f} {TARGETS[name]:8.2f}  {met}")
+    print("BNCI runs: " + "; ".join(f"n_jobs={n}: {r['seconds']:.1f} s, {r['peak_pss_mb']:.0f} MB "
+                                    f"(RSS summed {r['peak_rss_sum_mb']:.0f} MB), eps {r['epsilon']:.3f}, "
+                                    f"train acc {r['train_accuracy']:.3f}" for n, r in bnci.items()))
+    print("PCA runs: " + "; ".join(f"n_jobs={n}: {r['seconds']:.1f} s, {r['peak_pss_mb']:.0f} MB, "
+                                   f"gap {r['gap']:.2e}" for n, r in pca.items()))
+    print("steps (ms, 1 thread): " + "; ".join(f"{m}: non-private {s['non_private_ms']:.2f}, private "
+                                               f"{s['private_ms']:.2f}" for m, s in steps.items()))
+    print(f"busy machine ({workload}): {busy}")
+    print(json.dumps({"benchmark": "speed", "args": vars(args), "figures": figures, "targets": TARGETS,
+                      "bnci": bnci, "pca": pca, "steps": steps, "projavg_ms": projavg, "busy": busy}))
+
+
+if __name__ == "__main__":
+    main()
