@@ -15,9 +15,12 @@ from skfedriem import FederatedPCA
 from skfedriem.datasets import make_federated_pca
 from skfedriem.metrics import pca_optimality_gap
 from skfedriem.models import PCAProjector
+from skfedriem._seeding import run_seeds
 from skfedriem.privacy import (
     DenseGradients,
     PrivacyBudget,
+    SeededRandomness,
+    gdp_epsilon,
     per_sample_gradients,
     project_per_sample,
     trainable_parameters,
@@ -238,3 +241,67 @@ def test_the_whole_space_needs_no_training_and_costs_no_privacy():
     np.testing.assert_array_equal(pca.components_, np.eye(3))
     assert pca.epsilon_ == 0.0 and pca.history_ == [] and pca.ledger_.steps == 0
     np.testing.assert_allclose(pca.inverse_transform(pca.transform(X)), X)
+
+
+# ------------------------------------------------------------------ the one-shot covariance solver
+def covariance(**kw):
+    return FederatedPCA(**{"n_components": 2, "solver": "covariance", "random_state": 0, **kw})
+
+
+def test_covariance_solver_certifies_one_gaussian_release_per_client(data):
+    X, groups = data
+    pca = covariance(eps=2.0).fit(X, groups=groups)
+    assert pca.ledger_.steps == 1 and len(pca.history_) == 1
+    # one full-batch step (q = 1): the accountant's ε is the exact GDP conversion
+    assert pca.epsilon_ <= 2.0
+    assert pca.epsilon_ == pytest.approx(gdp_epsilon(pca.mu0_, 1e-5), rel=1e-3)
+    assert pca.noise_std_ == pytest.approx(2 * 1.0 / (400 * pca.mu0_))  # σ_i = 2C / (m_i μ0), m_i = 400
+    assert pca.batch_size_ == 400
+
+
+def test_covariance_solver_equals_numpy_from_the_same_noise():
+    X, groups = make_federated_pca(3, 50, 6, n_components=2, random_state=1)
+    X[0] *= 3.0  # one record above the clip: it is scaled to norm √C
+    sizes = [50, 50, 50]
+    pca = covariance(eps=3.0, clip=0.5).fit(X, groups=groups)
+
+    seeds = run_seeds(0, private=True, secure_mode=False, owner="test").clients.spawn(3)
+    averaged = np.zeros((6, 6))
+    for i, seed in enumerate(seeds):
+        rows = X[groups == i]
+        scale = np.minimum(1.0, 0.5 / (rows**2).sum(1))  # clip ‖x xᵀ‖ = ‖x‖² at C
+        moment = (rows * scale[:, None]).T @ rows / sizes[i]
+        randomness = SeededRandomness(seed)
+        randomness.subset(sizes[i], sizes[i])  # the full batch is drawn first, as every batch is
+        noise = randomness.standard_normal((6, 6), torch.float64).numpy()
+        averaged += (moment - 2 * 0.5 / (sizes[i] * pca.mu0_) * noise) / 3  # one SGD step at rate 1 from 0
+    expected = np.linalg.eigh((averaged + averaged.T) / 2)[1][:, ::-1][:, :2].T
+    assert np.allclose(pca.components_.T @ pca.components_, expected.T @ expected, atol=1e-10)
+
+
+def test_non_private_covariance_solver_is_the_top_eigenspace_of_the_mean_moment(data):
+    X, groups = data
+    pca = covariance(eps=None).fit(X, groups=groups)
+    moment = sum(X[groups == g].T @ X[groups == g] / (groups == g).sum() for g in range(4)) / 4
+    top = np.linalg.eigh(moment)[1][:, -2:]
+    assert np.allclose(pca.components_.T @ pca.components_, top @ top.T, atol=1e-10)
+    assert pca.epsilon_ == math.inf
+
+
+def test_covariance_solver_beats_the_riemannian_one_where_dimension_is_small(data):
+    X, groups = data
+    gaps = {solver: pca_optimality_gap(FederatedPCA(2, eps=1.0, solver=solver, random_state=0)
+                                       .fit(X, groups=groups).components_, X) for solver in ("covariance", "riemannian")}
+    assert gaps["covariance"] < gaps["riemannian"]
+
+
+def test_covariance_solver_refuses_a_warm_start(data):
+    X, groups = data
+    pca = covariance(eps=2.0, warm_start=True).fit(X, groups=groups)
+    with pytest.raises(ValueError, match="warm_start.*solver='covariance'"):
+        pca.fit(X, groups=groups)
+
+
+def test_unknown_solver_is_named(data):
+    with pytest.raises(ValueError, match=r"'solver'.*'newton'"):
+        covariance(solver="newton").fit(*data[:1])

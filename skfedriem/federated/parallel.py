@@ -15,6 +15,10 @@ results for every ``n_jobs``.
 The worker processes are children of this process on this machine: the
 records they receive never leave it, and they run exactly the code the
 in-process clients run (:func:`~skfedriem.federated.client.run_client_round`).
+They are started by loky (joblib's process executor), which starts a fresh
+interpreter (fork then exec: no copy of torch's thread pools) and, unlike
+multiprocessing's spawn and forkserver, does not re-run the user's script, so
+a script needs no ``if __name__ == "__main__":`` guard.
 
 Thread budget. The local steps are many operations on tiny matrices (SPDNet's
 16×16 eigendecompositions, a 40×5 PCA basis). Spreading one of them over
@@ -28,16 +32,15 @@ one knob for using more cores.
 
 from __future__ import annotations
 
-import multiprocessing
 import pickle
-from collections import deque
+import threading
 from collections.abc import Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from contextlib import contextmanager
 from typing import Self
 
 import joblib
 import torch
+from loky import ProcessPoolExecutor
 from threadpoolctl import threadpool_limits
 
 from .client import ClientRecipe, ClientState, RoundInstructions
@@ -104,20 +107,6 @@ def thread_budget(n_threads: int = THREADS_PER_JOB) -> Iterator[None]:
             torch.set_num_threads(previous)
 
 
-def _context() -> multiprocessing.context.BaseContext:
-    """A start method that is safe with torch's thread pools: forkserver where there is one, else spawn.
-
-    Plain fork would copy a process whose OpenMP pool may be mid-use. The
-    fork server imports this module once, so later workers start in
-    milliseconds instead of importing torch again.
-    """
-    if "forkserver" in multiprocessing.get_all_start_methods():
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload([__name__])
-        return context
-    return multiprocessing.get_context("spawn")
-
-
 # One worker's copy of the recipe and of every client's records, set once when it starts.
 _WORKER: dict = {}
 
@@ -127,6 +116,10 @@ def _start_worker(payload: bytes, n_threads: int) -> None:
     threadpool_limits(limits=n_threads)
     recipe, clients = pickle.loads(payload)  # written by the parent process of this worker
     _WORKER.update(recipe=recipe, clients=clients)
+
+
+def _ready() -> bool:
+    return True
 
 
 def _run_client(task: bytes) -> bytes:
@@ -140,9 +133,8 @@ class ParallelTransport:
     """The clients on this machine, a round's clients run by ``n_jobs`` jobs: this process and worker processes.
 
     This process is one of the jobs (it would otherwise wait idle), so
-    ``n_jobs - 1`` workers are started. The selected clients are handed out
-    one at a time to whichever job is free, so a slow client does not hold up
-    the others. Use as a context manager (the workers stop when it exits).
+    ``n_jobs - 1`` workers are started; until they are up, this process runs
+    every client. Use as a context manager (the workers stop when it exits).
     Messages are pickled to bytes by this module (not by multiprocessing,
     which would put torch tensors in shared memory).
 
@@ -160,6 +152,11 @@ class ParallelTransport:
     n_threads : int, default=THREADS_PER_JOB
         Threads each worker computes with (this process computes under the
         caller's :func:`thread_budget`).
+
+    Attributes
+    ----------
+    worker_runs : int
+        How many client rounds the workers have run (the others ran here).
 
     Examples
     --------
@@ -183,6 +180,7 @@ class ParallelTransport:
         self.n_jobs = n_jobs
         self.n_threads = n_threads
         self._executor: ProcessPoolExecutor | None = None
+        self.worker_runs = 0
 
     def __enter__(self) -> Self:
         try:
@@ -191,36 +189,58 @@ class ParallelTransport:
             raise TypeError(f"n_jobs > 1 sends the model, its loss and optimiser and the records to worker processes "
                             f"by pickle, and this recipe cannot be pickled ({error}). Define the loss and optimiser "
                             "as module-level functions, or use n_jobs=1.") from error
-        self._executor = ProcessPoolExecutor(max_workers=self.n_jobs - 1, mp_context=_context(),
-                                             initializer=_start_worker, initargs=(payload, self.n_threads))
+        self._executor = ProcessPoolExecutor(max_workers=self.n_jobs - 1, initializer=_start_worker,
+                                             initargs=(payload, self.n_threads))
+        # Starting a worker takes seconds (a fresh interpreter imports torch) and loky's submit blocks
+        # meanwhile: start them from a thread, and let this process run every client until they answer.
+        self._starting: list = []
+        self._starter = threading.Thread(target=self._start_workers, daemon=True)
+        self._starter.start()
         return self
+
+    def _start_workers(self) -> None:
+        self._starting = [self._executor.submit(_ready) for _ in range(self.n_jobs - 1)]
+
+    def _workers_ready(self) -> bool:
+        return not self._starter.is_alive() and all(f.done() for f in self._starting)
+
+    def wait_until_ready(self) -> None:
+        """Block until every worker has started (rounds before that run in this process)."""
+        self._starter.join()
+        for future in self._starting:
+            future.result()
 
     def __exit__(self, *exc_info) -> None:
         if self._executor is not None:
-            self._executor.shutdown(wait=True, cancel_futures=True)
+            self._starter.join()
+            # the workers exit on their own once told to (their interpreter's shutdown need not hold up the fit)
+            self._executor.shutdown(wait=False, kill_workers=exc_info[0] is not None)
             self._executor = None
 
     def run_round(self, t: int, selected: list[int], theta: dict[str, torch.Tensor],
                   instructions: dict[int, RoundInstructions]) -> Replies:
-        """Run the selected clients from θ_t, in the workers and in this process; every one replies."""
+        """Run the selected clients from θ_t, in the workers and in this process; every one replies.
+
+        The clients with the most local steps go to the workers; this process,
+        which also aggregates and accounts, takes the ``len(selected) // n_jobs``
+        with the fewest (a queued task cannot be taken back from a worker, so
+        the split is made up front).
+        """
         if self._executor is None:
             raise RuntimeError("ParallelTransport runs rounds inside a `with` block (the workers start there).")
-        pending, running, replies = deque(selected), {}, {}
-        while pending or running:
-            # a worker only gets a client when it is free (a queued one could not be taken back)
-            while pending and len(running) < self.n_jobs - 1:
-                i = pending.popleft()
-                task = pickle.dumps((i, theta, self.states[i].to_bytes(), instructions[i]))
-                running[self._executor.submit(_run_client, task)] = i
-            if pending:  # this process takes the last client still waiting
-                i = pending.pop()
-                replies[i] = self.recipe.run_round(theta, self.clients[i], self.states[i], instructions[i])
-                done = [f for f in running if f.done()]
-            else:
-                done, _ = wait(running, return_when=FIRST_COMPLETED)
-            for future in done:
-                i = running.pop(future)
-                submission, seconds, state = pickle.loads(future.result())  # written by this process's own worker
-                self.states[i] = ClientState.from_bytes(state)
-                replies[i] = (submission, seconds)
+        if not self._workers_ready():
+            return {i: self.recipe.run_round(theta, self.clients[i], self.states[i], instructions[i]) for i in selected}
+        by_work = sorted(selected, key=lambda i: -instructions[i].local_steps)
+        here = len(selected) // self.n_jobs
+        futures = {}
+        for i in by_work[:len(by_work) - here]:
+            task = pickle.dumps((i, theta, self.states[i].to_bytes(), instructions[i]))
+            futures[i] = self._executor.submit(_run_client, task)
+        replies = {i: self.recipe.run_round(theta, self.clients[i], self.states[i], instructions[i])
+                   for i in by_work[len(by_work) - here:]}
+        for i, future in futures.items():
+            submission, seconds, state = pickle.loads(future.result())  # written by this process's own worker
+            self.states[i] = ClientState.from_bytes(state)
+            replies[i] = (submission, seconds)
+            self.worker_runs += 1
         return {i: replies[i] for i in selected}

@@ -23,21 +23,25 @@ def same_run(a, b):
     assert [h["clients"] for h in a.history_] == [h["clients"] for h in b.history_]
 
 
-@pytest.mark.parametrize("options", [
-    {},
-    {"clients_per_round": 2, "n_rounds": 4},
-    {"optimizer": "adam", "reset_optimizer": False},  # Adam's moments travel in the shipped ClientState
-    {"sampling": "poisson"},
-])
+@pytest.mark.parametrize("options", [{"clients_per_round": 2, "n_rounds": 4}, {"sampling": "poisson"}])
 def test_results_do_not_depend_on_n_jobs(options):
     same_run(trainer(**options).fit(clients()), trainer(n_jobs=2, **options).fit(clients()))
 
 
-def test_unseeded_parallel_runs_differ():
-    # without client_seed every client draws fresh OS entropy, in workers as in-process
-    a = trainer(client_seed=None, n_jobs=2).fit(clients())
-    b = trainer(client_seed=None, n_jobs=2).fit(clients())
-    assert not all(torch.equal(p, q) for p, q in zip(a.module.parameters(), b.module.parameters()))
+# Adam's moments travel in the shipped ClientState
+@pytest.mark.parametrize("options", [{}, {"optimizer": "adam", "reset_optimizer": False}])
+def test_rounds_run_by_the_workers_equal_the_serial_rounds(options):
+    data = clients()
+    serial = trainer(**options)
+    serial.serve(LocalTransport(serial.client_recipe(), data, [ClientState.fresh(s) for s in serial.client_seeds(3)]),
+                 [60] * 3, [0, 1, 2], serial.seed_sequence)
+    parallel = trainer(**options)
+    states = [ClientState.fresh(s) for s in parallel.client_seeds(3)]
+    with ParallelTransport(parallel.client_recipe(), data, states, n_jobs=2) as transport:
+        transport.wait_until_ready()
+        parallel.serve(transport, [60] * 3, [0, 1, 2], parallel.seed_sequence)
+    assert transport.worker_runs == 2 * 3  # 3 rounds; each round the worker runs 2 clients, this process 1
+    same_run(serial, parallel)
 
 
 def test_estimator_results_do_not_depend_on_n_jobs():
@@ -80,9 +84,10 @@ def test_a_workers_refusal_reaches_the_server():
     instructions = RoundInstructions(lr=0.1, local_steps=1, batch_size=10, clip=1.0, noise_std=1.0,
                                      sampling="fixed", aggregation="projavg")
     bad = {name: 2 * p.detach() for name, p in StiefelNet(seed=0).named_parameters()}  # off the manifold
-    with ParallelTransport(t.client_recipe(), data, states, n_jobs=2) as transport, \
-            pytest.raises(InvalidIterateError, match="not a point"):
-        transport.run_round(0, [0], bad, {0: instructions})  # one client: the worker runs it
+    with ParallelTransport(t.client_recipe(), data, states, n_jobs=2) as transport:
+        transport.wait_until_ready()
+        with pytest.raises(InvalidIterateError, match="not a point"):
+            transport.run_round(0, [0], bad, {0: instructions})  # one client: the worker runs it
 
 
 def test_every_client_runs_once_per_round_in_some_job():
@@ -94,7 +99,9 @@ def test_every_client_runs_once_per_round_in_some_job():
     theta = {name: p.detach() for name, p in StiefelNet(seed=0).named_parameters()}
     before = [s.to_bytes() for s in states]
     with ParallelTransport(t.client_recipe(), data, states, n_jobs=3) as transport:
+        transport.wait_until_ready()
         replies = transport.run_round(0, [0, 2, 3, 4], theta, {i: instructions for i in range(5)})
+    assert transport.worker_runs == 3  # 4 clients on 3 jobs: this process took 4 // 3 = 1
     serial_states = [ClientState.from_bytes(b) for b in before]
     serial = LocalTransport(t.client_recipe(), data, serial_states).run_round(0, [0, 2, 3, 4], theta,
                                                                              {i: instructions for i in range(5)})
