@@ -23,6 +23,8 @@ SMOKE_ARGS: dict[str, list[str] | str] = {
     "noise_ratio": [],
     "pca_privacy_cost": ["--rounds", "2", "--seeds", "1", "--clients", "10", "--records", "1000",
                          "--figure", "{tmp}/pca_privacy_cost.png"],
+    "pca_solvers": ["--seeds", "1", "--epsilons", "1", "--sweep-epsilons", "1", "--dims", "16", "--components", "5",
+                    "--rounds", "5", "--figure", "{tmp}/pca_solvers.png"],
     "physionet_real": "needs the EEGMMIDB files and several minutes even at one seed",
     "privacy_audit": ["--runs", "20", "--runs-subsampled", "20", "--jobs", "1"],
     "secure_mode": ["--repeats", "2"],

@@ -142,15 +142,17 @@ class FederatedEstimatorMixin:
         else:
             generator = torch.Generator().manual_seed(int(seeds.init.generate_state(1)[0]))
             module, loss_fn = self.make_model(input_shape, classes, generator=generator)
-        return FederatedTrainer(
-            module, loss_fn, n_rounds=self.n_rounds, batch_size=self.batch_size,
-            clients_per_round=self.clients_per_round, eps=self.eps, delta=self.delta, clip=self.clip,
-            sampling=self.sampling, aggregation=self.aggregation, optimizer=self.optimizer, lr=self.lr,
-            seed_sequence=seeds.server, client_seed=seeds.clients, secure_mode=self.secure_mode,
-            privacy_budget=self.privacy_budget, run_name=repr(self), client_timings=self.client_timings,
-            prior=prior, monitor=None if held_out is None else self._monitor(held_out, classes),
-            n_jobs=self.n_jobs, verbose=self.verbose, **self._trainer_options(),
+        settings = dict(
+            n_rounds=self.n_rounds, batch_size=self.batch_size, clients_per_round=self.clients_per_round,
+            eps=self.eps, delta=self.delta, clip=self.clip, sampling=self.sampling, aggregation=self.aggregation,
+            optimizer=self.optimizer, lr=self.lr, seed_sequence=seeds.server, client_seed=seeds.clients,
+            secure_mode=self.secure_mode, privacy_budget=self.privacy_budget, run_name=repr(self),
+            client_timings=self.client_timings, prior=prior,
+            monitor=None if held_out is None else self._monitor(held_out, classes), n_jobs=self.n_jobs,
+            verbose=self.verbose,
         )
+        settings.update(self._trainer_options())  # a model's own settings (and the ones it fixes) win
+        return FederatedTrainer(module, loss_fn, **settings)
 
     def set_fitted(self, trainer: FederatedTrainer, *, input_shape: tuple[int, ...], classes=None):
         """Set the fitted attributes from a finished run; returns self.

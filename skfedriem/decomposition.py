@@ -13,7 +13,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from ._compat import Interval, StrOptions, validate_estimator_params
 from ._estimator import FederatedEstimatorMixin
 from .metrics import pca_optimality_gap
-from .models import PCAProjector
+from .models import PCAProjector, SecondMoment
 from .privacy import PrivacyAccountant
 
 __all__ = ["FederatedPCA", "identity_loss"]
@@ -33,6 +33,14 @@ class FederatedPCA(FederatedEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Tra
     manifold (a basis U, loss −‖Uᵀx‖²), aggregated by ProjAvg, RLAvg, RetAvg
     or KFAvg. The noise is calibrated so the whole run is (eps, delta)-DP
     under substitution of one record of any client.
+
+    ``solver="covariance"`` instead releases each client's clipped second
+    moment once with Gaussian noise (Analyze Gauss per client) and takes the
+    top eigenvectors of their mean: one private step of a full batch per
+    client, through the same accountant, ledger and deployments. It adds
+    noise in d(d+1)/2 dimensions once, where the Riemannian solver adds noise
+    in p(d − p) dimensions at each of its T τ steps, so it tends to win at
+    small d and lose as d grows (see the user guide, "Choosing hyper-parameters").
 
     The data are **not centred**: a private mean would spend privacy budget.
     Centre them beforehand if you hold a public or separately privatised mean.
@@ -64,6 +72,13 @@ class FederatedPCA(FederatedEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Tra
     n_clients : int, default=5
         Number of random clients when ``fit`` gets no ``groups`` (a split by
         record position only).
+    solver : {"riemannian", "covariance"}, default="riemannian"
+        ``"riemannian"``: the paper's method (the parameters above apply).
+        ``"covariance"``: one noisy second-moment release per client; it
+        ignores ``n_rounds``, ``local_steps``, ``batch_size``,
+        ``clients_per_round``, ``aggregation``, ``optimizer``, ``lr``,
+        ``manifold`` and ``init`` (one step of a full batch, every client).
+        ``clip`` bounds ‖x xᵀ‖ = ‖x‖², i.e. records are clipped to norm √clip.
     init : "random" or array-like of shape (n_components, n_features), default="random"
         The initial subspace: random, or a *public* basis (e.g. from public
         data or a previous private run's ``components_``); it is sent to every
@@ -118,9 +133,10 @@ class FederatedPCA(FederatedEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Tra
     mu0_ : float or None
         Per-step Gaussian-DP parameter 2C / (Bσ).
     noise_std_ : float
-        σ of each ambient noise coordinate.
+        σ of each ambient noise coordinate (``"covariance"``: that of the
+        smallest client, σ_i = 2C / (m_i μ0)).
     batch_size_ : int
-        B after clamping.
+        B after clamping (``"covariance"``: the smallest client's size).
     history_ : list of dict
         Per round: ``round``, ``epsilon`` spent so far, ``lr``, ``clients``,
         ``replied``, ``aggregation_seconds`` (all post-processing of what the
@@ -128,8 +144,9 @@ class FederatedPCA(FederatedEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Tra
         ``round_seconds`` and ``submission_seconds`` with ``client_timings``.
     ledger_ : PrivacyAccountant
         Every private step charged (all fits of a warm start).
-    module_ : PCAProjector
-        The trained torch module.
+    module_ : PCAProjector or SecondMoment
+        The trained torch module (``"covariance"``: the mean of the clients'
+        noisy second moments, as the server received it).
 
     Examples
     --------
@@ -148,6 +165,7 @@ class FederatedPCA(FederatedEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Tra
         "n_components": [Interval(Integral, 1, None, closed="left")],
         "local_steps": [Interval(Integral, 1, None, closed="left")],
         "manifold": [StrOptions({"grassmann", "stiefel"})],
+        "solver": [StrOptions({"riemannian", "covariance"})],
         "init": [StrOptions({"random"}), "array-like"],
     }
 
@@ -168,6 +186,7 @@ class FederatedPCA(FederatedEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Tra
         sampling="fixed",
         manifold="grassmann",
         n_clients=5,
+        solver="riemannian",
         init="random",
         random_state=None,
         secure_mode=False,
@@ -230,19 +249,33 @@ class FederatedPCA(FederatedEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Tra
     def _model(self, input_shape, classes, generator):
         (n_features,) = input_shape
         self._check_n_features(n_features)
+        if self.solver == "covariance":
+            return SecondMoment(n_features), identity_loss
         module = PCAProjector(n_features, self.n_components, self.manifold, generator=generator,
                               basis=self._initial_basis(n_features))
         return module, identity_loss
 
     def _trainer_options(self) -> dict:
+        if self.solver == "covariance":
+            if self._warm():
+                raise ValueError("warm_start=True cannot continue solver='covariance': a second release would "
+                                 "add to the first moment rather than refine it. Fit afresh (warm_start=False).")
+            # one plain SGD step of rate 1 from A = 0 on every client's whole records: A_i = its noisy moment
+            return {"n_rounds": 1, "local_steps": 1, "local_epochs": None, "batch_size": None,
+                    "clients_per_round": None, "aggregation": "projavg", "optimizer": "sgd", "lr": 1.0}
         return {"local_steps": self.local_steps}
 
+    def _components(self, module) -> np.ndarray:
+        if isinstance(module, SecondMoment):
+            return module.components(self.n_components).numpy()
+        return module.components().numpy()
+
     def _monitor(self, reference_X, classes):
-        return lambda module: {"optimality_gap": float(pca_optimality_gap(module.components().numpy(), reference_X))}
+        return lambda module: {"optimality_gap": float(pca_optimality_gap(self._components(module), reference_X))}
 
     def _set_model_attributes(self, module, classes) -> None:
         self.module_ = module
-        self.components_ = module.components().numpy().copy()
+        self.components_ = self._components(module).copy()
         self.n_components_ = self.n_components
 
     def _check_n_features(self, n_features: int) -> None:

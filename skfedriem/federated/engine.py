@@ -91,8 +91,10 @@ class FederatedTrainer:
         ``loss_fn(module(batch[0]), *batch[1:])`` -> per-record losses (B,).
     n_rounds : int
         T.
-    batch_size : int
-        B (clamped to the smallest client, with a warning).
+    batch_size : int or None
+        B (clamped to the smallest client, with a warning). None: every
+        client's batch is all its records (q = 1), with noise scaled to its
+        own size so that every client spends the same privacy.
     local_steps, local_epochs : int or float, optional
         Exactly one: τ for every client, or τ_i = ceil(epochs · m_i / B).
     clients_per_round : int, optional
@@ -176,7 +178,7 @@ class FederatedTrainer:
         loss_fn: LossFn,
         *,
         n_rounds: int,
-        batch_size: int,
+        batch_size: int | None,
         local_steps: int | None = None,
         local_epochs: float | None = None,
         clients_per_round: int | None = None,
@@ -308,8 +310,9 @@ class FederatedTrainer:
     def client_instructions(self, client: int, lr: float) -> RoundInstructions:
         """The public instructions for client ``client`` in a round at learning rate ``lr``."""
         plan = self.plan_
-        return RoundInstructions(lr=lr, local_steps=plan.local_steps[client], batch_size=plan.batch_size,
-                                 clip=plan.clip, noise_std=plan.noise_std, sampling=self.sampling,
+        return RoundInstructions(lr=lr, local_steps=plan.local_steps[client],
+                                 batch_size=plan.client_batch_size(client), clip=plan.clip,
+                                 noise_std=plan.client_noise_std(client), sampling=self.sampling,
                                  aggregation=self.aggregation.name)
 
     def plan(self, client_sizes: list[int], client_names: list) -> PrivacyPlan:

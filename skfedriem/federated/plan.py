@@ -19,7 +19,8 @@ class PrivacyPlan:
     Parameters
     ----------
     batch_size : int
-        B after clamping to the smallest client.
+        B after clamping to the smallest client (with ``batch_sizes``: the
+        smallest client's size).
     local_steps : tuple of int
         τ_i for each client (same order as the clients).
     sample_rate : float
@@ -38,6 +39,10 @@ class PrivacyPlan:
         The name of the accounting method that calibrated σ.
     sampling : {"fixed", "poisson"}, default="fixed"
         How clients draw their batches.
+    batch_sizes : tuple of int, optional
+        Full-batch runs: client i's batch is its whole m_i records (q = 1 for
+        every client) and its noise σ_i = 2C / (m_i μ0), the same μ0 for all.
+        None: every client draws batches of ``batch_size``.
     """
 
     batch_size: int
@@ -50,6 +55,17 @@ class PrivacyPlan:
     clip: float
     accounting: str = "rfedproj"
     sampling: str = "fixed"
+    batch_sizes: tuple[int, ...] | None = None
+
+    def client_batch_size(self, client: int) -> int:
+        """B_i: ``batch_size``, or client i's whole size in a full-batch run."""
+        return self.batch_size if self.batch_sizes is None else self.batch_sizes[client]
+
+    def client_noise_std(self, client: int) -> float:
+        """σ_i = 2C / (B_i μ0): ``noise_std`` unless the run is full-batch (0 for a non-private run)."""
+        if self.batch_sizes is None or self.mu0 is None:
+            return self.noise_std
+        return 2 * self.clip / (self.batch_sizes[client] * self.mu0)
 
     def release(self) -> PrivacyAccountant | None:
         """The whole planned run as accountant steps (None when it adds no noise).
@@ -84,7 +100,7 @@ def plan_run(
     client_sizes: list[int],
     *,
     client_names: list,
-    batch_size: int,
+    batch_size: int | None,
     n_rounds: int,
     local_steps: int | None,
     local_epochs: float | None,
@@ -107,8 +123,10 @@ def plan_run(
         m_i, records of each client.
     client_names : list
         The clients' names, for messages.
-    batch_size : int
-        B requested (clamped to m⋆ with a warning).
+    batch_size : int or None
+        B requested (clamped to m⋆ with a warning). None: full batches, each
+        client's step uses all its records (q = 1) with its own noise
+        σ_i = 2C / (m_i μ0), so every client spends the same privacy.
     n_rounds : int
         T.
     local_steps : int or None
@@ -142,7 +160,10 @@ def plan_run(
     check_client_sizes(client_sizes, client_names)
     smallest = min(range(len(client_sizes)), key=client_sizes.__getitem__)
     m_star = client_sizes[smallest]
-    if batch_size > m_star:
+    full_batch = batch_size is None
+    if full_batch:
+        batch_size = m_star
+    elif batch_size > m_star:
         warnings.warn(
             f"batch_size={batch_size} is larger than client {client_names[smallest]!r}, which holds "
             f"{m_star} records: using batch_size={m_star} (the accountant uses this value).",
@@ -159,8 +180,12 @@ def plan_run(
     q = batch_size / m_star
     tau = max(taus)
     total = n_rounds * tau
+    batch_sizes = tuple(int(m) for m in client_sizes) if full_batch else None
+    if full_batch and local_epochs is not None:
+        taus = tuple(max(1, math.ceil(local_epochs)) for _ in client_sizes)
+        tau, total = max(taus), n_rounds * max(taus)
     if eps is None or math.isinf(eps):
-        return PrivacyPlan(batch_size, taus, q, tau, total, None, 0.0, math.inf, method.name, sampling)
+        return PrivacyPlan(batch_size, taus, q, tau, total, None, 0.0, math.inf, method.name, sampling, batch_sizes)
     if delta >= 1 / m_star:
         warnings.warn(
             f"delta={delta:g} is not small against 1/m⋆ = 1/{m_star}: (eps, delta)-DP at this delta "
@@ -170,4 +195,4 @@ def plan_run(
         )
     mu0 = method.calibrate(eps, delta, sample_rate=q, steps_per_round=tau, n_rounds=n_rounds, sampling=sampling)
     return PrivacyPlan(batch_size, taus, q, tau, total, mu0, 2 * clip / (batch_size * mu0), clip, method.name,
-                       sampling)
+                       sampling, batch_sizes)

@@ -1,7 +1,8 @@
-"""Torch modules with manifold-tagged parameters."""
+"""Torch modules with manifold-tagged parameters (and the one-shot PCA release as a module)."""
 
 from .eegnet import EEGNet, TrialStandardize
 from .pca import PCAProjector
+from .second_moment import SecondMoment
 from .spdnet import BiMap, LogEig, LogReEig, ReEig, SPDNet, TraceNormalize, Vech
 from .spectral import log_eig, log_re_eig, re_eig, spectral_function
 
@@ -13,6 +14,7 @@ __all__ = [
     "PCAProjector",
     "ReEig",
     "SPDNet",
+    "SecondMoment",
     "TraceNormalize",
     "TrialStandardize",
     "Vech",

@@ -42,8 +42,7 @@ class SecondMoment(nn.Module):
     >>> import torch
     >>> moment = SecondMoment(3)
     >>> with torch.no_grad():
-    ...     moment.weight.copy_(torch.diag(torch.tensor([1.0, 3.0, 2.0], dtype=torch.float64)))
-    tensor(...)
+    ...     _ = moment.weight.copy_(torch.diag(torch.tensor([1.0, 3.0, 2.0], dtype=torch.float64)))
     >>> moment.components(2)
     tensor([[0., 1., 0.],
             [0., 0., 1.]], dtype=torch.float64)

@@ -101,3 +101,13 @@ def test_site_data_is_checked(tmp_path):
     np.savez(tmp_path / "nolabels.npz", X=np.ones((3, 2)))
     with pytest.raises(ValueError, match=r"arrays named \['X', 'y'\]"):
         load_site_records(tmp_path / "nolabels.npz", targets=True)
+
+
+def test_covariance_solver_deploys_like_the_riemannian_one(tmp_path):
+    summary = main(["--estimator", "pca", "--sites", "2", "--rounds", "1", "--eps", "2.0", "--records", "60",
+                    "--set", 'solver="covariance"', "--set", "n-components=2", "--timeout", "300", "--out", str(tmp_path)])
+    assert summary["rounds"] == 1 and summary["tls_verified"]
+    with (tmp_path / "server" / "estimator.pkl").open("rb") as f:
+        deployed = pickle.load(f)
+    assert deployed.solver == "covariance" and deployed.ledger_.steps == 1 and deployed.epsilon_ <= 2.0
+    assert np.allclose(deployed.components_ @ deployed.components_.T, np.eye(2))

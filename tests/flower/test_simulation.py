@@ -45,3 +45,12 @@ def test_flower_backend_rejects_bad_settings_before_starting_flower():
     groups[0] = 99  # a one-record client
     with pytest.raises(ValueError, match="Client 99 holds 1 record"):
         FederatedPCA(n_components=1, eps=None, n_rounds=1, backend="flower").fit(X, groups=groups)
+
+
+def test_covariance_solver_on_flower_simulation_is_the_local_fit():
+    X, groups = make_federated_pca(n_clients=3, n_samples_per_client=100, n_features=6, random_state=0)
+    settings = dict(n_components=2, eps=2.0, solver="covariance", random_state=0)
+    local = FederatedPCA(**settings).fit(X, groups=groups)
+    flower = FederatedPCA(**settings, backend="flower").fit(X, groups=groups)
+    np.testing.assert_allclose(flower.components_, local.components_, rtol=0, atol=1e-12)  # the same noise
+    assert flower.epsilon_ == local.epsilon_ <= 2.0 and flower.ledger_.steps == 1
