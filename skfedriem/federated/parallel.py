@@ -116,6 +116,8 @@ def _start_worker(payload: bytes, n_threads: int) -> None:
     threadpool_limits(limits=n_threads)
     recipe, clients = pickle.loads(payload)  # written by the parent process of this worker
     _WORKER.update(recipe=recipe, clients=clients)
+    # A process's first torch optimiser imports torch._dynamo (2 s): pay it while starting, not in a round
+    torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
 
 
 def _ready() -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from numbers import Integral, Real
@@ -120,6 +121,10 @@ def _composed_epsilon(items: tuple, delta: float, discretization: float) -> floa
     return float(composed.get_epsilon_for_delta(delta))
 
 
+_RUNNING_CACHE_SIZE = 4096
+_RUNNING_VALUES: OrderedDict[tuple, float] = OrderedDict()
+
+
 @lru_cache(maxsize=64)
 def _steps_pld(mu0: float, sample_rate: float, sampling: str, steps: int, discretization: float):
     """The PLD of ``steps`` identical steps (cached: every round of a run adds the same τ steps)."""
@@ -166,9 +171,31 @@ class RunningEpsilon:
         self.chunk = chunk
         self._pld = None
         self._composed_steps = 0
+        self._seen_steps = 0
 
     def __call__(self) -> float:
         """ε of every step in the ledger now (0 when it is empty)."""
+        total = self.ledger.steps
+        if total < self._seen_steps:
+            raise ValueError("RunningEpsilon's ledger lost steps; a ledger may only grow.")
+        self._seen_steps = total
+        if total == 0:
+            return 0.0
+        # Values are shared by every RunningEpsilon (repeated fits with one plan: cross-validation, audits,
+        # grid searches), as PrivacyAccountant.get_epsilon's are; a hit needs no composition at all.
+        key = (tuple((e.mu0, e.sample_rate, e.sampling, e.steps) for e in self.ledger.history), self.chunk,
+               self.delta, self.discretization)
+        if key in _RUNNING_VALUES:
+            _RUNNING_VALUES.move_to_end(key)
+            return _RUNNING_VALUES[key]
+        self._compose_new_steps()
+        value = float(self._pld.get_epsilon_for_delta(self.delta))
+        _RUNNING_VALUES[key] = value
+        if len(_RUNNING_VALUES) > _RUNNING_CACHE_SIZE:
+            _RUNNING_VALUES.popitem(last=False)
+        return value
+
+    def _compose_new_steps(self) -> None:
         done = 0
         for e in self.ledger.history:
             new = min(e.steps, done + e.steps - self._composed_steps)
@@ -179,6 +206,3 @@ class RunningEpsilon:
                 self._pld = pld if self._pld is None else self._pld.compose(pld)
                 self._composed_steps += steps
                 new -= steps
-        if done < self._composed_steps:
-            raise ValueError("RunningEpsilon's ledger lost steps; a ledger may only grow.")
-        return 0.0 if self._pld is None else float(self._pld.get_epsilon_for_delta(self.delta))
