@@ -2,15 +2,17 @@
 
 import json
 import pickle
+from pathlib import Path
 
 import numpy as np
 import pytest
+import tomllib
 
 pytest.importorskip("flwr")
 
 from skfedriem import FederatedPCA, FederatedSPDNetClassifier
 from skfedriem.flower.loopback import main
-from skfedriem.flower.run_config import estimator_from_run_config, load_site_records
+from skfedriem.flower.run_config import ESTIMATORS, estimator_from_run_config, load_site_records
 from skfedriem.privacy import PrivacyBudget
 
 pytestmark = pytest.mark.slow
@@ -110,11 +112,6 @@ NOT_IN_RUN_CONFIG = {"backend", "n_jobs", "privacy_budget", "secure_mode", "verb
 @pytest.mark.parametrize("kind", ["pca", "spdnet", "eegnet"])
 def test_every_estimator_parameter_can_be_set_in_a_deployment(kind):
     # flwr refuses a --run-config key its App project does not declare (as solver was, at first)
-    import tomllib
-    from pathlib import Path
-
-    from skfedriem.flower.run_config import ESTIMATORS
-
     project = Path(__file__).parents[2] / "skfedriem" / "flower" / "projects" / kind / "pyproject.toml"
     declared = tomllib.loads(project.read_text())["tool"]["flwr"]["app"]["config"]
     aliases = {"rounds": "n_rounds", "seed": "random_state"}
