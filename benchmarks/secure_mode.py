@@ -14,35 +14,21 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import subprocess
-import sys
 import time
 import warnings
-from contextlib import contextmanager
 
 import numpy as np
 import torch
+from _shared import busy
 
 from skfedriem import FederatedPCA, FederatedSPDNetClassifier
 from skfedriem.datasets import make_federated_pca, make_spd_classification
 from skfedriem.models import EEGNet, SPDNet
 from skfedriem.privacy import SecureRandomness, SeededRandomness
 
+
 def _shapes(module: torch.nn.Module) -> list[tuple[int, ...]]:
     return [tuple(p.shape) for p in module.parameters()]
-
-
-@contextmanager
-def busy(on: bool):
-    """A competing process spinning one core (our users' machines are shared)."""
-    process = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if on else None
-    try:
-        time.sleep(0.5 if on else 0)
-        yield
-    finally:
-        if process is not None:
-            process.kill()
-            process.wait()
 
 
 def draw_time(source, shapes, repeats=2000) -> float:

@@ -36,7 +36,7 @@ NOT_BENCHMARKS = {"report", "smoke"}
 
 def benchmark_names() -> list[str]:
     """Every benchmark script in this folder."""
-    return sorted(p.stem for p in HERE.glob("*.py") if p.stem not in NOT_BENCHMARKS)
+    return sorted(p.stem for p in HERE.glob("*.py") if p.stem not in NOT_BENCHMARKS and not p.stem.startswith("_"))
 
 
 def main() -> int:

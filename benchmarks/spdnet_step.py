@@ -21,12 +21,12 @@ import argparse
 import json
 import math
 import resource
-import statistics
 import time
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from _shared import timed
 
 from skfedriem import FederatedSPDNetClassifier
 from skfedriem.datasets import make_spd_classification
@@ -66,17 +66,6 @@ def loop_gradients(model, batch):
     rows = [torch.autograd.grad(loss_fn(model(X[i : i + 1]), y[i : i + 1]).sum(), list(params.values()))
             for i in range(X.shape[0])]
     return {name: torch.stack([r[j] for r in rows]) for j, name in enumerate(params)}
-
-
-def timed(fn, repeats, warmup=3):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def step_costs(repeats: int) -> dict:

@@ -4,7 +4,8 @@ Every figure is measured in this run, ratios against a baseline of the same run:
 
 (a) One private run of the BNCI2014_001-size protocol on synthetic SPD data of that
     shape (3 clients x 1300 trials, 22 channels, 4 classes, T rounds, one local epoch,
-    B = 64, ε = 10) with n_jobs = 1 and 2, each in a fresh process: wall time, and the
+    B = 64, ε = 10) with n_jobs = 1 and 2, each in a fresh process, idle and again next to
+    a process spinning one core: wall time, and the
     peak memory of the run (the proportional set size of its process and its workers, which
     counts the pages they share once; sampled from /proc every 0.2 s).
 (b) One local step, private and non-private (same batch, median of repeats, one thread):
@@ -26,7 +27,6 @@ import argparse
 import json
 import math
 import os
-import statistics
 import subprocess
 import sys
 import threading
@@ -37,6 +37,7 @@ from typing import Self
 import numpy as np
 import torch
 import torch.nn.functional as F
+from _shared import busy, timed
 
 ROOT = Path(__file__).resolve().parents[1]
 EEGMMIDB = ROOT.parent / "shared" / "data" / "eegmmidb"
@@ -107,34 +108,10 @@ class PeakMemory:
         self._update()
 
 
-def timed(fn, repeats: int, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def in_fresh_process(*args: str) -> dict:
     """Run this script's ``--child`` mode and return the JSON line it prints."""
     out = subprocess.run([sys.executable, __file__, *args], check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
-
-
-class BusyCore:
-    """One process spinning a core, as another user's job on a shared machine."""
-
-    def __enter__(self) -> Self:
-        self.process = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-        time.sleep(0.5)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.process.kill()
-        self.process.wait()
 
 
 # --------------------------------------------------------------- children
@@ -254,7 +231,7 @@ def busy_machine(workload: str, repeats: int) -> dict:
     result: dict = {"workload": workload}
     if workload != "none":
         result["idle_s"] = main_job_seconds(workload)
-        with BusyCore():
+        with busy():
             result["busy_s"] = main_job_seconds(workload)
         result["ratio"] = result["busy_s"] / result["idle_s"]
     batch = spdnet_batch()
@@ -263,7 +240,7 @@ def busy_machine(workload: str, repeats: int) -> dict:
         torch.set_num_threads(threads)
         for state in ("idle", "busy"):
             if state == "busy":
-                with BusyCore():
+                with busy():
                     steps[f"{threads}_threads_{state}"] = step_ratio(spdnet_factory, batch, repeats)["private_ms"]
             else:
                 steps[f"{threads}_threads_{state}"] = step_ratio(spdnet_factory, batch, repeats)["private_ms"]
@@ -292,11 +269,14 @@ def main() -> None:
     if workload == "auto":
         workload = "demo-physionet" if EEGMMIDB.is_dir() else "demo"
     bnci = {n: in_fresh_process("--child", "bnci", "--rounds", str(args.rounds), "--n-jobs", str(n)) for n in (1, 2)}
+    with busy():  # the same runs next to a process spinning one of the cores
+        bnci_busy = {n: in_fresh_process("--child", "bnci", "--rounds", str(args.rounds), "--n-jobs", str(n))
+                     for n in (1, 2)}
     pca = {n: in_fresh_process("--child", "pca", "--pca-rounds", str(args.pca_rounds), "--n-jobs", str(n))
            for n in (1, 2)}
     steps = step_costs(args.repeats)
     projavg = projavg_ms(args.repeats)
-    busy = busy_machine(workload, args.repeats)
+    busy_run = busy_machine(workload, args.repeats)
 
     figures = {
         "bnci_n_jobs_2_s": bnci[2]["seconds"],
@@ -306,7 +286,7 @@ def main() -> None:
         "eegnet_private_over_non_private": steps["eegnet"]["ratio"],
         "projavg_64_16_x26_ms": projavg,
         "pca_paper_size_s": min(pca[1]["seconds"], pca[2]["seconds"]),
-        "busy_over_idle": busy.get("ratio", float("nan")),
+        "busy_over_idle": busy_run.get("ratio", float("nan")),
     }
     print(f"{os.cpu_count()} CPUs; BNCI-size run T={args.rounds}, FederatedPCA paper size T={args.pca_rounds}")
     print(f"{'figure':34} {'measured':>10} {'target':>8}  met")
@@ -316,13 +296,16 @@ def main() -> None:
     print("BNCI runs: " + "; ".join(f"n_jobs={n}: {r['seconds']:.1f} s, {r['peak_pss_mb']:.0f} MB "
                                     f"(RSS summed {r['peak_rss_sum_mb']:.0f} MB), eps {r['epsilon']:.3f}, "
                                     f"train acc {r['train_accuracy']:.3f}" for n, r in bnci.items()))
+    print("BNCI runs next to a busy core: " + "; ".join(f"n_jobs={n}: {r['seconds']:.1f} s "
+                                                        f"({r['seconds'] / bnci[n]['seconds']:.2f}x idle)"
+                                                        for n, r in bnci_busy.items()))
     print("PCA runs: " + "; ".join(f"n_jobs={n}: {r['seconds']:.1f} s, {r['peak_pss_mb']:.0f} MB, "
                                    f"gap {r['gap']:.2e}" for n, r in pca.items()))
     print("steps (ms, 1 thread): " + "; ".join(f"{m}: non-private {s['non_private_ms']:.2f}, private "
                                                f"{s['private_ms']:.2f}" for m, s in steps.items()))
-    print(f"busy machine ({workload}): {busy}")
+    print(f"busy machine ({workload}): {busy_run}")
     print(json.dumps({"benchmark": "speed", "args": vars(args), "figures": figures, "targets": TARGETS,
-                      "bnci": bnci, "pca": pca, "steps": steps, "projavg_ms": projavg, "busy": busy}))
+                      "bnci": bnci, "bnci_busy": bnci_busy, "pca": pca, "steps": steps, "projavg_ms": projavg, "busy": busy_run}))
 
 
 if __name__ == "__main__":

@@ -261,7 +261,7 @@ class FederatedPCA(FederatedEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Tra
                 raise ValueError("warm_start=True cannot continue solver='covariance': a second release would "
                                  "add to the first moment rather than refine it. Fit afresh (warm_start=False).")
             # one plain SGD step of rate 1 from A = 0 on every client's whole records: A_i = its noisy moment
-            return {"n_rounds": 1, "local_steps": 1, "local_epochs": None, "batch_size": None,
+            return {"n_rounds": 1, "local_steps": 1, "batch_size": None,
                     "clients_per_round": None, "aggregation": "projavg", "optimizer": "sgd", "lr": 1.0}
         return {"local_steps": self.local_steps}
 

@@ -126,7 +126,7 @@ def _ready() -> bool:
 
 def _run_client(task: bytes) -> bytes:
     client, theta, state, instructions = pickle.loads(task)  # written by the parent process
-    state = ClientState.from_bytes(state)
+    theta, state = pickle.loads(theta), ClientState.from_bytes(state)
     submission, seconds = _WORKER["recipe"].run_round(theta, _WORKER["clients"][client], state, instructions)
     return pickle.dumps((submission, seconds, state.to_bytes()))
 
@@ -234,9 +234,9 @@ class ParallelTransport:
             return {i: self.recipe.run_round(theta, self.clients[i], self.states[i], instructions[i]) for i in selected}
         by_work = sorted(selected, key=lambda i: -instructions[i].local_steps)
         here = len(selected) // self.n_jobs
-        futures = {}
+        futures, shared = {}, pickle.dumps(theta)  # θ serialised once per round, not once per client
         for i in by_work[:len(by_work) - here]:
-            task = pickle.dumps((i, theta, self.states[i].to_bytes(), instructions[i]))
+            task = pickle.dumps((i, shared, self.states[i].to_bytes(), instructions[i]))
             futures[i] = self._executor.submit(_run_client, task)
         replies = {i: self.recipe.run_round(theta, self.clients[i], self.states[i], instructions[i])
                    for i in by_work[len(by_work) - here:]}
