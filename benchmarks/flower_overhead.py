@@ -26,7 +26,8 @@ from skfedriem.datasets import make_federated_pca
 
 def measure(backend: str, X, groups, args) -> dict:
     est = FederatedPCA(n_components=2, eps=2.0, n_rounds=args.rounds, local_steps=args.local_steps,
-                       batch_size=args.batch_size, random_state=0, client_timings=True, backend=backend)
+                       batch_size=args.batch_size, random_state=0, client_timings=True, backend=backend,
+                       solver="riemannian")
     started = time.perf_counter()
     est.fit(X, groups=groups)
     total = time.perf_counter() - started

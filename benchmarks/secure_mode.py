@@ -45,7 +45,8 @@ def fits() -> dict[str, callable]:
                                        scale=1e-10, random_state=0)
     return {
         "FederatedPCA d=20, 10 clients, T=50, tau=5": lambda secure: FederatedPCA(
-            n_components=4, eps=2.0, n_rounds=50, local_steps=5, batch_size=100, secure_mode=secure).fit(
+            n_components=4, eps=2.0, n_rounds=50, local_steps=5, batch_size=100, secure_mode=secure,
+            solver="riemannian").fit(
             X, groups=groups),
         "SPDNet 22->16, 3 x 300 trials, T=20": lambda secure: FederatedSPDNetClassifier(
             eps=10.0, n_rounds=20, batch_size=64, secure_mode=secure).fit(Xs, y, groups=g),

@@ -137,7 +137,7 @@ def pca_run(rounds: int, n_jobs: int) -> dict:
 
     X, groups = make_federated_pca(50, 5000, 40, n_components=4, random_state=0)
     pca = FederatedPCA(4, eps=1.0, n_rounds=rounds, local_steps=10, batch_size=500, clients_per_round=10,
-                       lr=0.2, random_state=0, n_jobs=n_jobs)
+                       lr=0.2, random_state=0, n_jobs=n_jobs, solver="riemannian")
     with PeakMemory() as memory:
         t0 = time.perf_counter()
         pca.fit(X, groups=groups)

@@ -9,6 +9,7 @@ from pathlib import Path
 SECTIONS = [
     ("Estimators", "skfedriem", "The scikit-learn estimators."),
     ("Classification base", "skfedriem.classification", "What every federated classifier shares."),
+    ("PCA planning", "skfedriem.pca_planning", "FederatedPCA's solver and schedule, from public quantities only."),
     ("Manifolds", "skfedriem.manifolds", "Parameter geometries, and optimisers that keep parameters on them."),
     ("Privacy", "skfedriem.privacy", "The private local step, samplers, secret randomness, accounting and budgets."),
     ("Federation", "skfedriem.federated", "The round loop, the clients' side, transports, plans and checkpoints."),

@@ -21,7 +21,7 @@ from skfedriem.datasets import make_federated_pca
 from skfedriem.metrics import pca_optimality_gap, subspace_overlap
 
 n_features, n_clients = 20, 5
-settings = dict(n_rounds=50, local_steps=5, batch_size=100, lr=1.0, clip=0.1)
+settings = dict(solver="riemannian", n_rounds=50, local_steps=5, batch_size=100, lr=1.0, clip=0.1)
 
 
 def pooled_subspace(X, p):

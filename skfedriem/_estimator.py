@@ -106,7 +106,8 @@ class FederatedEstimatorMixin:
         return self._model(tuple(int(s) for s in input_shape), classes, generator)
 
     def make_trainer(self, input_shape: tuple[int, ...], *, classes=None, held_out=None,
-                     deployed: bool = False, seeds: RunSeeds | None = None) -> FederatedTrainer:
+                     deployed: bool = False, seeds: RunSeeds | None = None,
+                     client_sizes: list[int] | None = None) -> FederatedTrainer:
         """The round loop with this estimator's settings, for records of ``input_shape``.
 
         Parameters
@@ -124,6 +125,9 @@ class FederatedEstimatorMixin:
             the sites keep their own noise.
         seeds : RunSeeds, optional
             Seeds drawn by the caller (``fit`` draws them once for the split too).
+        client_sizes : list of int, optional
+            The clients' numbers of records (public), for estimators that plan
+            their schedule from them (FederatedPCA's ``"auto"`` settings).
 
         Returns
         -------
@@ -201,7 +205,8 @@ class FederatedEstimatorMixin:
         seeds = self._seeds()
         indices, names = client_indices(len(records[0]), groups, n_clients=self.n_clients,
                                         rng=np.random.default_rng(seeds.split))
-        trainer = self.make_trainer(input_shape, classes=classes, held_out=held_out, seeds=seeds)
+        trainer = self.make_trainer(input_shape, classes=classes, held_out=held_out, seeds=seeds,
+                                    client_sizes=[len(idx) for idx in indices])
         trainer.fit([tuple(r[idx] for r in records) for idx in indices], client_names=names, backend=self.backend)
         return self.set_fitted(trainer, input_shape=input_shape, classes=classes)
 

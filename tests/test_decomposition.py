@@ -33,13 +33,15 @@ def data():
 
 
 def small(**kw):
-    args = dict(n_components=2, n_rounds=40, local_steps=5, batch_size=100, lr=5.0, random_state=0)
+    args = dict(n_components=2, solver="riemannian", n_rounds=40, local_steps=5, batch_size=100, lr=5.0,
+                random_state=0)
     args.update(kw)
     return FederatedPCA(**args)
 
 
 @parametrize_with_checks(
-    [FederatedPCA(n_components=1, n_rounds=3, local_steps=2, batch_size=4, n_clients=2, random_state=0)],
+    [FederatedPCA(solver="riemannian", n_components=1, n_rounds=3, local_steps=2, batch_size=4, n_clients=2,
+                  random_state=0), FederatedPCA(n_components=1, n_clients=2, random_state=0)],
     expected_failed_checks=lambda est: {},
 )
 def test_sklearn_compatible(estimator, check):
@@ -135,7 +137,7 @@ def test_same_seed_same_model(data):
 def test_pipeline_and_grid_search_with_groups_routed():
     X, groups = make_federated_pca(4, 60, 6, random_state=1)
     with sklearn.config_context(enable_metadata_routing=True):
-        pca = FederatedPCA(n_rounds=3, local_steps=2, batch_size=20, random_state=0).set_fit_request(groups=True)
+        pca = FederatedPCA(solver="riemannian", n_rounds=3, local_steps=2, batch_size=20, random_state=0).set_fit_request(groups=True)
         pipe = Pipeline([("scale", FunctionTransformer(lambda Z: 2 * Z)), ("pca", pca)])
         pipe.fit(X, groups=groups)
         search = GridSearchCV(
@@ -226,8 +228,8 @@ def test_the_federation_api_rebuilds_a_fit_from_public_parts(data):
     """What a deployment does: records prepared by each site, a trainer from public shapes, fitted attributes."""
     X, groups = data
     est = small(eps=None, n_rounds=3)
-    trainer = est.make_trainer((8,), deployed=True)
     records = [est.prepare_records(X[groups == g]) for g in np.unique(groups)]
+    trainer = est.make_trainer((8,), deployed=True, client_sizes=[len(r[0]) for r in records])
     trainer.fit(records)
     est.set_fitted(trainer, input_shape=(8,))
     reference = small(eps=None, n_rounds=3).fit(X, groups=groups)

@@ -16,7 +16,7 @@ X, GROUPS = make_federated_pca(n_clients=3, n_samples_per_client=60, n_features=
 
 
 def pca(**kw):
-    return FederatedPCA(n_components=2, n_rounds=3, local_steps=2, batch_size=20, **{"eps": 2.0, **kw})
+    return FederatedPCA(n_components=2, solver="riemannian", n_rounds=3, local_steps=2, batch_size=20, **{"eps": 2.0, **kw})
 
 
 @pytest.fixture

@@ -166,8 +166,9 @@ class ParallelTransport:
     >>> from skfedriem.decomposition import FederatedPCA
     >>> X = np.random.default_rng(0).normal(size=(120, 6))
     >>> X /= np.linalg.norm(X, axis=1, keepdims=True)
-    >>> serial = FederatedPCA(n_components=2, eps=5.0, n_rounds=5, random_state=0).fit(X)
-    >>> parallel = FederatedPCA(n_components=2, eps=5.0, n_rounds=5, random_state=0, n_jobs=2).fit(X)
+    >>> options = dict(n_components=2, eps=5.0, solver="riemannian", n_rounds=5, random_state=0)
+    >>> serial = FederatedPCA(**options).fit(X)
+    >>> parallel = FederatedPCA(**options, n_jobs=2).fit(X)
     >>> np.array_equal(serial.components_, parallel.components_)
     True
     """

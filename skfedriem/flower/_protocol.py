@@ -90,23 +90,38 @@ class NodeDirectory:
         self.clients: dict[str, ClientInfo] = {}
         self.node_of: dict[str, int] = {}
         self._asked: set[int] = set()
+        self._pending: dict[str, int] = {}  # query message id -> node, until its reply is in
 
     def _ask(self, nodes: list[int], timeout: float) -> None:
-        if not nodes:
-            return
-        queries = [Message(RecordDict(), dst_node_id=node, message_type="query") for node in nodes]
-        for reply in self.grid.send_and_receive(queries, timeout=timeout):
-            node = reply.metadata.src_node_id
-            if reply.has_error():
-                continue  # asked again at the next refresh: a node may answer once its app is up
-            info = _describe(reply)
-            self._asked.add(node)
-            self.clients.setdefault(info.name, info)
-            self.node_of[info.name] = node
+        """Ask ``nodes`` who they are, and collect every reply that has come in within ``timeout``.
+
+        A query stays pending until its node answers: on a loaded machine a
+        site's ClientApp may take longer than one attempt to start, and its late
+        reply still counts (asking again would only queue another query behind it).
+        """
+        waiting = set(self._pending.values())
+        fresh = [node for node in nodes if node not in waiting]
+        if fresh:
+            queries = [Message(RecordDict(), dst_node_id=node, message_type="query") for node in fresh]
+            self._pending.update(zip(self.grid.push_messages(queries), fresh))
+        deadline = time.monotonic() + timeout
+        while self._pending:
+            for reply in self.grid.pull_messages(list(self._pending)):
+                node = self._pending.pop(reply.metadata.reply_to_message_id, None)
+                if node is None or reply.has_error():
+                    continue  # asked again at the next refresh: a node may answer once its app is up
+                info = _describe(reply)
+                self._asked.add(node)
+                self.clients.setdefault(info.name, info)
+                self.node_of[info.name] = node
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.2)
 
     def refresh(self, timeout: float | None = None) -> None:
         """Ask the nodes that joined since the last call which client they serve."""
         online = set(self.grid.get_node_ids())
+        self._pending = {message: node for message, node in self._pending.items() if node in online}
         self._ask(sorted(online - self._asked), self.query_timeout if timeout is None else timeout)
 
     def discover(self, n_clients: int, *, timeout: float, order: list[str] | None = None):
@@ -138,6 +153,25 @@ class NodeDirectory:
             time.sleep(0.2)
         names = list(order) if order is not None else sorted(self.clients)[:n_clients]
         return names, [self.clients[n].n_records for n in names], [self.clients[n].input_shape for n in names]
+
+    def rejoin(self, names: list[str], *, timeout: float) -> list[str]:
+        """Wait up to ``timeout`` seconds for the clients of a resumed run; return those that came back.
+
+        A resumed run knows its clients from its checkpoint, so a site that left
+        for good does not stop it: it is skipped like any offline site. Raises
+        when none of them came back.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            self.refresh(timeout=max(1.0, min(self.query_timeout, deadline - time.monotonic())))
+            back = [n for n in names if n in self.clients]
+            if len(back) == len(names) or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        if not back:
+            raise RuntimeError(f"None of the run's clients {names} described themselves within {timeout:g} s "
+                               f"(nodes online: {len(self.grid.get_node_ids())}).")
+        return back
 
 
 class FlowerTransport:

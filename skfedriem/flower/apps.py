@@ -108,6 +108,14 @@ def _validation(est, kind: str, config, classes):
     return est.prepare_records(X, y, classes=classes)
 
 
+def _saved_description(config, out: Path) -> dict | None:
+    """The checkpointed run's description when this run resumes it (``resume = true``), else None."""
+    meta = out / "checkpoint.json"
+    if str(config.get("resume", "false")).lower() != "true" or not meta.exists():
+        return None
+    return json.loads(meta.read_text())
+
+
 def _resume_state(config, out: Path, description: dict) -> TrainingState | None:
     """The checkpoint to resume from (``resume = true``), after checking it is this run's."""
     meta = out / "checkpoint.json"
@@ -161,13 +169,25 @@ def _serve(kind: str, grid: Grid, context: Context) -> None:
     out.mkdir(parents=True, exist_ok=True)
     timeout = float(config.get("round-timeout", 300.0))
     directory = NodeDirectory(grid, query_timeout=min(timeout, 60.0))
-    names, sizes, shapes = directory.discover(int(config["n-clients"]), timeout=max(timeout, 120.0))
+    saved = _saved_description(config, out)
+    if saved is None:
+        names, sizes, shapes = directory.discover(int(config["n-clients"]), timeout=max(timeout, 120.0))
+    else:  # the clients are the checkpoint's: a site that is gone for good is skipped, as in the run it resumes
+        names, sizes = saved["clients"], saved["n_records"]
+        back = directory.rejoin(names, timeout=timeout)
+        grown = {n: directory.clients[n].n_records for n in back
+                 if directory.clients[n].n_records != sizes[names.index(n)]}
+        if grown:
+            raise ValueError(f"resume=true, but these sites now hold a different number of records: {grown} "
+                             f"(the checkpoint has {dict(zip(names, sizes))}).")
+        shapes = [directory.clients[n].input_shape for n in back]
+        print(f"skfedriem: resuming with {back}; gone: {sorted(set(names) - set(back))}", flush=True)
     if len(set(shapes)) != 1:
         raise ValueError(f"The sites' records have different shapes: {dict(zip(names, shapes))}.")
     print(f"skfedriem: clients {dict(zip(names, sizes))}, records of shape {shapes[0]}", flush=True)
     classes = _classes(kind, config)
     trainer = est.make_trainer(shapes[0], classes=classes, held_out=_validation(est, kind, config, classes),
-                               deployed=True)
+                               deployed=True, client_sizes=sizes)
     description = {"estimator": kind, "clients": names, "n_records": sizes,
                    "config": {k: v for k, v in dict(config).items() if k != "resume"}}
     resume = _resume_state(config, out, description)

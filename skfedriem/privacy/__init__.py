@@ -1,7 +1,7 @@
 """Record-level differential privacy: the private local step and its accounting."""
 
 from .accountant import PrivacyAccountant, RunningEpsilon
-from .accounting import DISCRETIZATION, calibrate_mu0, epsilon_spent, gdp_epsilon, gdp_mu
+from .accounting import DISCRETIZATION, calibrate_mu0, epsilon_spent, gdp_epsilon, gdp_mu, gdp_mu_for_epsilon
 from .accountings import RunAccounting, WholeRunAccounting, accounting_names, get_accounting, register_accounting
 from .budget import PrivacyBudget
 from .layerwise import layerwise_per_sample_gradients, supports_layerwise
@@ -42,6 +42,7 @@ __all__ = [
     "epsilon_spent",
     "gdp_epsilon",
     "gdp_mu",
+    "gdp_mu_for_epsilon",
     "layerwise_per_sample_gradients",
     "make_sampler",
     "noisy_mean",

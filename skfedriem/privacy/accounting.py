@@ -299,6 +299,30 @@ def gdp_epsilon(mu: float, delta: float) -> float:
     return brentq(lambda e: delta_of(e) - delta, 0.0, hi, xtol=1e-12)
 
 
+def gdp_mu_for_epsilon(eps: float, delta: float) -> float:
+    """The μ of μ-GDP whose exact (ε, δ) conversion (:func:`gdp_epsilon`) is ``eps`` at ``delta``.
+
+    Parameters
+    ----------
+    eps : float
+        > 0.
+    delta : float
+
+    Returns
+    -------
+    mu : float
+
+    Examples
+    --------
+    >>> round(gdp_mu_for_epsilon(gdp_epsilon(1.0, 1e-5), 1e-5), 6)
+    1.0
+    """
+    hi = 1.0
+    while _gdp_delta(eps, hi) < delta:
+        hi *= 2
+    return brentq(lambda mu: _gdp_delta(eps, mu) - delta, 1e-9, hi, xtol=1e-12)
+
+
 def _gdp_delta(eps: float, mu: float) -> float:
     """δ(ε) of μ-GDP: Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2)."""
     return norm.cdf(-eps / mu + mu / 2) - math.exp(eps) * norm.cdf(-eps / mu - mu / 2)

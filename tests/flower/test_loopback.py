@@ -26,9 +26,12 @@ def site_data(tmp_path, n, targets):
 def test_pca_deployment_refuses_an_intruder_and_survives_sites_that_leave_or_restart(tmp_path, capsys):
     summary = main(["--estimator", "pca", "--sites", "3", "--rounds", "3", "--eps", "2.0", "--intruder",
                     "--kill-site-after-round", "1", "--restart-site-after-round", "1", "--round-timeout", "30",
-                    "--site-max-epsilon", "5.0", "--timeout", "420", "--out", str(tmp_path)])
+                    "--kill-server-after-round", "2", "--site-max-epsilon", "5.0", "--timeout", "420",
+                    "--out", str(tmp_path)])
     out = capsys.readouterr().out
     assert "killed site-0's SuperNode" in out and "restarted site-2's SuperNode" in out
+    # the server crashed after round 2 and resumed without site-0, which is gone for good
+    assert "resuming with ['site-1', 'site-2']; gone: ['site-0']" in out
     # site-0 is gone for good; site-2 may have missed round 2 while it restarted, and rejoined round 3
     replied = summary["replied"]
     assert replied[0] == [0, 1, 2] and replied[1] in ([1], [1, 2]) and replied[2] == [1, 2]
@@ -38,7 +41,8 @@ def test_pca_deployment_refuses_an_intruder_and_survives_sites_that_leave_or_res
     assert result["clients"] == ["site-0", "site-1", "site-2"]  # the intruder is not among them
     # every round is charged, the missed one included: the in-process plan's epsilon
     X = np.vstack([x for x, _ in site_data(tmp_path, 3, False)])
-    reference = FederatedPCA(n_components=2, eps=2.0, n_rounds=3, local_steps=5, batch_size=50).fit(
+    reference = FederatedPCA(n_components=2, eps=2.0, n_rounds=3, local_steps=5, batch_size=50,
+                             solver="riemannian").fit(
         X, groups=np.repeat([0, 1, 2], 120))
     assert result["epsilon"] == reference.epsilon_ <= 2.0
     # each site's own ledger holds the rounds it took, site-2's across its restart

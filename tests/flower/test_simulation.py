@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 
 def test_pca_flower_simulation_matches_local_without_noise():
     X, groups = make_federated_pca(n_clients=3, n_samples_per_client=150, n_features=8, random_state=0)
-    settings = dict(n_components=2, eps=None, n_rounds=4, local_steps=3, batch_size=40, clients_per_round=2,
+    settings = dict(n_components=2, solver="riemannian", eps=None, n_rounds=4, local_steps=3, batch_size=40, clients_per_round=2,
                     aggregation="rlavg", random_state=0)
     local = FederatedPCA(**settings).fit(X, groups=groups)
     flower = FederatedPCA(**settings, backend="flower").fit(X, groups=groups)
@@ -40,11 +40,13 @@ def test_spdnet_flower_simulation_reports_the_same_privacy():
 def test_flower_backend_rejects_bad_settings_before_starting_flower():
     X, groups = make_federated_pca(n_clients=3, n_samples_per_client=20, n_features=4, random_state=0)
     with pytest.raises(ValueError, match="'clients_per_round'.*\\[1, 3\\].*Got 4"):
-        FederatedPCA(n_components=1, eps=None, n_rounds=1, clients_per_round=4, backend="flower").fit(X, groups=groups)
+        FederatedPCA(n_components=1, eps=None, n_rounds=1, clients_per_round=4, backend="flower",
+                     solver="riemannian").fit(X, groups=groups)
     groups = groups.copy()
     groups[0] = 99  # a one-record client
     with pytest.raises(ValueError, match="Client 99 holds 1 record"):
-        FederatedPCA(n_components=1, eps=None, n_rounds=1, backend="flower").fit(X, groups=groups)
+        FederatedPCA(n_components=1, eps=None, n_rounds=1, backend="flower",
+                     solver="riemannian").fit(X, groups=groups)
 
 
 def test_covariance_solver_on_flower_simulation_is_the_local_fit():

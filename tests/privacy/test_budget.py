@@ -23,7 +23,7 @@ X, GROUPS = make_federated_pca(n_clients=3, n_samples_per_client=100, n_features
 
 
 def pca(budget, **kw):
-    return FederatedPCA(n_components=2, n_rounds=5, local_steps=2, batch_size=20, privacy_budget=budget,
+    return FederatedPCA(n_components=2, solver="riemannian", n_rounds=5, local_steps=2, batch_size=20, privacy_budget=budget,
                         **{"eps": 1.0, **kw})
 
 
