@@ -146,6 +146,15 @@ def plan_pca(
     -------
     PCAPlan
 
+    Notes
+    -----
+    s assumes every client takes part in every round (the default
+    ``clients_per_round=None``); with fewer per round the plan over-estimates
+    s, so set ``n_rounds`` or ``lr`` by hand there. A batch size set by hand is
+    used by the accountant as usual; the horizon is then still planned from the
+    full-batch s (in the accountant's central-limit regime subsampling leaves
+    the noise per unit of progress unchanged).
+
     Examples
     --------
     >>> plan = plan_pca(eps=4.0, delta=1e-5, client_sizes=[600, 600, 600], n_features=64, n_components=5,
