@@ -39,8 +39,8 @@ class FederatedPCA(FederatedEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Tra
     moment once with Gaussian noise (Analyze Gauss per client) and takes the
     top eigenvectors of their mean: one private step of a full batch per
     client, through the same accountant, ledger and deployments. Measured
-    on digits and on synthetic federations up to d = 1024, it had the
-    smaller optimality gap in 32 of 33 configurations, so the default ``solver="auto"`` picks it
+    on digits and on synthetic federations up to d = 1024, its optimality
+    gap was as small or smaller in 32 of 33 configurations, so the default ``solver="auto"`` picks it
     unless the fit must be iterative (``warm_start``, a public ``init``) or d
     is very large; :func:`~skfedriem.pca_planning.plan_pca` says why, and the
     fitted ``plan_`` shows every choice.
