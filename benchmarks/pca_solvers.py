@@ -20,6 +20,8 @@ arm to the covariance release.
 
     python benchmarks/pca_solvers.py                      # 2 seeds, d <= 256, 3 clients (~10 min)
     python benchmarks/pca_solvers.py --seeds 5 --dims 16 64 256 1024 --clients 3 10   # the full study
+    python benchmarks/pca_solvers.py --dims 64 --components 5 --sweep-epsilons 1 4 10 --planner-grid
+                                                         # the grid behind the planner's constants
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import numpy as np
 from skfedriem import FederatedPCA
 from skfedriem.datasets import make_federated_pca
 from skfedriem.metrics import pca_optimality_gap
+from skfedriem.pca_planning import plan_pca
 
 SOLVERS = ("paper", "planned", "covariance", "central")
 
@@ -114,6 +117,30 @@ def figure(rows: list[dict], path: str) -> None:
     print(f"figure: {path}")
 
 
+def planner_grid(name: str, X: np.ndarray, groups: np.ndarray, k: int, epsilons, args) -> list[dict]:
+    """The grid the planner's constants come from: full batches, τ = 1, every (T, η), against the plan."""
+    rows = []
+    for eps in epsilons:
+        def median_gap(**schedule) -> float:
+            fits = [FederatedPCA(k, eps=eps, delta=1e-5, random_state=seed, solver="riemannian",
+                                 manifold=args.manifold, **schedule).fit(X, groups=groups) for seed in range(args.seeds)]
+            return float(np.median([pca_optimality_gap(fit.components_, X) for fit in fits]))
+
+        grid = {(T, lr): median_gap(n_rounds=T, lr=lr, local_steps=1)
+                for T in args.grid_rounds for lr in args.grid_lrs}
+        (T, lr), best = min(grid.items(), key=lambda item: item[1])
+        plan = plan_pca(eps=eps, delta=1e-5, client_sizes=np.bincount(groups).tolist(), n_features=X.shape[1],
+                        n_components=k, manifold=args.manifold, solver="riemannian")
+        rows.append({"data": name, "d": X.shape[1], "k": k, "eps": eps, "best_rounds": T, "best_lr": lr,
+                     "best_horizon": T * lr, "best_gap": best, "planned_rounds": plan.n_rounds,
+                     "planned_horizon": plan.horizon, "planned_gap": median_gap(),
+                     "grid": {f"{T},{lr}": g for (T, lr), g in grid.items()}})
+        r = rows[-1]
+        print(f"grid {name:10} d={r['d']:4} eps={eps:5g}  best T={T} eta={lr} (H={T * lr:g}) gap {best:.4f}  "
+              f"planned T={plan.n_rounds} (H={plan.horizon:.1f}) gap {r['planned_gap']:.4f}", flush=True)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, default=2)
@@ -127,6 +154,10 @@ def main() -> None:
     parser.add_argument("--local-steps", type=int, default=5, help="τ of the paper's settings")
     parser.add_argument("--batch-size", type=int, default=100, help="B of the paper's settings")
     parser.add_argument("--manifold", default="stiefel", choices=["stiefel", "grassmann"])
+    parser.add_argument("--planner-grid", action="store_true",
+                        help="also run the (T, η) grid behind the planner's constants (digits and d = 64)")
+    parser.add_argument("--grid-rounds", type=int, nargs="+", default=[25, 50, 100, 200, 400])
+    parser.add_argument("--grid-lrs", type=float, nargs="+", default=[0.5, 1.0, 2.0, 5.0])
     parser.add_argument("--figure", default="benchmarks/results/pca_solvers.png")
     args = parser.parse_args()
     warnings.simplefilter("ignore")  # seeded runs warn that their noise is replayable: this is a study
@@ -149,7 +180,13 @@ def main() -> None:
         figure(rows, args.figure)
     except ImportError:
         print("matplotlib not installed: no figure (pip install skfedriem[bench])")
-    print(json.dumps({"benchmark": "pca_solvers", "args": vars(args), "rows": rows, "crossovers": cross}))
+    grid = []
+    if args.planner_grid:
+        grid = planner_grid("digits", X, groups, 5, args.sweep_epsilons, args)
+        Xs, gs = make_federated_pca(3, args.records, 64, n_components=5, random_state=0)
+        grid += planner_grid("synthetic", Xs, gs, 5, args.sweep_epsilons, args)
+    print(json.dumps({"benchmark": "pca_solvers", "args": vars(args), "rows": rows, "crossovers": cross,
+                      "planner_grid": grid}))
 
 
 if __name__ == "__main__":

@@ -17,14 +17,15 @@ HERE = Path(__file__).resolve().parent
 
 #: Tiny arguments for each benchmark script; None: not run here, with the reason.
 SMOKE_ARGS: dict[str, list[str] | str] = {
-    "accounting": ["--epsilons", "1"],
+    "accounting": ["--epsilons", "1", "--rounds", "20"],
     "aggregation_cost": [],
     "flower_overhead": ["--rounds", "2", "--deployment-rounds", "0"],
     "noise_ratio": [],
     "pca_privacy_cost": ["--rounds", "2", "--seeds", "1", "--clients", "10", "--records", "1000",
                          "--figure", "{tmp}/pca_privacy_cost.png"],
     "pca_solvers": ["--seeds", "1", "--epsilons", "1", "--sweep-epsilons", "1", "--dims", "16", "--components", "5",
-                    "--rounds", "5", "--figure", "{tmp}/pca_solvers.png"],
+                    "--rounds", "5", "--planner-grid", "--grid-rounds", "5", "--grid-lrs", "0.5",
+                    "--figure", "{tmp}/pca_solvers.png"],
     "physionet_real": "needs the EEGMMIDB files and several minutes even at one seed",
     "privacy_audit": ["--runs", "20", "--runs-subsampled", "20", "--jobs", "1"],
     "secure_mode": ["--repeats", "2"],

@@ -312,18 +312,19 @@ class FederatedPCA(FederatedEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Tra
 
     def _trainer_options(self) -> dict:
         plan = self._plan
+        options = {"n_rounds": plan.n_rounds, "local_steps": plan.local_steps, "batch_size": plan.batch_size,
+                   "lr": plan.lr}
         if plan.solver == "covariance":
             if self._warm():
                 raise ValueError("warm_start=True cannot continue solver='covariance': a second release would "
                                  "add to the first moment rather than refine it. Fit afresh (warm_start=False).")
-            # one plain SGD step of rate 1 from A = 0 on every client's whole records: A_i = its noisy moment
-            return {"n_rounds": 1, "local_steps": 1, "batch_size": None,
-                    "clients_per_round": None, "aggregation": "projavg", "optimizer": "sgd", "lr": 1.0}
+            # the plan's one plain SGD step of rate 1 from A = 0 on every client's whole records: A_i = its
+            # noisy moment
+            return {**options, "clients_per_round": None, "aggregation": "projavg", "optimizer": "sgd"}
         if self._warm() and isinstance(self.module_, SecondMoment):
             raise ValueError("warm_start=True cannot continue a solver='covariance' fit with Riemannian rounds: "
                              "pass its subspace as a public start instead, init=fitted.components_.")
-        return {"n_rounds": plan.n_rounds, "local_steps": plan.local_steps, "batch_size": plan.batch_size,
-                "lr": plan.lr}
+        return options
 
     def _components(self, module) -> np.ndarray:
         if isinstance(module, SecondMoment):

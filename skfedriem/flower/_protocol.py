@@ -124,6 +124,17 @@ class NodeDirectory:
         self._pending = {message: node for message, node in self._pending.items() if node in online}
         self._ask(sorted(online - self._asked), self.query_timeout if timeout is None else timeout)
 
+    def _wait(self, done, timeout: float) -> bool:
+        """Refresh until ``done()`` or ``timeout`` seconds have passed; whether it is done."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.refresh(timeout=max(1.0, min(self.query_timeout, deadline - time.monotonic())))
+            if done():
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.2)
+
     def discover(self, n_clients: int, *, timeout: float, order: list[str] | None = None):
         """Wait until ``n_clients`` distinct clients have described themselves (or raise, naming what is missing).
 
@@ -134,23 +145,17 @@ class NodeDirectory:
         sizes : list of int
         input_shapes : list of tuple of int
         """
-        deadline = time.monotonic() + timeout
-        while True:
-            self.refresh(timeout=max(1.0, min(self.query_timeout, deadline - time.monotonic())))
-            expected = order if order is not None else None
+        def done() -> bool:
+            return set(self.clients) >= set(order) if order is not None else len(self.clients) >= n_clients
+
+        if not self._wait(done, timeout):
             have = set(self.clients)
-            done = have >= set(expected) if expected is not None else len(have) >= n_clients
-            if done:
-                break
-            if time.monotonic() > deadline:
-                online = sorted(self.grid.get_node_ids())
-                wanted = sorted(set(expected) - have) if expected is not None else f"{n_clients - len(have)} more"
-                raise RuntimeError(
-                    f"{len(have)} of the {n_clients} expected clients described themselves within {timeout:g} s "
-                    f"(answered: {sorted(have)}; missing: {wanted}; nodes online: {len(online)}). Client names must "
-                    "be unique, and every site must reach the SuperLink."
-                )
-            time.sleep(0.2)
+            wanted = sorted(set(order) - have) if order is not None else f"{n_clients - len(have)} more"
+            raise RuntimeError(
+                f"{len(have)} of the {n_clients} expected clients described themselves within {timeout:g} s "
+                f"(answered: {sorted(have)}; missing: {wanted}; nodes online: {len(self.grid.get_node_ids())}). "
+                "Client names must be unique, and every site must reach the SuperLink."
+            )
         names = list(order) if order is not None else sorted(self.clients)[:n_clients]
         return names, [self.clients[n].n_records for n in names], [self.clients[n].input_shape for n in names]
 
@@ -161,13 +166,8 @@ class NodeDirectory:
         for good does not stop it: it is skipped like any offline site. Raises
         when none of them came back.
         """
-        deadline = time.monotonic() + timeout
-        while True:
-            self.refresh(timeout=max(1.0, min(self.query_timeout, deadline - time.monotonic())))
-            back = [n for n in names if n in self.clients]
-            if len(back) == len(names) or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
+        self._wait(lambda: all(n in self.clients for n in names), timeout)
+        back = [n for n in names if n in self.clients]
         if not back:
             raise RuntimeError(f"None of the run's clients {names} described themselves within {timeout:g} s "
                                f"(nodes online: {len(self.grid.get_node_ids())}).")

@@ -137,8 +137,8 @@ def _steps_pld(mu0: float, sample_rate: float, sampling: str, steps: int, discre
 def _epsilon_for_delta(pld, delta: float) -> float:
     """dp-accounting's ``PrivacyLossDistribution.get_epsilon_for_delta``, vectorised over the PMF.
 
-    The library walks the PMF in a Python loop (3 ms for a run's composed PLD
-    on the 10x grid, paid at every round for ``history_``); this evaluates the
+    The library walks the PMF in a Python loop, paid at every round for
+    ``history_`` (``benchmarks/accounting.py`` times both); this evaluates the
     same hockey-stick formula with cumulative sums. It agrees with the library
     to rounding (a test checks it against the library); the certified
     ``epsilon_`` still comes from the library's own call.
