@@ -1,13 +1,19 @@
-"""Empirical privacy audit of FederatedPCA runs: lower bounds on ε beside the certified ε.
+"""Empirical privacy audits: lower bounds on ε beside the certified ε, and the broken mechanisms they catch.
 
-    python benchmarks/privacy_audit.py [--runs 2000] [--runs-subsampled 1000] [--jobs 2]
+    python benchmarks/privacy_audit.py [--runs 2000] [--runs-subsampled 1000] [--runs-fits 1000] [--jobs 2]
 
-Honest runs at ε ∈ {1, 4, 10}, both sampling modes, full batches (q = 1,
-where the audit is tight) and subsampled (q = 0.2), plus secure mode; then
-the broken mechanisms an audit must catch (noise off, half the noise the
-accountant charges, the old step against a server off the manifold). Every
-fit draws fresh OS entropy (random_state=None). Prints a table and one JSON
-line; the baseline of each row is the certified ε of the same runs.
+Rows: whole FederatedPCA runs of the Riemannian solver at ε ∈ {1, 4, 10}, both
+sampling modes, full batches (q = 1, where the audit is tight) and subsampled
+(q = 0.2), plus secure mode; the one-shot release of the default solver; whole
+FederatedSPDNetClassifier fits; a client's rounds on a two-block model against
+a static and an adaptive server (θ and clip changed between rounds). Then the
+broken mechanisms an audit must catch: no noise, half the noise the accountant
+charges, the one-shot release calibrated to C instead of its √2 C, per-block
+clipping, a noise stream restarted every round, the old step against a server
+off the manifold. Every fit draws fresh OS entropy (random_state=None) except
+the classifier's, seeded per fit so that the auditor can rebuild its public
+initial network. Prints a table and one JSON line; the baseline of each row is
+the certified ε of the same runs.
 """
 
 from __future__ import annotations
@@ -20,30 +26,31 @@ from concurrent.futures import ProcessPoolExecutor
 
 import torch
 
-from skfedriem.audit import audit_federated_pca, audit_off_manifold_server
-from skfedriem.audit.mutations import noise_projected_alone, noise_scaled
+import math
+from contextlib import nullcontext
+
+from skfedriem.audit import (audit_client_rounds, audit_covariance_release, audit_federated_pca,
+                             audit_off_manifold_server, audit_spdnet_classifier)
+from skfedriem.audit.mutations import (noise_projected_alone, noise_scaled, noise_stream_restarted,
+                                       per_block_clipping)
+
+AUDITS = {"pca": audit_federated_pca, "covariance": audit_covariance_release, "spdnet": audit_spdnet_classifier,
+          "client": audit_client_rounds, "server": audit_off_manifold_server}
+MUTATIONS = {"noise": noise_scaled, "old_step": noise_projected_alone, "restart": noise_stream_restarted,
+             "per_block": per_block_clipping}
 
 
 def _task(task: dict) -> dict:
     torch.set_num_threads(1)
     kind, label = task.pop("kind"), task.pop("label")
-    if kind == "pca":
-        factor = task.pop("noise_factor", None)
-        if factor is None:
-            result = audit_federated_pca(**task)
-        else:
-            with noise_scaled(factor):
-                result = audit_federated_pca(**task)
-    else:
-        if task.pop("old_step"):
-            with noise_projected_alone():
-                result = audit_off_manifold_server(**task)
-        else:
-            result = audit_off_manifold_server(**task)
+    mutation = task.pop("mutation", None)
+    context = nullcontext() if mutation is None else MUTATIONS[mutation[0]](*mutation[1:])
+    with context:
+        result = AUDITS[kind](**task)
     return {"label": label, **result.to_dict()}
 
 
-def tasks(runs: int, runs_subsampled: int) -> list[dict]:
+def tasks(runs: int, runs_subsampled: int, runs_fits: int) -> list[dict]:
     out = []
     for sampling in ("fixed", "poisson"):
         for eps in (1.0, 4.0, 10.0):
@@ -52,10 +59,26 @@ def tasks(runs: int, runs_subsampled: int) -> list[dict]:
                             n_records=10, batch_size=2, n_rounds=50, n_runs=runs_subsampled))
     out.append(dict(kind="pca", label="honest fixed q=1, secure_mode", eps=4.0, secure_mode=True, n_runs=runs))
     for eps in (1.0, 4.0, 10.0):
-        out.append(dict(kind="pca", label="BROKEN: no noise", eps=eps, noise_factor=0.0, n_runs=runs))
-        out.append(dict(kind="pca", label="BROKEN: noise x0.5", eps=eps, noise_factor=0.5, n_runs=runs))
-    out.append(dict(kind="server", label="off-manifold server, current step", old_step=False, n_runs=runs))
-    out.append(dict(kind="server", label="BROKEN: off-manifold server, old step", old_step=True, n_runs=runs))
+        out.append(dict(kind="pca", label="BROKEN: no noise", eps=eps, mutation=("noise", 0.0), n_runs=runs))
+        out.append(dict(kind="pca", label="BROKEN: noise x0.5", eps=eps, mutation=("noise", 0.5), n_runs=runs))
+    for eps in (1.0, 4.0, 10.0):
+        out.append(dict(kind="covariance", label="covariance release (default solver)", eps=eps, n_runs=runs))
+    out.append(dict(kind="covariance", label="BROKEN: covariance noise x1/sqrt2", eps=4.0,
+                    mutation=("noise", 1 / math.sqrt(2)), n_runs=runs))
+    for eps in (4.0, 10.0):
+        out.append(dict(kind="spdnet", label="SPDNet classifier fits", eps=eps, n_runs=runs_fits))
+    out.append(dict(kind="spdnet", label="BROKEN: SPDNet noise x0.5", eps=4.0, mutation=("noise", 0.5),
+                    n_runs=runs_fits))
+    for mu0 in (0.5, 1.0):
+        out.append(dict(kind="client", label="two blocks, static server", mu0=mu0, server="static", n_runs=runs))
+        out.append(dict(kind="client", label="BROKEN: per-block clipping", mu0=mu0, server="static",
+                        mutation=("per_block",), n_runs=runs))
+        out.append(dict(kind="client", label="two blocks, adaptive server", mu0=mu0, server="adaptive", n_runs=runs))
+        out.append(dict(kind="client", label="BROKEN: noise stream restarted", mu0=mu0, server="adaptive",
+                        mutation=("restart",), n_runs=runs))
+    out.append(dict(kind="server", label="off-manifold server, current step", n_runs=runs))
+    out.append(dict(kind="server", label="BROKEN: off-manifold server, old step", mutation=("old_step",),
+                    n_runs=runs))
     return out
 
 
@@ -63,16 +86,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=2000, help="runs per side at q = 1")
     parser.add_argument("--runs-subsampled", type=int, default=1000, help="runs per side at q = 0.2")
+    parser.add_argument("--runs-fits", type=int, default=1000, help="runs per side of the classifier fits")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes (one torch thread each)")
     args = parser.parse_args()
     started = time.perf_counter()
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        rows = list(pool.map(_task, tasks(args.runs, args.runs_subsampled)))
-    print(f"{'runs':<40} {'q':>4} {'eps cert':>9} {'lower bd':>9} {'any-mech':>9} {'n/side':>7} "
+        rows = list(pool.map(_task, tasks(args.runs, args.runs_subsampled, args.runs_fits)))
+    print(f"{'runs':<40} {'q':>4} {'steps':>5} {'eps cert':>9} {'lower bd':>9} {'any-mech':>9} {'n/side':>7} "
           f"{'FPR':>6} {'FNR':>6} {'s':>6}  verdict")
     for r in rows:
         verdict = "VIOLATED" if r["violated"] else "ok"
-        print(f"{r['label']:<40} {r['sample_rate']:>4.2g} {r['epsilon_certified']:>9.3f} "
+        print(f"{r['label']:<40} {r['sample_rate']:>4.2g} {r['steps']:>5d} {r['epsilon_certified']:>9.3f} "
               f"{r['epsilon_lower_bound']:>9.3f} {r['epsilon_lower_bound_any']:>9.3f} {r['n_runs']:>7d} "
               f"{r['false_positive_rate']:>6.3f} {r['false_negative_rate']:>6.3f} {r['seconds']:>6.0f}  {verdict}")
     honest = [r for r in rows if not r["label"].startswith("BROKEN")]

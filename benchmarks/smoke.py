@@ -27,7 +27,7 @@ SMOKE_ARGS: dict[str, list[str] | str] = {
                     "--rounds", "5", "--planner-grid", "--grid-rounds", "5", "--grid-lrs", "0.5",
                     "--figure", "{tmp}/pca_solvers.png"],
     "physionet_real": "needs the EEGMMIDB files and several minutes even at one seed",
-    "privacy_audit": ["--runs", "20", "--runs-subsampled", "20", "--jobs", "1"],
+    "privacy_audit": ["--runs", "20", "--runs-subsampled", "20", "--runs-fits", "10", "--jobs", "1"],
     "secure_mode": ["--repeats", "2"],
     "speed": ["--rounds", "2", "--pca-rounds", "2", "--repeats", "3", "--busy-workload", "none"],
     "spdnet_step": ["--rounds", "2", "--repeats", "3"],

@@ -22,6 +22,7 @@ model-specific constraints, and implements the hooks ``_check_records``,
 from __future__ import annotations
 
 import copy
+import warnings
 from numbers import Integral, Real
 
 import numpy as np
@@ -142,6 +143,11 @@ class FederatedEstimatorMixin:
         if self._warm():
             module, loss_fn = copy.deepcopy(self.module_), self.make_model(input_shape, classes)[1]
             self._check_warm_start(input_shape, classes)
+            if self.eps is not None and not self.ledger_.private:
+                warnings.warn(f"warm_start=True continues a {type(self).__name__} fit that was not private "
+                              "(eps=None): its rounds are in the ledger as infinite loss, so epsilon_ will be inf "
+                              "whatever eps this fit uses. To fine-tune privately from a model trained on public "
+                              "data, start from it with init= instead.", UserWarning, stacklevel=3)
             prior = TrainingState(0, {}, self.ledger_.state_dict(), self.history_)
         else:
             generator = torch.Generator().manual_seed(int(seeds.init.generate_state(1)[0]))

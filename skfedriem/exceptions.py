@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["InvalidIterateError", "PrivacyBudgetExceeded", "SeededNoiseWarning"]
+__all__ = ["InvalidInstructionsError", "InvalidIterateError", "PrivacyBudgetExceeded", "SeededNoiseWarning"]
 
 
 class SeededNoiseWarning(UserWarning):
@@ -28,3 +28,11 @@ class PrivacyBudgetExceeded(RuntimeError):
 
 class InvalidIterateError(ValueError):
     """A client refuses the model the server sent: wrong names or shapes, not finite, or off its manifold."""
+
+
+class InvalidInstructionsError(ValueError):
+    """A client refuses the round's instructions: a batch size, step count, clip, noise or sampling it cannot run as stated.
+
+    Raised by :class:`~skfedriem.privacy.StepPlan` before any record is
+    touched, so that what a client charges is always what it runs.
+    """

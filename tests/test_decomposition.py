@@ -257,7 +257,8 @@ def test_covariance_solver_certifies_one_gaussian_release_per_client(data):
     # one full-batch step (q = 1): the accountant's ε is the exact GDP conversion
     assert pca.epsilon_ <= 2.0
     assert pca.epsilon_ == pytest.approx(gdp_epsilon(pca.mu0_, 1e-5), rel=1e-3)
-    assert pca.noise_std_ == pytest.approx(2 * 1.0 / (400 * pca.mu0_))  # σ_i = 2C / (m_i μ0), m_i = 400
+    # σ_i = √2 C / (m_i μ0), m_i = 400: clipped rank-one moments are at most √2 C apart
+    assert pca.noise_std_ == pytest.approx(math.sqrt(2) * 1.0 / (400 * pca.mu0_))
     assert pca.batch_size_ == 400
 
 
@@ -276,7 +277,7 @@ def test_covariance_solver_equals_numpy_from_the_same_noise():
         randomness = SeededRandomness(seed)
         randomness.subset(sizes[i], sizes[i])  # the full batch is drawn first, as every batch is
         noise = randomness.standard_normal((6, 6), torch.float64).numpy()
-        averaged += (moment - 2 * 0.5 / (sizes[i] * pca.mu0_) * noise) / 3  # one SGD step at rate 1 from 0
+        averaged += (moment - math.sqrt(2) * 0.5 / (sizes[i] * pca.mu0_) * noise) / 3  # one SGD step at rate 1
     expected = np.linalg.eigh((averaged + averaged.T) / 2)[1][:, ::-1][:, :2].T
     assert np.allclose(pca.components_.T @ pca.components_, expected.T @ expected, atol=1e-10)
 
@@ -307,3 +308,14 @@ def test_covariance_solver_refuses_a_warm_start(data):
 def test_unknown_solver_is_named(data):
     with pytest.raises(ValueError, match=r"'solver'.*'newton'"):
         covariance(solver="newton").fit(*data[:1])
+
+
+def test_continuing_a_non_private_fit_reports_infinite_epsilon(data):
+    """Finding 1: warm_start after eps=None keeps the non-private rounds in the ledger, as infinite loss."""
+    X, groups = data
+    pca = small(eps=None, n_rounds=3, warm_start=True).fit(X, groups=groups)
+    assert not pca.ledger_.private and pca.ledger_.steps == 3 * 5
+    pca.set_params(eps=1.0, lr=1e-12, n_rounds=1)
+    with pytest.warns(UserWarning, match="was not private"):
+        pca.fit(X, groups=groups)
+    assert math.isinf(pca.epsilon_) and [h["epsilon"] for h in pca.history_] == [math.inf] * 4

@@ -1,22 +1,35 @@
 """Empirical privacy audits: lower bounds on ε from runs of the estimators, to set beside the certified ε.
 
-* :func:`audit_federated_pca`: whole FederatedPCA runs on neighbouring
-  federations with a worst-case canary; :func:`audit_off_manifold_server`: a
-  client's step against a server that sends θ off the manifold.
+* :func:`audit_federated_pca`: whole FederatedPCA runs (the Riemannian solver)
+  on neighbouring federations with a worst-case canary;
+  :func:`audit_covariance_release`: the one-shot release of the default solver;
+  :func:`audit_spdnet_classifier`: whole FederatedSPDNetClassifier fits with a
+  label-flip canary.
+* :func:`audit_client_rounds`: a client's successive rounds on a two-block
+  model (:class:`TwoBlocks`) against a static or an adaptive server (θ and
+  clip changed between rounds); :func:`audit_off_manifold_server`: a client's
+  step against a server that sends θ off the manifold.
 * :func:`audit_scores`: the bounds (Clopper–Pearson, then the certified
   family and the assumption-free (ε, δ) bound) for any distinguisher's scores.
 * :mod:`skfedriem.audit.mutations`: broken mechanisms that an audit must catch.
 """
 
 from .bounds import AuditResult, audit_scores, clopper_pearson_upper, family_tradeoff, mu0_lower_bound
-from .pca import audit_federated_pca, audit_off_manifold_server, canary_federation
+from .classifier import audit_spdnet_classifier, canary_trials
+from .client_rounds import TwoBlocks, audit_client_rounds
+from .pca import audit_covariance_release, audit_federated_pca, audit_off_manifold_server, canary_federation
 
 __all__ = [
     "AuditResult",
+    "TwoBlocks",
+    "audit_client_rounds",
+    "audit_covariance_release",
     "audit_federated_pca",
     "audit_off_manifold_server",
     "audit_scores",
+    "audit_spdnet_classifier",
     "canary_federation",
+    "canary_trials",
     "clopper_pearson_upper",
     "family_tradeoff",
     "mu0_lower_bound",

@@ -17,9 +17,16 @@ from unittest import mock
 
 from ..federated import client as client_module
 from ..manifolds import manifold_of
-from ..privacy import mechanism as mechanism_module
+import torch
 
-__all__ = ["noise_scaled", "noise_projected_alone"]
+from ..privacy import PrivacyAccountant
+from ..privacy import mechanism as mechanism_module
+from ..privacy import optimizer as optimizer_module
+from ..privacy.per_sample import per_sample_gradients, trainable_parameters
+from ..privacy.sampling import make_sampler
+
+__all__ = ["noise_projected_alone", "noise_scaled", "noise_stream_restarted", "per_block_clipping",
+           "site_charges_the_servers_numbers"]
 
 
 @contextmanager
@@ -69,4 +76,89 @@ def noise_projected_alone() -> Iterator[None]:
     its norm.
     """
     with mock.patch.object(mechanism_module, "noisy_mean", _old_noisy_mean):
+        yield
+
+
+@dataclasses.dataclass(frozen=True)
+class _ServersNumbers:
+    """The steps of a round as the pre-fix client took them: charged from the instructions, run from their floor."""
+
+    n_records: int
+    batch_size: float
+    local_steps: int
+    clip: float
+    noise_std: float
+    sampling: str
+
+    private = property(lambda self: self.noise_std > 0)
+    denominator = property(lambda self: float(int(self.batch_size)))  # what the sampler really divides by
+    mu0 = property(lambda self: 2 * self.clip / (self.batch_size * self.noise_std) if self.private else float("inf"))
+
+    def sampler(self):
+        return make_sampler(self.sampling, self.n_records, int(self.batch_size))
+
+    def release(self) -> PrivacyAccountant:
+        ledger = PrivacyAccountant()
+        ledger.step(mu0=self.mu0, sample_rate=min(1.0, self.batch_size / self.n_records),
+                    num_steps=int(self.local_steps), sampling=self.sampling)
+        return ledger
+
+
+def _servers_numbers(instructions, n_records, module):
+    return _ServersNumbers(n_records, instructions.batch_size, instructions.local_steps, instructions.clip,
+                           instructions.noise_std, instructions.sampling)
+
+
+@contextmanager
+def site_charges_the_servers_numbers() -> Iterator[None]:
+    """Clients charge μ0 = 2C/(Bσ) and q = B/m with the B the server sent, and run batches of ⌊B⌋ (the pre-fix site).
+
+    With B = 1.999 such a client charged a per-step μ0 of 2C/(1.999σ) and ran
+    2C/σ: half of what it spent. The malicious-server property test
+    (``tests/flower/test_malicious_server.py``) must catch it.
+    """
+    from ..flower import _client_app
+
+    with mock.patch.object(client_module, "step_plan", _servers_numbers), \
+            mock.patch.object(_client_app, "step_plan", _servers_numbers):
+        yield
+
+
+@contextmanager
+def noise_stream_restarted() -> Iterator[None]:
+    """Every round, a client draws its batches and noise from where its stream stood at its first round.
+
+    Each round on its own is calibrated and charged as usual; but a server that
+    changes θ or the clip between two rounds then sees the same noise twice and
+    subtracts it. In-process clients only.
+    """
+    honest = client_module.run_client_round
+
+    def restarted(module, theta, data, state, instructions, **kw):
+        return honest(module, theta, data, client_module.ClientState.from_bytes(state.to_bytes()), instructions, **kw)
+
+    with mock.patch.object(client_module, "run_client_round", restarted):
+        yield
+
+
+def _per_block_private_gradient(module, loss_fn, batch, *, clip, noise_std, denominator, randomness=None):
+    params = trainable_parameters(module)
+    grads = mechanism_module.project_per_sample(per_sample_gradients(module, loss_fn, batch), params)
+    sums = {}
+    for name, g in grads.items():  # each block clipped to C on its own: the whole gradient reaches C √(blocks)
+        norms = torch.linalg.vector_norm(g.flatten(start_dim=1), dim=1)
+        sums[name] = mechanism_module.DenseGradients({name: g}).weighted_sum(
+            mechanism_module.clip_factors(norms, clip))[name]
+    return mechanism_module.noisy_mean(sums, params, denominator=denominator, noise_std=noise_std,
+                                       randomness=randomness)
+
+
+@contextmanager
+def per_block_clipping() -> Iterator[None]:
+    """Each parameter block's per-record gradient is clipped to C separately instead of all blocks jointly.
+
+    The accountant assumes the whole per-record gradient has norm at most C;
+    with k blocks it reaches C√k, and the step's sensitivity grows with it.
+    """
+    with mock.patch.object(optimizer_module, "private_gradient", _per_block_private_gradient):
         yield

@@ -17,6 +17,9 @@ tight there. At q < 1 the sum is not the optimal test of subsampled steps,
 and this substitution pair is not the worst case the symmetrised bound
 covers, so the bound is loose by design.
 
+:func:`audit_covariance_release` audits the one-shot second-moment release
+(the default solver) with the worst-case pair of records for its √2 C sensitivity.
+
 :func:`audit_off_manifold_server` audits one client's step against a server
 that sends θ off the manifold (the receipt check, which refuses such a θ,
 is bypassed so that the mechanism alone is audited).
@@ -37,7 +40,7 @@ from ..models import PCAProjector
 from ..privacy import PrivateManifoldOptimizer, SeededRandomness, epsilon_spent
 from .bounds import AuditResult, audit_scores
 
-__all__ = ["audit_federated_pca", "audit_off_manifold_server", "canary_federation"]
+__all__ = ["audit_covariance_release", "audit_federated_pca", "audit_off_manifold_server", "canary_federation"]
 
 
 def canary_federation(n_records: int, clip: float, sign: int) -> np.ndarray:
@@ -113,6 +116,55 @@ def audit_federated_pca(eps: float, *, delta: float = 1e-5, sampling: str = "fix
     return audit_scores(scores[1], scores[-1], mu0=est.mu0_, sample_rate=batch_size / n_records,
                         steps=n_rounds, sampling=sampling, delta=delta, epsilon_certified=est.epsilon_,
                         confidence=confidence, threshold=0.0, seconds=time.perf_counter() - started)
+
+
+def audit_covariance_release(eps: float, *, delta: float = 1e-5, n_records: int = 2, n_runs: int = 500,
+                             clip: float = 1.0, secure_mode: bool = False, random_state: int | None = None,
+                             confidence: float = 0.95) -> AuditResult:
+    """Audit ``n_runs`` one-shot FederatedPCA releases (the default solver) on D and as many on D'.
+
+    One client holds the canary and zeros; D's canary is 10 √C e₁, D''s 10 √C e₂:
+    both are clipped to squared norm C, and their moments C e₁e₁ᵀ and C e₂e₂ᵀ
+    are the worst-case pair, √2 C apart (:class:`~skfedriem.models.SecondMoment`).
+    The score is A₁₁ − A₂₂ of the released mean moment A (``module_``), the
+    likelihood-ratio test of that one Gaussian release: the audit is tight, so
+    a release calibrated to a smaller sensitivity than it has is caught.
+
+    Parameters
+    ----------
+    eps : float
+        The target each fit is calibrated to.
+    delta : float, default=1e-5
+    n_records : int, default=2
+        The client's size m (the release's noise scales as 1/m).
+    n_runs : int, default=500
+        Fits on each side.
+    clip : float, default=1.0
+    secure_mode : bool, default=False
+    random_state : int, optional
+        Seeds fit j with ``random_state + j``; None: OS entropy.
+    confidence : float, default=0.95
+
+    Returns
+    -------
+    AuditResult
+    """
+    groups = np.zeros(n_records)
+    settings = dict(n_components=1, eps=eps, delta=delta, clip=clip, solver="covariance", secure_mode=secure_mode)
+    scores: dict[int, list[float]] = {1: [], -1: []}
+    started = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SeededNoiseWarning)
+        for side, offset in ((1, 0), (-1, n_runs)):
+            X = np.zeros((n_records, 2))
+            X[0, 0 if side == 1 else 1] = 10 * math.sqrt(clip)
+            for j in range(n_runs):
+                est = FederatedPCA(**settings, random_state=_seed(random_state, offset + j)).fit(X, groups=groups)
+                moment = est.module_.weight.detach()
+                scores[side].append(float(moment[0, 0] - moment[1, 1]))
+    return audit_scores(scores[1], scores[-1], mu0=est.mu0_, sample_rate=1.0, steps=1, sampling="fixed",
+                        delta=delta, epsilon_certified=est.epsilon_, confidence=confidence, threshold=0.0,
+                        seconds=time.perf_counter() - started)
 
 
 def audit_off_manifold_server(*, mu0: float = 0.5, norm_sq: float = 0.99, n_features: int = 20, lr: float = 50.0,

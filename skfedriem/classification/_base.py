@@ -58,6 +58,7 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
         "lr_schedule": [StrOptions({"cosine", "constant"})],
         "accounting": [str, RunAccounting],
         "dtype": [StrOptions(set(DTYPES))],
+        "classes": ["array-like", None],
     }
 
     @abstractmethod
@@ -97,14 +98,27 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
         warm = self._warm()
         X, y = self._validate(X, y, allow_nd=True, ensure_min_samples=2, reset=not warm)
         check_classification_targets(y)
-        classes = self.classes_ if warm else np.unique(y)
-        if len(classes) < 2:
-            raise ValueError(f"{type(self).__name__} needs at least 2 classes in y; got only {classes.tolist()!r}.")
+        classes = self.classes_ if warm and self.classes is None else self._label_set(y)
         records = self.prepare_records(X, y, classes=classes)
         held_out = None
         if validation_data is not None:
             held_out = self._validation_records(validation_data, classes)
         return self._fit_federated(records, X.shape[1:], groups, classes=classes, held_out=held_out)
+
+    def _label_set(self, y: np.ndarray) -> np.ndarray:
+        """The public label set: ``classes`` when given, else the labels of ``y`` (which makes them public)."""
+        if self.classes is None:
+            classes = np.unique(y)
+            if len(classes) < 2:
+                raise ValueError(f"{type(self).__name__} needs at least 2 classes in y; got only "
+                                 f"{classes.tolist()!r}. Pass the public label set as classes=.")
+            return classes
+        given = np.asarray(self.classes)
+        classes = np.unique(given)
+        if given.ndim != 1 or len(classes) != len(given) or len(classes) < 2:
+            raise ValueError(f"The 'classes' parameter of {type(self).__name__} must list at least 2 distinct "
+                             f"labels. Got {self.classes!r} instead.")
+        return classes
 
     def _validation_records(self, validation_data, classes) -> tuple[torch.Tensor, torch.Tensor]:
         try:

@@ -44,6 +44,11 @@ class FederatedEEGNetClassifier(FederatedClassifier):
     lr_schedule : {"cosine", "constant"}, default="cosine"
     sampling : {"fixed", "poisson"}, default="fixed"
     accounting : {"rfedproj", "prirfed"}, default="rfedproj"
+    classes : array-like of shape (n_classes,) or None, default=None
+        The public label set. None: the labels found in ``y``, which treats
+        the set of labels present in the clients' trials as public (replacing
+        one trial could remove a class, and the network's output width with
+        it). Set it for a private fit whose label set is known beforehand.
     n_clients : int, default=3
     dtype : {"float32", "float64"}, default="float32"
     random_state : int, RandomState instance or None, default=None
@@ -114,6 +119,7 @@ class FederatedEEGNetClassifier(FederatedClassifier):
         lr_schedule="cosine",
         sampling="fixed",
         accounting="rfedproj",
+        classes=None,
         n_clients=3,
         dtype="float32",
         random_state=None,

@@ -69,6 +69,11 @@ class FederatedSPDNetClassifier(FederatedClassifier):
         paper, or ``"prirfed"``, PriRFed's per-round accounting and advanced
         composition (a baseline, with ``sampling="poisson"``; about 5x more
         noise at equal ε).
+    classes : array-like of shape (n_classes,) or None, default=None
+        The public label set. None: the labels found in ``y``, which treats
+        the set of labels present in the clients' trials as public (replacing
+        one trial could remove a class, and the network's output width with
+        it). Set it for a private fit whose label set is known beforehand.
     n_clients : int, default=3
         When ``fit`` gets no ``groups``: the number of clients of a random
         split by trial position (not by label).
@@ -171,6 +176,7 @@ class FederatedSPDNetClassifier(FederatedClassifier):
         lr_schedule="cosine",
         sampling="fixed",
         accounting="rfedproj",
+        classes=None,
         n_clients=3,
         dtype="float32",
         random_state=None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -35,6 +36,12 @@ class TrainingState:
         The client-selection generator's state (before the started round's draw).
     started : bool
         True when the round ``round`` had started (charged, sent) and not ended.
+    plan : dict or None
+        The run's target and plan (:meth:`FederatedTrainer.serve` refuses to
+        resume a checkpoint of a run planned otherwise).
+    round_cost : dict or None
+        The started round's charge, as a ledger state: a resume that re-sends
+        the round at that cost does not charge it again.
     """
 
     round: int
@@ -43,6 +50,8 @@ class TrainingState:
     history: list[dict] = field(default_factory=list)
     server_rng: dict | None = None
     started: bool = False
+    plan: dict | None = None
+    round_cost: dict | None = None
 
     @classmethod
     def empty(cls) -> TrainingState:
@@ -56,8 +65,7 @@ class TrainingState:
         handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
         os.close(handle)
         try:
-            torch.save({"round": self.round, "theta": self.theta, "ledger": self.ledger, "history": self.history,
-                        "server_rng": self.server_rng, "started": self.started}, tmp)
+            torch.save(dataclasses.asdict(self), tmp)
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)

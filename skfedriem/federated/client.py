@@ -14,20 +14,23 @@ import pickle
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from numbers import Real
 
 import numpy as np
 import torch
 from torch import nn
 
-from ..exceptions import InvalidIterateError
+from ..exceptions import InvalidInstructionsError, InvalidIterateError
 from ..manifolds import manifold_of
-from ..privacy import PrivateManifoldOptimizer, make_sampler, trainable_parameters
+from ..privacy import PrivateManifoldOptimizer, trainable_parameters
+from ..privacy.mechanism import clipped_gradient_diameter
 from ..privacy.per_sample import LossFn
 from ..privacy.randomness import SecretRandomness, SecureRandomness, SeededRandomness
-from .aggregation import get_aggregation
+from ..privacy.step_plan import StepPlan
+from .aggregation import AGGREGATIONS, get_aggregation
 
 __all__ = ["ClientRecipe", "ClientState", "RoundInstructions", "check_iterate", "check_optimizer", "make_optimizer",
-           "run_client_round"]
+           "run_client_round", "step_plan"]
 
 OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam}
 # Adam's fused CPU kernel: one kernel per tensor instead of about ten (0.09 against 0.18 ms per SPDNet step);
@@ -198,6 +201,43 @@ class RoundInstructions:
     aggregation: str
 
 
+def step_plan(instructions: RoundInstructions, n_records: int, module: nn.Module) -> StepPlan:
+    """The steps a client of ``n_records`` records running ``module`` takes for ``instructions``, validated.
+
+    What the client's sampler and mechanism run and what every ledger is
+    charged with both come from this one plan; the in-process clients, the
+    worker processes and a Flower site's ClientApp all build it here, from the
+    instructions they received, their own size and their own model.
+
+    Parameters
+    ----------
+    instructions : RoundInstructions
+        As received (any values: a server may be malicious).
+    n_records : int
+        The client's own m_i.
+    module : torch.nn.Module
+        The client's model (its :func:`~skfedriem.privacy.clipped_gradient_diameter`).
+
+    Returns
+    -------
+    StepPlan
+
+    Raises
+    ------
+    InvalidInstructionsError
+        Naming the first instruction the client cannot run as stated.
+    """
+    lr = instructions.lr
+    if isinstance(lr, bool) or not isinstance(lr, Real) or not 0 <= lr < math.inf:
+        raise InvalidInstructionsError(f"The round's 'lr' must be a finite number >= 0. Got {lr!r} instead.")
+    if instructions.aggregation not in AGGREGATIONS:
+        raise InvalidInstructionsError(f"The round's 'aggregation' must be one of {sorted(AGGREGATIONS)}. "
+                                       f"Got {instructions.aggregation!r} instead.")
+    return StepPlan(n_records=n_records, batch_size=instructions.batch_size, local_steps=instructions.local_steps,
+                    clip=instructions.clip, noise_std=instructions.noise_std, sampling=instructions.sampling,
+                    diameter=clipped_gradient_diameter(module))
+
+
 def run_client_round(
     module: nn.Module,
     theta: dict[str, torch.Tensor],
@@ -223,6 +263,8 @@ def run_client_round(
     state : ClientState
         Advanced in place (streams; optimiser state when kept).
     instructions : RoundInstructions
+        Turned into the :func:`step_plan` that the sampler and the mechanism
+        run (instructions it cannot run as stated raise InvalidInstructionsError).
     loss_fn : callable
     optimizer : str or callable
     reset_optimizer : bool
@@ -234,6 +276,7 @@ def run_client_round(
     submission_seconds : float
         Time spent in Sub (reported with the aggregation cost).
     """
+    plan = step_plan(instructions, int(data[0].shape[0]), module)
     theta = check_iterate(module, theta)
     params = trainable_parameters(module)
     with torch.no_grad():
@@ -244,12 +287,12 @@ def run_client_round(
         inner.load_state_dict(state.optimizer_state)
         for group in inner.param_groups:
             group["lr"] = instructions.lr
-    step = PrivateManifoldOptimizer(module, inner, loss_fn=loss_fn, clip=instructions.clip,
-                                    noise_std=instructions.noise_std, randomness=state.randomness)
-    sampler = make_sampler(instructions.sampling, int(data[0].shape[0]), instructions.batch_size)
-    for _ in range(instructions.local_steps):
+    step = PrivateManifoldOptimizer(module, inner, loss_fn=loss_fn, clip=plan.clip, noise_std=plan.noise_std,
+                                    randomness=state.randomness)
+    sampler = plan.sampler()
+    for _ in range(plan.local_steps):
         idx = torch.from_numpy(sampler.sample(state.randomness))
-        step.step(tuple(x.index_select(0, idx) for x in data), denominator=sampler.denominator)
+        step.step(tuple(x.index_select(0, idx) for x in data), denominator=plan.denominator)
     if not reset_optimizer:
         state.optimizer_state = copy.deepcopy(inner.state_dict())
     rule = get_aggregation(instructions.aggregation)

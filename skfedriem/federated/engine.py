@@ -10,6 +10,7 @@ without touching it.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import importlib
 import math
 import time
@@ -24,10 +25,12 @@ from ..manifolds import manifold_of
 from ..privacy import PrivacyAccountant, PrivacyBudget, trainable_parameters
 from ..privacy.accounting import DISCRETIZATION
 from ..privacy.accountings import RunAccounting, get_accounting
+from ..privacy.mechanism import clipped_gradient_diameter
 from ..privacy.per_sample import LossFn
+from ..privacy.step_plan import round_release
 from .aggregation import get_aggregation
 from .checkpoint import TrainingState
-from .client import OPTIMIZERS, ClientRecipe, ClientState, RoundInstructions, check_optimizer
+from .client import OPTIMIZERS, ClientRecipe, ClientState, RoundInstructions, check_optimizer, step_plan
 from .parallel import ParallelTransport, effective_n_jobs, thread_budget
 from .plan import PrivacyPlan, check_client_sizes, plan_run
 from .transport import LocalTransport, Transport
@@ -321,7 +324,20 @@ class FederatedTrainer:
             client_sizes, client_names=client_names, batch_size=self.batch_size, n_rounds=self.n_rounds,
             local_steps=self.local_steps, local_epochs=self.local_epochs, eps=self.eps,
             delta=self.delta, clip=self.clip, sampling=self.sampling, accounting=self.accounting,
+            diameter=clipped_gradient_diameter(self.module),
         )
+
+    def round_release(self, lr: float) -> PrivacyAccountant:
+        """What one round costs: the steps every client would take for its instructions, dominated as one.
+
+        Built by :func:`~skfedriem.federated.client.step_plan`, the function
+        each client uses to turn its instructions into the steps its sampler
+        and mechanism run, from each client's own size and the model; over
+        every client, selected or not (client selection gives no amplification:
+        the server chooses and sees it). Steps without noise cost infinite loss.
+        """
+        return round_release(step_plan(self.client_instructions(i, lr), size, self.module)
+                             for i, size in enumerate(self._client_sizes))
 
     def serve(self, transport: Transport, client_sizes: list[int], client_names: list,
               server_seq: np.random.SeedSequence, *, resume: TrainingState | None = None,
@@ -367,8 +383,14 @@ class FederatedTrainer:
         n_clients = len(client_sizes)
         k = self._clients_per_round(n_clients)
         self.plan_ = self.plan(client_sizes, client_names)
+        self._client_sizes = [int(m) for m in client_sizes]
+        if resume is not None:
+            self._check_resume(resume)
         if self.privacy_budget is not None and resume is None:
-            self.privacy_budget.charge(self.plan_.release(), label=self.run_name or type(self.module).__name__)
+            planned = PrivacyAccountant()
+            for t in range(self.n_rounds):
+                planned.extend(self.round_release(lr_at_round(self.lr, self.lr_schedule, t, self.n_rounds)))
+            self.privacy_budget.charge(planned, label=self.run_name or type(self.module).__name__)
         server_rng = np.random.default_rng(server_seq)
         params = trainable_parameters(self.module)
         start, prior = 0, self.prior if self.prior is not None else TrainingState.empty()
@@ -394,10 +416,12 @@ class FederatedTrainer:
             theta = {name: p.detach().clone() for name, p in params.items()}
             rng_before = copy.deepcopy(server_rng.bit_generator.state)
             selected = np.sort(server_rng.choice(n_clients, size=k, replace=False))
-            if not (resume is not None and resume.started and t == start):  # already charged when it started
-                self._charge_round()
+            cost = self.round_release(lr)
+            if not (resume is not None and resume.started and t == start and resume.round_cost == cost.state_dict()):
+                self.accountant_.extend(cost)  # a cut round re-sent as it was charged is not charged again
             if on_round is not None:
-                on_round(TrainingState(t, theta, self.accountant_.state_dict(), self.history_, rng_before, True))
+                on_round(TrainingState(t, theta, self.accountant_.state_dict(), self.history_, rng_before, True,
+                                       plan=self._plan_record(), round_cost=cost.state_dict()))
             replies = transport.run_round(t, selected.tolist(), theta,
                                           {int(i): self.client_instructions(int(i), lr) for i in selected})
             replied = sorted(replies)
@@ -421,23 +445,37 @@ class FederatedTrainer:
         """This run's state after ``completed_rounds`` rounds: θ, ledger, history (and the selection stream)."""
         theta = {name: p.detach().clone() for name, p in trainable_parameters(self.module).items()}
         rng = None if server_rng is None else copy.deepcopy(server_rng.bit_generator.state)
-        return TrainingState(completed_rounds, theta, self.accountant_.state_dict(), self.history_, rng, False)
+        return TrainingState(completed_rounds, theta, self.accountant_.state_dict(), self.history_, rng, False,
+                             plan=self._plan_record())
 
-    def _charge_round(self) -> None:
-        plan = self.plan_
-        if plan.mu0 is not None:
-            self.accountant_.step(mu0=plan.mu0, sample_rate=plan.sample_rate, num_steps=plan.steps_per_round,
-                                  sampling=self.sampling)
+    def _plan_record(self) -> dict:
+        """What a resume must share with the run it continues: the target, the plan and the clients' sizes."""
+        return {"eps": self.eps, "delta": self.delta, "n_rounds": self.n_rounds,
+                "aggregation": self.aggregation.name, "client_sizes": list(self._client_sizes),
+                **dataclasses.asdict(self.plan_)}
+
+    def _check_resume(self, resume: TrainingState) -> None:
+        """ValueError unless the checkpoint was taken by a run with this one's plan."""
+        ours = self._plan_record()
+        if resume.plan != ours:
+            changed = sorted(k for k in set(ours) | set(resume.plan or {})
+                             if (resume.plan or {}).get(k) != ours.get(k))
+            raise ValueError(
+                f"Cannot resume: the checkpoint was taken by a run with other settings ({', '.join(changed)}: "
+                f"{ {k: (resume.plan or {}).get(k) for k in changed} } then, now "
+                f"{ {k: ours.get(k) for k in changed} }). A resumed run sends and charges what its checkpoint "
+                "planned; start a new run instead."
+            )
 
     def _epsilon(self, discretization: float) -> float:
-        if self.plan_.mu0 is None:
+        if not self.accountant_.private:
             return math.inf
         return self.accounting.epsilon(self.accountant_, self.delta, steps_per_round=self.plan_.steps_per_round,
                                        n_rounds=self.plan_.n_rounds, discretization=discretization)
 
     def _end_round(self, t: int, lr: float, selected: np.ndarray, replied: list[int], aggregation_seconds: float,
                    submission_seconds: float, round_seconds: float) -> None:
-        epsilon = math.inf if self.plan_.mu0 is None else self._epsilon_so_far()
+        epsilon = self._epsilon_so_far() if self.accountant_.private else math.inf
         entry = {"round": self._round_offset + t + 1, "epsilon": epsilon, "lr": lr,
                  "clients": selected.tolist(), "replied": replied, "aggregation_seconds": aggregation_seconds}
         if self.client_timings:

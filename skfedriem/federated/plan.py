@@ -6,7 +6,6 @@ import math
 import warnings
 from dataclasses import dataclass
 
-from ..privacy import PrivacyAccountant
 from ..privacy.accountings import RunAccounting, get_accounting
 
 __all__ = ["PrivacyPlan", "check_client_sizes", "plan_run"]
@@ -30,9 +29,9 @@ class PrivacyPlan:
     total_steps : int
         T τ.
     mu0 : float or None
-        Per-step GDP parameter 2C / (Bσ); None for a non-private run.
+        Per-step GDP parameter Δ C / (Bσ); None for a non-private run.
     noise_std : float
-        σ = 2C / (B μ0) (0 for a non-private run).
+        σ = Δ C / (B μ0) (0 for a non-private run), Δ the model's ``diameter``.
     clip : float
         C (inf for a non-private run).
     accounting : str, default="rfedproj"
@@ -41,8 +40,10 @@ class PrivacyPlan:
         How clients draw their batches.
     batch_sizes : tuple of int, optional
         Full-batch runs: client i's batch is its whole m_i records (q = 1 for
-        every client) and its noise σ_i = 2C / (m_i μ0), the same μ0 for all.
+        every client) and its noise σ_i = Δ C / (m_i μ0), the same μ0 for all.
         None: every client draws batches of ``batch_size``.
+    diameter : float, default=2.0
+        Δ, the model's :func:`~skfedriem.privacy.clipped_gradient_diameter`.
     """
 
     batch_size: int
@@ -56,29 +57,17 @@ class PrivacyPlan:
     accounting: str = "rfedproj"
     sampling: str = "fixed"
     batch_sizes: tuple[int, ...] | None = None
+    diameter: float = 2.0
 
     def client_batch_size(self, client: int) -> int:
         """B_i: ``batch_size``, or client i's whole size in a full-batch run."""
         return self.batch_size if self.batch_sizes is None else self.batch_sizes[client]
 
     def client_noise_std(self, client: int) -> float:
-        """σ_i = 2C / (B_i μ0): ``noise_std`` unless the run is full-batch (0 for a non-private run)."""
+        """σ_i = Δ C / (B_i μ0): ``noise_std`` unless the run is full-batch (0 for a non-private run)."""
         if self.batch_sizes is None or self.mu0 is None:
             return self.noise_std
-        return 2 * self.clip / (self.batch_sizes[client] * self.mu0)
-
-    def release(self) -> PrivacyAccountant | None:
-        """The whole planned run as accountant steps (None when it adds no noise).
-
-        This is the mechanism's own privacy-loss accounting, whichever
-        ``accounting`` calibrated σ: PriRFed's looser accounting only reports
-        a larger ε for the same steps.
-        """
-        if self.mu0 is None:
-            return None
-        release = PrivacyAccountant()
-        release.step(mu0=self.mu0, sample_rate=self.sample_rate, num_steps=self.total_steps, sampling=self.sampling)
-        return release
+        return self.diameter * self.clip / (self.batch_sizes[client] * self.mu0)
 
     @property
     def n_rounds(self) -> int:
@@ -109,6 +98,7 @@ def plan_run(
     clip: float,
     sampling: str,
     accounting: str | RunAccounting = "rfedproj",
+    diameter: float = 2.0,
 ) -> PrivacyPlan:
     """Clamp B, fix each client's τ_i and calibrate σ for (eps, delta).
 
@@ -143,6 +133,9 @@ def plan_run(
         How clients draw their batches.
     accounting : str or RunAccounting, default="rfedproj"
         The accounting method (a registered name or an instance).
+    diameter : float, default=2.0
+        Δ, the model's :func:`~skfedriem.privacy.clipped_gradient_diameter`:
+        a step's mean moves by at most Δ C / B when one record is replaced.
 
     Returns
     -------
@@ -184,8 +177,10 @@ def plan_run(
     if full_batch and local_epochs is not None:
         taus = tuple(max(1, math.ceil(local_epochs)) for _ in client_sizes)
         tau, total = max(taus), n_rounds * max(taus)
+    shape = dict(batch_size=batch_size, local_steps=taus, sample_rate=q, steps_per_round=tau, total_steps=total,
+                 accounting=method.name, sampling=sampling, batch_sizes=batch_sizes, diameter=diameter)
     if eps is None or math.isinf(eps):
-        return PrivacyPlan(batch_size, taus, q, tau, total, None, 0.0, math.inf, method.name, sampling, batch_sizes)
+        return PrivacyPlan(**shape, mu0=None, noise_std=0.0, clip=math.inf)
     if delta >= 1 / m_star:
         warnings.warn(
             f"delta={delta:g} is not small against 1/m⋆ = 1/{m_star}: (eps, delta)-DP at this delta "
@@ -194,5 +189,4 @@ def plan_run(
             stacklevel=4,
         )
     mu0 = method.calibrate(eps, delta, sample_rate=q, steps_per_round=tau, n_rounds=n_rounds, sampling=sampling)
-    return PrivacyPlan(batch_size, taus, q, tau, total, mu0, 2 * clip / (batch_size * mu0), clip, method.name,
-                       sampling, batch_sizes)
+    return PrivacyPlan(**shape, mu0=mu0, noise_std=diameter * clip / (batch_size * mu0), clip=clip)

@@ -15,8 +15,8 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError('The Flower backend needs Flower: pip install "skfedriem[flower]".') from exc
 
-from ._client_app import ClientSetup, PrivacyBudgetExceeded, make_client_app
+from ._client_app import ClientSetup, PrivacyBudgetExceeded, SiteGuard, make_client_app
 from ._protocol import ClientInfo, FlowerTransport, NodeDirectory
 
-__all__ = ["ClientInfo", "ClientSetup", "FlowerTransport", "NodeDirectory", "PrivacyBudgetExceeded",
+__all__ = ["ClientInfo", "ClientSetup", "FlowerTransport", "NodeDirectory", "PrivacyBudgetExceeded", "SiteGuard",
            "make_client_app"]

@@ -1,30 +1,122 @@
-"""A Flower ClientApp around the engine's client round, with the site's own persistent privacy ledger."""
+"""A Flower ClientApp around the engine's client round, and what a deployed site refuses whatever the server sends.
+
+A deployed site (:func:`~skfedriem.flower.apps.site_setup`) always has a
+:class:`SiteGuard`: a persistent ledger over every round of every run on its
+records and a budget on it, and a refusal of rounds no budget should take.
+The in-process simulation (``backend="flower"``) runs its clients without one:
+there the server is the caller's own trainer, which calibrates and charges the
+run itself.
+"""
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import torch
-from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import ConfigRecord, Context, Error, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
+from flwr.common.constant import ErrorCode
 
-from ..exceptions import PrivacyBudgetExceeded
-from ..federated.client import ClientRecipe, ClientState, RoundInstructions, check_iterate
-from ..privacy import PrivacyAccountant, PrivacyBudget
+from ..exceptions import InvalidInstructionsError, InvalidIterateError, PrivacyBudgetExceeded
+from ..federated.client import ClientRecipe, ClientState, check_iterate, step_plan
+from ..privacy import PrivacyBudget
 from ..privacy.accounting import DISCRETIZATION
+from ..privacy.step_plan import StepPlan
 from ._protocol import decode_arrays, decode_instructions, encode_arrays
 from ._replies import ReplyCache
 
-__all__ = ["ClientSetup", "PrivacyBudgetExceeded", "make_client_app"]
+__all__ = ["DEFAULT_MAX_EPSILON", "MAX_STEPS_PER_ROUND", "MU0_CEILING", "ClientSetup", "PrivacyBudgetExceeded",
+           "SiteGuard", "make_client_app"]
 
 _STATE_KEY = "skfedriem"
-# Refused without accounting, because the PLD of a larger mu0 is slow to build. mu0 = 10 is a noise
-# multiplier B*sigma/(2C) of 0.1: one step at q = 0.01 already costs epsilon = 75 (fixed) or 23
-# (Poisson) at delta = 1e-5 (tests/flower/test_client_app.py measures it with our accountant).
-_MU0_CEILING = 10.0
+#: Rounds with a larger per-step mu0 are refused without accounting, because the PLD of a larger mu0 is slow to
+#: build. mu0 = 10 is a noise multiplier B*sigma/(2C) of 0.1: one step at q = 0.01 already costs epsilon = 75
+#: (fixed) or 23 (Poisson) at delta = 1e-5 (tests/flower/test_client_app.py measures it with our accountant).
+MU0_CEILING = 10.0
+#: Rounds asking for more local steps are refused without accounting (and without running them).
+MAX_STEPS_PER_ROUND = 10_000
+#: A deployed site's budget over every run on its records when its node configuration names none.
+DEFAULT_MAX_EPSILON = 10.0
+
+_log = logging.getLogger("skfedriem.flower.site")
+
+# What a deployed site tells the server when it refuses a round: the kind of refusal, never the details
+# (an error's text may quote a record's value or a label); the site's own log has them.
+_REFUSALS = {
+    InvalidIterateError: "refused: the server's theta is misshapen, not finite or off the model's manifold",
+    InvalidInstructionsError: "refused: the round's instructions cannot be run as stated",
+    PrivacyBudgetExceeded: "refused by the site's privacy ledger",
+}
+_FAILED = "the site could not take part (the reason is in the site's own log)"
+
+
+@dataclass(frozen=True)
+class SiteGuard:
+    """A deployed site's own protection: its persistent ledger, its budget, and the rounds it refuses outright.
+
+    Before a round runs, the site turns the server's instructions into the
+    :class:`~skfedriem.privacy.StepPlan` its sampler and mechanism will run,
+    and refuses the round (:class:`~skfedriem.exceptions.PrivacyBudgetExceeded`)
+    when it adds no noise (unless ``allow_non_private``), when its per-step
+    μ0 exceeds :data:`MU0_CEILING` or its steps :data:`MAX_STEPS_PER_ROUND`,
+    or when charging that plan to the ledger would take it past
+    ``max_epsilon``. The charge is written, atomically, before the reply leaves.
+
+    Parameters
+    ----------
+    ledger_path : str
+        The ledger file: it composes every round of every run on these
+        records and survives restarts. Its folder also keeps the site's last
+        replies (``<ledger_path>.replies``): a request repeated bit for bit (a
+        resumed server re-sending the round it crashed in) gets the same reply,
+        neither a fresh release nor a charge.
+    max_epsilon : float, default=DEFAULT_MAX_EPSILON
+        The site's budget over every round of every run, at ``delta``; ``inf``
+        records without limit (rounds are still refused as above).
+    delta : float, default=1e-5
+    allow_non_private : bool, default=False
+        Accept rounds without noise (test benches only): each is charged as
+        infinite loss, so it needs ``max_epsilon=inf``.
+    """
+
+    ledger_path: str
+    max_epsilon: float = DEFAULT_MAX_EPSILON
+    delta: float = 1e-5
+    allow_non_private: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.max_epsilon > 0:
+            raise ValueError(f"max-epsilon must be > 0 (inf: no limit). Got {self.max_epsilon!r}.")
+        if not 0 < self.delta < 1:
+            raise ValueError(f"delta must be in (0, 1). Got {self.delta!r}.")
+        if self.allow_non_private and math.isfinite(self.max_epsilon):
+            raise ValueError("non-private rounds are charged as infinite loss, which no finite budget admits: "
+                             f"set max-epsilon=inf with non-private=true. Got max-epsilon={self.max_epsilon!r}.")
+
+    def ledger(self) -> PrivacyBudget:
+        """The site's ledger (``max_epsilon`` at ``delta``, over every round charged to it)."""
+        return PrivacyBudget(self.max_epsilon, self.delta, path=self.ledger_path,
+                             discretization=10 * DISCRETIZATION)  # coarser: still an upper bound
+
+    def replies(self) -> ReplyCache:
+        """The site's last replies, by request."""
+        return ReplyCache(self.ledger_path + ".replies")
+
+    def charge(self, plan: StepPlan, *, label: str) -> None:
+        """Refuse a round no budget should take, else charge ``plan`` to the ledger (or refuse it)."""
+        if not plan.private and not self.allow_non_private:
+            raise PrivacyBudgetExceeded(f"The site refuses a round without noise (noise_std={plan.noise_std}).")
+        if plan.mu0 > MU0_CEILING and plan.private:
+            raise PrivacyBudgetExceeded(f"The site refuses a round with per-step mu0 = {plan.mu0:.3g} > "
+                                        f"{MU0_CEILING:g} (a noise multiplier below {1 / MU0_CEILING:g}).")
+        if plan.local_steps > MAX_STEPS_PER_ROUND:
+            raise PrivacyBudgetExceeded(f"The site refuses a round of {plan.local_steps} local steps "
+                                        f"(at most {MAX_STEPS_PER_ROUND}).")
+        self.ledger().charge(plan.release(), label=label)
 
 
 @dataclass
@@ -40,30 +132,19 @@ class ClientSetup:
     recipe : ClientRecipe
         The model's working copy (overwritten with θ_t), loss and optimiser.
     seed : numpy.random.SeedSequence, optional
-        Seeds the client's batches and noise for this run (reproducible, and
-        replayable by anyone who knows it; the simulation backend passes the
-        in-process backend's seeds). None (default): every run starts from
-        128 bits of fresh OS entropy, so no two runs share noise. It never
-        leaves the client.
+        Seeds the client's batches and noise (reproducible, and replayable by
+        anyone who knows it): the simulation backend passes the in-process
+        backend's seeds. None (default): every run starts from 128 bits of
+        fresh OS entropy, so no two runs share noise. It never leaves the client.
     secure_mode : bool, default=False
         Batches and noise from the OS's cryptographically secure generator
         (``seed`` must then be None).
-    max_epsilon : float, optional
-        The site's own privacy budget over every round of every run on these
-        records: before each round the client charges the steps it is asked to
-        take (μ0 = 2C/(Bσ) from the round's clip and noise, its own rate
-        q_i = B/m_i) to its ledger file and refuses the round, with an error
-        reply, if the composition at ``delta`` would exceed this. A guard
-        against a server that sends too little noise, or replays rounds; None
-        trusts the server's calibration.
-    delta : float, default=1e-5
-        δ of the site's ledger.
-    ledger_path : str, optional
-        The site's ledger file (needed with ``max_epsilon``): it persists across
-        runs and restarts, and is written, atomically, before the reply leaves.
-        Its folder also keeps the site's last replies (``<ledger_path>.replies``):
-        a request repeated bit for bit (a resumed server re-sending the round
-        it crashed in) gets the same reply, neither a fresh release nor a charge.
+    guard : SiteGuard, optional
+        A deployed site's ledger and budget. None only in the in-process
+        simulation, whose server is the caller's own trainer.
+    timings : bool, default=False
+        Send the time Sub took with every submission (it times work done on the
+        records: not private).
     """
 
     name: str
@@ -71,42 +152,26 @@ class ClientSetup:
     recipe: ClientRecipe
     seed: np.random.SeedSequence | None = None
     secure_mode: bool = False
-    max_epsilon: float | None = None
-    delta: float = 1e-5
-    ledger_path: str | None = None
+    guard: SiteGuard | None = None
+    timings: bool = False
 
     def __post_init__(self) -> None:
-        if self.max_epsilon is not None and self.ledger_path is None:
-            raise ValueError(f"Site {self.name!r}: max-epsilon needs a ledger-path, a file the site owns. A budget "
-                             "kept in memory would start again from zero with every run and every restart.")
         if self.secure_mode and self.seed is not None:
             raise ValueError(f"Site {self.name!r}: secure-mode cannot be seeded; remove the seed.")
 
-    def replies(self) -> ReplyCache | None:
-        """The site's last replies (None without a ledger file)."""
-        return None if self.ledger_path is None else ReplyCache(self.ledger_path + ".replies")
-
-    def ledger(self) -> PrivacyBudget:
-        """The site's persistent ledger (max_epsilon at delta, composed over every round charged to it)."""
-        return PrivacyBudget(self.max_epsilon, self.delta, path=self.ledger_path,
-                             discretization=10 * DISCRETIZATION)  # coarser: still an upper bound
+    @property
+    def n_records(self) -> int:
+        """m_i."""
+        return int(self.data[0].shape[0])
 
 
-def _round_release(client: ClientSetup, instructions: RoundInstructions) -> PrivacyAccountant:
-    """The steps a round asks of this site, or PrivacyBudgetExceeded for a round no budget should take."""
-    noiseless = instructions.noise_std <= 0 or not math.isfinite(instructions.clip)
-    if noiseless:
-        raise PrivacyBudgetExceeded(f"Site {client.name!r} (max-epsilon={client.max_epsilon:g}) refuses a round "
-                                    f"without noise or clipping (noise_std={instructions.noise_std}, "
-                                    f"clip={instructions.clip}).")
-    mu0 = 2 * instructions.clip / (instructions.batch_size * instructions.noise_std)
-    if mu0 > _MU0_CEILING:
-        raise PrivacyBudgetExceeded(f"Site {client.name!r} refuses a round with per-step mu0 = {mu0:.3g} > "
-                                    f"{_MU0_CEILING:g} (a noise multiplier below {1 / _MU0_CEILING:g}).")
-    release = PrivacyAccountant()
-    release.step(mu0=mu0, sample_rate=min(1.0, instructions.batch_size / int(client.data[0].shape[0])),
-                 num_steps=instructions.local_steps, sampling=instructions.sampling)
-    return release
+def _refusal(msg: Message, error: Exception, deployed: bool) -> Message:
+    """The error reply: for a deployed site, the kind of refusal only (its log has the details)."""
+    reason = next((text for kind, text in _REFUSALS.items() if isinstance(error, kind)), _FAILED)
+    if not deployed:  # the in-process simulation's server is the caller: tell it everything
+        reason = f"{type(error).__name__}: {error}"
+    code = ErrorCode.CLIENT_APP_RAISED_EXCEPTION
+    return Message(error=Error(code=code, reason=reason), reply_to=msg)
 
 
 def make_client_app(setup: Callable[[Context], ClientSetup]) -> ClientApp:
@@ -125,48 +190,67 @@ def make_client_app(setup: Callable[[Context], ClientSetup]) -> ClientApp:
     Notes
     -----
     A ``train`` message is handled in this order: θ_t is checked
-    (:func:`~skfedriem.federated.client.check_iterate`; an error reply if it is
-    off the manifold, not finite or misshapen); a request identical to one
-    already answered gets that answer again; otherwise the round is charged
-    to the site's ledger file (with ``max_epsilon``; an error reply if
-    refused), the private local steps run, the reply is kept, and it leaves. The client's secret
+    (:func:`~skfedriem.federated.client.check_iterate`) and the instructions
+    turned into the steps the client will run
+    (:func:`~skfedriem.federated.client.step_plan`); a request identical to one
+    already answered gets that answer again; otherwise the site's guard
+    refuses the round or charges its plan to the ledger file, the private local
+    steps run, the reply is kept, and it leaves. The client's secret
     randomness starts fresh at each run's first round and, with its optimiser
     state, is kept in the node's ``context.state`` for the run's next rounds;
-    none of it is ever part of a reply, which holds only Sub(θ_t, θ_i) and the
-    time Sub took (a function of θ_t and θ_i only).
+    none of it is ever part of a reply, which holds only Sub(θ_t, θ_i) (and,
+    where the site opts in, the time Sub took). Any failure is answered with an
+    error reply that, from a deployed site, names only the kind of refusal.
     """
     app = ClientApp()
 
+    def answer(msg: Message, context: Context, handle: Callable[[ClientSetup], RecordDict]) -> Message:
+        deployed = True
+        try:
+            client = setup(context)
+            deployed = client.guard is not None
+            return Message(handle(client), reply_to=msg)
+        except Exception as error:  # noqa: BLE001 - every failure becomes an error reply, its details stay here
+            _log.warning("%s message %s refused: %s: %s", msg.metadata.message_type, msg.metadata.message_id,
+                         type(error).__name__, error, exc_info=not isinstance(error, tuple(_REFUSALS)))
+            return _refusal(msg, error, deployed)
+
     @app.query()
     def query(msg: Message, context: Context) -> Message:
-        client = setup(context)
-        info = ConfigRecord({"name": str(client.name), "n_records": int(client.data[0].shape[0]),
-                             "input_shape": [int(d) for d in client.data[0].shape[1:]]})
-        return Message(RecordDict({"client": info}), reply_to=msg)
+        def describe(client: ClientSetup) -> RecordDict:
+            return RecordDict({"client": ConfigRecord({
+                "name": str(client.name), "n_records": client.n_records,
+                "input_shape": [int(d) for d in client.data[0].shape[1:]]})})
+
+        return answer(msg, context, describe)
 
     @app.train()
     def train(msg: Message, context: Context) -> Message:
-        client = setup(context)
-        theta = check_iterate(client.recipe.module, decode_arrays(msg.content["theta"]))
-        instructions = decode_instructions(msg.content["instructions"])
-        replies = client.replies()
-        key = None if replies is None else ReplyCache.key(theta, instructions)
-        cached = None if replies is None else replies.get(key)
-        if cached is not None:
-            submission, seconds = cached
-        else:
-            if client.max_epsilon is not None:
-                client.ledger().charge(_round_release(client, instructions),
-                                       label=f"run {msg.metadata.run_id} round {msg.metadata.group_id}")
-            stored = context.state.config_records.get(_STATE_KEY)
-            state = (ClientState.from_bytes(stored["state"]) if stored is not None
-                     else ClientState.fresh(client.seed, secure_mode=client.secure_mode))
-            submission, seconds = client.recipe.run_round(theta, client.data, state, instructions)
-            context.state.config_records[_STATE_KEY] = ConfigRecord({"state": state.to_bytes()})
-            if replies is not None:
-                replies.put(key, submission, seconds)
-        content = RecordDict({"submission": encode_arrays(submission),
-                              "metrics": MetricRecord({"submission_seconds": seconds})})
-        return Message(content, reply_to=msg)
+        def take_round(client: ClientSetup) -> RecordDict:
+            theta = check_iterate(client.recipe.module, decode_arrays(msg.content["theta"]))
+            instructions = decode_instructions(msg.content["instructions"])
+            plan = step_plan(instructions, client.n_records, client.recipe.module)
+            guard = client.guard
+            replies = None if guard is None else guard.replies()
+            key = None if replies is None else ReplyCache.key(theta, instructions)
+            cached = None if replies is None else replies.get(key)
+            if cached is not None:
+                submission, seconds = cached
+            else:
+                if guard is not None:
+                    guard.charge(plan, label=f"run {msg.metadata.run_id} round {msg.metadata.group_id}")
+                stored = context.state.config_records.get(_STATE_KEY)
+                state = (ClientState.from_bytes(stored["state"]) if stored is not None
+                         else ClientState.fresh(client.seed, secure_mode=client.secure_mode))
+                submission, seconds = client.recipe.run_round(theta, client.data, state, instructions)
+                context.state.config_records[_STATE_KEY] = ConfigRecord({"state": state.to_bytes()})
+                if replies is not None:
+                    replies.put(key, submission, seconds)
+            content = RecordDict({"submission": encode_arrays(submission)})
+            if client.timings:
+                content["metrics"] = MetricRecord({"submission_seconds": seconds})
+            return content
+
+        return answer(msg, context, take_round)
 
     return app

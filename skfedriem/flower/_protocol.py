@@ -8,11 +8,13 @@ engine's own code. Two message types:
   ``n_records`` (public under substitution neighbours; the server needs the
   smallest m_i to calibrate σ) and ``input_shape``, the shape of one record.
 * ``train`` (server → selected nodes): θ_t as an ArrayRecord and the round's
-  public instructions as a ConfigRecord; the reply carries only Sub(θ_t, θ_i).
+  public instructions as a ConfigRecord; the reply carries only Sub(θ_t, θ_i)
+  (and the time Sub took, from a site that opts in).
 """
 
 from __future__ import annotations
 
+import math
 import time
 import warnings
 from dataclasses import asdict, dataclass
@@ -223,8 +225,9 @@ class FlowerTransport:
             if reply.has_error():
                 failures[client] = reply.error.reason
             else:
-                out[client] = (decode_arrays(reply.content["submission"]),
-                               float(reply.content["metrics"]["submission_seconds"]))
+                metrics = reply.content.metric_records.get("metrics")
+                seconds = math.nan if metrics is None else float(metrics["submission_seconds"])  # a site's opt-in
+                out[client] = (decode_arrays(reply.content["submission"]), seconds)
         failures.update({i: "no reply" for i in sent if i not in out and i not in failures})
         if failures:
             text = f"Round {t + 1}: " + "; ".join(f"client {i}: {why}" for i, why in sorted(failures.items()))

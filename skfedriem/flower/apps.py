@@ -17,14 +17,24 @@ Node configuration of a SuperNode (``--node-config``):
   (:func:`~skfedriem.flower.run_config.load_site_records` says how to make one
   from MOABB data).
 * ``name``: the client's name (default: the file's stem).
-* ``max-epsilon`` (and ``delta``, default 1e-5): the site's own budget over
-  every round of every run on this data, charged to ``ledger-path`` (default
-  ``<data-path>.privacy-ledger.json``) before each round runs; rounds past
-  it, or without noise, are refused with an error reply.
+* ``max-epsilon`` (default :data:`~skfedriem.flower._client_app.DEFAULT_MAX_EPSILON`, 10) and
+  ``delta`` (default 1e-5): the site's own budget over every round of every
+  run on this data, charged to ``ledger-path`` (default
+  ``<data-path>.privacy-ledger.json``) before each round runs. Rounds past
+  it, rounds without noise, rounds whose per-step μ0 exceeds 10 and rounds of
+  more than 10 000 local steps are refused with an error reply that names only
+  the kind of refusal (the site's log has the details). ``max-epsilon=inf``
+  removes the limit, not the refusals.
 * ``secure-mode``: ``true`` draws batches and noise from the OS's secure
   generator, hardened against floating-point attacks.
-* ``seed``: test benches only (mixed with the run id; whoever knows it can
-  remove the noise). Default: fresh OS entropy at every run's start.
+* ``client-timings``: ``true`` sends the time Sub took with each submission
+  (a timing of work on the records: not private). Default: no timings.
+* ``non-private``: ``true`` accepts rounds without noise, each charged as
+  infinite loss (test benches only; needs ``max-epsilon=inf``).
+
+A site always draws its batches and noise from fresh OS entropy at every run's
+start; a ``seed`` node setting is refused (a seeded site that restarts would
+repeat its noise; seeds are for the in-process simulation).
 
 Run configuration (defaults in each project's ``pyproject.toml``): the
 estimator's parameters (:func:`~skfedriem.flower.run_config.estimator_from_run_config`),
@@ -47,7 +57,7 @@ from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
 from ..federated import ClientRecipe, TrainingState
-from ._client_app import ClientSetup, make_client_app
+from ._client_app import DEFAULT_MAX_EPSILON, ClientSetup, SiteGuard, make_client_app
 from ._protocol import FlowerTransport, NodeDirectory
 from .run_config import classes_from_run_config, estimator_from_run_config, load_site_records
 
@@ -72,14 +82,17 @@ def site_setup(kind: str, context: Context) -> ClientSetup:
         The estimator the run trains.
     context : flwr.app.Context
         The ClientApp's context: ``node_config`` (``data-path``, and optional
-        ``name``, ``seed``, ``secure-mode``, ``max-epsilon``, ``delta``,
-        ``ledger-path``) and ``run_config``.
+        ``name``, ``secure-mode``, ``max-epsilon``, ``delta``, ``ledger-path``,
+        ``client-timings``, ``non-private``) and ``run_config``.
 
     Returns
     -------
     ClientSetup
     """
     node, config = context.node_config, context.run_config
+    if "seed" in node:
+        raise ValueError("A deployed site does not take a 'seed' node setting: it draws fresh OS entropy at every "
+                         "run's start (a seeded site that restarted would repeat its noise). Remove it.")
     path = str(node["data-path"])
     key = (kind, path, tuple(sorted(dict(config).items())))
     if key not in _SITES:
@@ -90,14 +103,15 @@ def site_setup(kind: str, context: Context) -> ClientSetup:
         module, loss_fn = est.make_model(X.shape[1:], classes)
         _SITES[key] = records, ClientRecipe(module, loss_fn, est.optimizer)
     records, recipe = _SITES[key]
-    seed, max_epsilon = node.get("seed"), node.get("max-epsilon")
-    return ClientSetup(
-        name=str(node.get("name", Path(path).stem)), data=records, recipe=recipe,
-        seed=None if seed is None else np.random.SeedSequence([int(seed), int(context.run_id)]),
-        secure_mode=str(node.get("secure-mode", "false")).lower() == "true",
-        max_epsilon=None if max_epsilon is None else float(max_epsilon), delta=float(node.get("delta", 1e-5)),
-        ledger_path=str(node.get("ledger-path", path + ".privacy-ledger.json")),
-    )
+    guard = SiteGuard(ledger_path=str(node.get("ledger-path", path + ".privacy-ledger.json")),
+                      max_epsilon=float(node.get("max-epsilon", DEFAULT_MAX_EPSILON)),
+                      delta=float(node.get("delta", 1e-5)), allow_non_private=_flag(node, "non-private"))
+    return ClientSetup(name=str(node.get("name", Path(path).stem)), data=records, recipe=recipe,
+                       secure_mode=_flag(node, "secure-mode"), guard=guard, timings=_flag(node, "client-timings"))
+
+
+def _flag(node, key: str) -> bool:
+    return str(node.get(key, "false")).lower() == "true"
 
 
 def _validation(est, kind: str, config, classes):

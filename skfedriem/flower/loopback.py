@@ -381,7 +381,8 @@ def main(argv: list[str] | None = None) -> dict:
                         help="stop the last site and start it again (it rejoins)")
     parser.add_argument("--kill-server-after-round", type=int, default=None, help="then resume the run")
     parser.add_argument("--site-max-epsilon", type=float, default=None,
-                        help="each site's own budget over all runs (its ledger is kept in --out)")
+                        help="each site's own budget over all runs (its ledger is kept in --out); default: the "
+                             "sites' default, or inf with --eps none")
     parser.add_argument("--insecure", action="store_true", help="no TLS, no SuperNode authentication")
     parser.add_argument("--intruder", action="store_true",
                         help="also start a SuperNode whose key is not registered (it must be refused)")
@@ -395,8 +396,11 @@ def main(argv: list[str] | None = None) -> dict:
     paths, settings = site_files(args.estimator, out, sites=args.sites, records=args.records,
                                  features=args.features)
     sites = []
+    non_private = args.eps.lower() == "none"
     for i, path in enumerate(paths):
         site = {"data-path": str(path), "name": f"site-{i}", "ledger-path": str(path.with_name("ledger.json"))}
+        if non_private:  # a test bench's sites accept rounds without noise only when told to
+            site.update({"non-private": True, "max-epsilon": "inf"})
         if args.site_max_epsilon is not None:
             site["max-epsilon"] = args.site_max_epsilon
         sites.append(site)

@@ -83,6 +83,8 @@ def estimator_from_run_config(kind: str, config) -> BaseEstimator:
             params[name] = _convert(name, value)
         except (TypeError, ValueError):
             raise ValueError(f"Run config {key!r} = {value!r} is not valid.") from None
+    if "classes" in names and str(config.get("classes", "")).strip():
+        params["classes"] = tuple(classes_from_run_config(config).tolist())  # public, set by the run
     est = cls(**params)
     validate_estimator_params(est)
     return est

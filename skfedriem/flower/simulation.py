@@ -47,6 +47,7 @@ class _SimulationClients:
     names: list[str]
     seeds: list[np.random.SeedSequence | None]
     secure_mode: bool
+    timings: bool
     recipe: ClientRecipe
 
     def __call__(self, context: Context) -> ClientSetup:
@@ -56,7 +57,7 @@ class _SimulationClients:
             torch.set_num_threads(1)  # one core per virtual client
             data = tuple(torch.load(path, weights_only=True))
             _LOADED[path] = ClientSetup(self.names[i], data, copy.deepcopy(self.recipe), seed=self.seeds[i],
-                                        secure_mode=self.secure_mode)
+                                        secure_mode=self.secure_mode, timings=self.timings)
         return _LOADED[path]
 
 
@@ -107,7 +108,8 @@ def run_trainer_in_simulation(trainer, clients: Sequence[tuple[torch.Tensor, ...
     with tempfile.TemporaryDirectory(prefix="skfedriem-flower-") as folder:
         for i, data in enumerate(clients):
             torch.save(tuple(x.contiguous() for x in data), Path(folder) / f"client-{i}.pt")
-        setup = _SimulationClients(folder, str_names, list(client_seeds), trainer.secure_mode, trainer.client_recipe())
+        setup = _SimulationClients(folder, str_names, list(client_seeds), trainer.secure_mode, trainer.client_timings,
+                                   trainer.client_recipe())
         server = ServerApp()
 
         @server.main()

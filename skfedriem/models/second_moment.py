@@ -10,15 +10,23 @@ the client's clipped second moment plus Gaussian noise: the classic "Analyze
 Gauss" mechanism (Dwork, Talwar, Thakurta & Zhang, 2014) run per client,
 through the same private step, accountant, ledger and transports as every
 other model. The gradient norm is ‖x xᵀ‖_F = ‖x‖², so clipping it at C is
-clipping each record to norm √C. The noise is drawn on all d² entries of the
-ambient matrix (sensitivity 2C/m in Frobenius norm under substitution), and
-the symmetric part is kept: off-diagonal entries get noise of std σ/√2, where
-releasing the upper triangle alone, at the same sensitivity, would give σ.
-The server averages the clients' A_i; the principal subspace is the top
-eigenvectors of that average (post-processing).
+clipping each record to norm √C: a clipped record's gradient is −z zᵀ with
+‖z‖² <= C. Two of them are at most √2 C apart in Frobenius norm,
+
+    ‖z zᵀ − w wᵀ‖_F² = ‖z‖⁴ + ‖w‖⁴ − 2 (zᵀw)² <= 2 C²,
+
+with equality for orthogonal records of squared norm C (a dropped, non-finite
+record contributes 0, at distance ‖z‖² <= C): the sensitivity of the clipped
+mean is √2 C / m, not the 2C / m of gradients that may point anywhere, and
+:attr:`SecondMoment.clipped_gradient_diameter` says so to the mechanism. The
+noise is drawn on all d² entries of the ambient matrix, and the symmetric
+part is kept. The server averages the clients' A_i; the principal subspace
+is the top eigenvectors of that average (post-processing).
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import nn
@@ -47,6 +55,9 @@ class SecondMoment(nn.Module):
     tensor([[0., 1., 0.],
             [0., 0., 1.]], dtype=torch.float64)
     """
+
+    #: Clipped records' gradients −z zᵀ (‖z‖² <= C) are at most √2 C apart (module docstring).
+    clipped_gradient_diameter = math.sqrt(2.0)
 
     def __init__(self, n_features: int, *, dtype: torch.dtype = torch.float64) -> None:
         super().__init__()

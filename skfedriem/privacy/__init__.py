@@ -9,6 +9,7 @@ from .mechanism import (
     DenseGradients,
     PerRecordGradients,
     clip_factors,
+    clipped_gradient_diameter,
     noisy_mean,
     private_gradient,
     project_per_sample,
@@ -17,6 +18,7 @@ from .optimizer import PrivateManifoldOptimizer
 from .per_sample import per_sample_gradients, trainable_parameters
 from .randomness import SecretRandomness, SecureRandomness, SeededRandomness
 from .sampling import BatchSampler, FixedSizeSampler, PoissonSampler, make_sampler
+from .step_plan import StepPlan, round_release
 
 __all__ = [
     "DISCRETIZATION",
@@ -37,8 +39,10 @@ __all__ = [
     "SecretRandomness",
     "SecureRandomness",
     "SeededRandomness",
+    "StepPlan",
     "calibrate_mu0",
     "clip_factors",
+    "clipped_gradient_diameter",
     "epsilon_spent",
     "gdp_epsilon",
     "gdp_mu",
@@ -49,6 +53,7 @@ __all__ = [
     "per_sample_gradients",
     "private_gradient",
     "project_per_sample",
+    "round_release",
     "supports_layerwise",
     "trainable_parameters",
 ]

@@ -31,6 +31,8 @@ class PrivacyAccountant:
     calls :meth:`step` as rounds complete and :meth:`get_epsilon` to report.
     Steps with different (μ0, q, sampling) compose heterogeneously; the bound
     is the one of :func:`skfedriem.privacy.epsilon_spent` (docs: the method, privacy accounting).
+    A step at ``mu0=inf`` is a release without noise (or without clipping):
+    it is recorded like any other and makes every ε that includes it infinite.
 
     Examples
     --------
@@ -48,7 +50,7 @@ class PrivacyAccountant:
 
     @validate_params(
         {
-            "mu0": [Interval(Real, 0, None, closed="neither")],
+            "mu0": [Interval(Real, 0, None, closed="right")],
             "sample_rate": [Interval(Real, 0, 1, closed="right")],
             "num_steps": [Interval(Integral, 0, None, closed="left")],
             "sampling": [StrOptions({"fixed", "poisson"})],
@@ -56,7 +58,7 @@ class PrivacyAccountant:
         prefer_skip_nested_validation=True,
     )
     def step(self, *, mu0: float, sample_rate: float, num_steps: int = 1, sampling: str = "fixed") -> None:
-        """Record ``num_steps`` local steps at per-step μ0 and rate q."""
+        """Record ``num_steps`` local steps at per-step μ0 (inf: not private) and rate q."""
         if num_steps == 0:
             return
         last = self.history[-1] if self.history else None
@@ -70,6 +72,11 @@ class PrivacyAccountant:
         """Total number of recorded steps."""
         return sum(e.steps for e in self.history)
 
+    @property
+    def private(self) -> bool:
+        """Whether every recorded step added noise (else every ε of this ledger is inf)."""
+        return all(math.isfinite(e.mu0) for e in self.history)
+
     @validate_params(
         {"delta": [Interval(Real, 0, 1, closed="neither")]}, prefer_skip_nested_validation=True
     )
@@ -81,6 +88,8 @@ class PrivacyAccountant:
         """
         if not self.history:
             return 0.0
+        if not self.private:
+            return math.inf
         merged: dict[tuple, int] = {}
         for e in self.history:
             key = (e.mu0, e.sample_rate, e.sampling)
@@ -232,6 +241,8 @@ class RunningEpsilon:
         self._seen_steps = total
         if total == 0:
             return 0.0
+        if not self.ledger.private:
+            return math.inf
         # Values are shared by every RunningEpsilon (repeated fits with one plan: cross-validation, audits,
         # grid searches), as PrivacyAccountant.get_epsilon's are; a hit needs no composition at all.
         key = (tuple((e.mu0, e.sample_rate, e.sampling, e.steps) for e in self.ledger.history), self.chunk,

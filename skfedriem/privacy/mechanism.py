@@ -37,6 +37,7 @@ __all__ = [
     "DenseGradients",
     "PerRecordGradients",
     "clip_factors",
+    "clipped_gradient_diameter",
     "noisy_mean",
     "private_gradient",
     "project_per_sample",
@@ -103,6 +104,33 @@ class DenseGradients(PerRecordGradients):
             weights = weights[kept]
             grads = {name: g[kept] for name, g in grads.items()}
         return {name: (weights.to(g.dtype) @ g.flatten(start_dim=1)).view(g.shape[1:]) for name, g in grads.items()}
+
+
+def clipped_gradient_diameter(module: nn.Module) -> float:
+    """The largest ‖clip_C(g_z) − clip_C(g_z')‖ over two records z, z', in units of C: what a step's sensitivity is.
+
+    Replacing one record moves a step's clipped sum by at most this times C,
+    hence its mean by ``diameter · C / B``. For gradients that may point
+    anywhere it is 2, the diameter of the clip ball. A model whose clipped
+    per-record gradients are confined to a smaller set says so with a class
+    attribute ``clipped_gradient_diameter`` (e.g. the rank-one second moments
+    of :class:`~skfedriem.models.SecondMoment`, √2); the mechanism's noise is
+    calibrated, and every ledger charged, from this value.
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+
+    Returns
+    -------
+    float
+        In (0, 2].
+    """
+    diameter = float(getattr(module, "clipped_gradient_diameter", 2.0))
+    if not 0 < diameter <= 2:
+        raise ValueError(f"{type(module).__name__}.clipped_gradient_diameter must be in (0, 2]: two clipped "
+                         f"gradients are at most 2C apart. Got {diameter!r}.")
+    return diameter
 
 
 def clip_factors(norms: torch.Tensor, clip: float) -> torch.Tensor:

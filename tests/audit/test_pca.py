@@ -34,3 +34,17 @@ def test_a_server_off_the_manifold_is_caught_on_the_old_step_only():
     assert old.violated and old.epsilon_lower_bound > 5 * old.epsilon_certified
     new = audit_off_manifold_server(n_runs=RUNS, random_state=0)
     assert not new.violated
+
+
+@pytest.mark.slow
+def test_the_one_shot_release_is_tight_at_its_root_two_sensitivity():
+    """The default solver's audit: honest runs pass; a release calibrated to C instead of √2 C is caught."""
+    import math
+
+    from skfedriem.audit import audit_covariance_release
+
+    honest = audit_covariance_release(4.0, n_runs=300, random_state=0)
+    assert not honest.violated and honest.epsilon_lower_bound > 0.4 * honest.epsilon_certified
+    with noise_scaled(1 / math.sqrt(2)):
+        broken = audit_covariance_release(4.0, n_runs=300, random_state=0)
+    assert broken.violated

@@ -279,3 +279,33 @@ def test_the_default_network_follows_the_number_of_channels():
     X, y, groups = make_spd_classification(2, 20, 3, random_state=0)  # 3 channels, as MOABB's FakeDataset
     clf = FederatedSPDNetClassifier(eps=None, n_rounds=1, batch_size=8).fit(X, y, groups=groups)
     assert clf.module_.features[1].weight.shape == (3, 3)  # one BiMap to min(16, 3)
+
+
+def test_the_public_label_set_fixes_the_network_whatever_the_trials(spd_data):
+    """Finding 4: with classes= the output width and predict_proba's shape do not depend on one trial."""
+    X, y, groups = spd_data
+    y = y.copy()
+    y[y == 2] = 1
+    y[0] = 2  # a single trial holds class 2: substituting it removes the class from y
+    neighbour = y.copy()
+    neighbour[0] = 1
+    fits = [FederatedSPDNetClassifier(eps=10.0, classes=[0, 1, 2], **FAST).fit(X, labels, groups=groups)
+            for labels in (y, neighbour)]
+    assert [f.classes_.tolist() for f in fits] == [[0, 1, 2]] * 2
+    assert [f.predict_proba(X[:2]).shape for f in fits] == [(2, 3)] * 2
+    inferred = FederatedSPDNetClassifier(eps=10.0, **FAST).fit(X, neighbour, groups=groups)
+    assert inferred.classes_.tolist() == [0, 1]  # inferred from y: the label set is treated as public
+    with pytest.raises(ValueError, match=r"y holds labels outside the classes \[0, 1\]: \[2\]"):
+        FederatedSPDNetClassifier(eps=10.0, classes=[0, 1], **FAST).fit(X, y, groups=groups)
+    with pytest.raises(ValueError, match="'classes' parameter .* at least 2 distinct"):
+        FederatedSPDNetClassifier(classes=["a", "a"], **FAST).fit(X, y, groups=groups)
+
+
+def test_continuing_a_non_private_fit_reports_infinite_epsilon(spd_data):
+    """Finding 1: a non-private fit then one private round at a tiny rate is not a private model."""
+    X, y, groups = spd_data
+    clf = FederatedSPDNetClassifier(eps=None, warm_start=True, **FAST).fit(X, y, groups=groups)
+    clf.set_params(eps=1.0, lr=1e-12, n_rounds=1)
+    with pytest.warns(UserWarning, match="was not private .* epsilon_ will be inf"):
+        clf.fit(X, y, groups=groups)
+    assert np.isinf(clf.epsilon_) and np.isinf(clf.history_[-1]["epsilon"])

@@ -231,3 +231,59 @@ def test_history_reports_the_ledgers_epsilon_after_every_round():
         ledger.step(mu0=t.plan_.mu0, sample_rate=t.plan_.sample_rate, num_steps=t.plan_.steps_per_round)
         assert entry["epsilon"] == pytest.approx(ledger.get_epsilon(1e-5, discretization=1e-3), rel=1e-7)
     assert t.history_[-1]["epsilon"] >= t.epsilon_  # the coarser grid is looser, never tighter
+
+
+def test_a_non_private_run_is_in_the_ledger_as_infinite_loss():
+    """Finding 1: a fit without noise leaves its rounds in the ledger, so nothing built on it is called private."""
+    first = trainer(n_rounds=2, eps=None).fit(clients())
+    assert first.accountant_.steps == 2 * 2 and not first.accountant_.private
+    assert all(math.isinf(e.mu0) for e in first.accountant_.history)
+    prior = TrainingState(0, {}, first.accountant_.state_dict(), first.history_)
+    private = trainer(n_rounds=1, eps=1.0, lr=1e-12, prior=prior).fit(clients())
+    assert math.isinf(private.epsilon_)
+    assert [h["epsilon"] for h in private.history_] == [math.inf] * 3
+
+
+def test_every_round_is_charged_from_the_steps_the_clients_run():
+    """The charge is built by the clients' own step plan: their sizes, their τ_i, the model's sensitivity."""
+    data = clients()
+    data[1] = (data[1][0][:25], data[1][1][:25])
+    t = trainer(local_steps=None, local_epochs=1, clients_per_round=1).fit(data)
+    (entry,) = t.accountant_.history
+    assert (entry.mu0, entry.sample_rate, entry.steps) == (t.plan_.mu0, 10 / 25, 3 * 6)  # whoever was selected
+
+
+def test_a_resume_with_other_settings_is_refused(tmp_path):
+    """Finding 5: the checkpoint's plan is the run's; a resume at another σ or horizon is another run."""
+    data = clients()
+    crashed = trainer(n_rounds=4)
+    states = [ClientState.fresh(s) for s in crashed.client_seeds(len(data))]
+    saved = []
+    with pytest.raises(RuntimeError, match="server crash"):
+        crashed.serve(CrashingTransport(crashed.client_recipe(), data, states, crash_at=2), [60] * 3, [0, 1, 2],
+                      crashed.seed_sequence, on_round=saved.append)
+    for changed, named in (({"eps": 6.0}, "eps"), ({"n_rounds": 8}, "n_rounds"), ({"clip": 2.0}, "clip"),
+                           ({"batch_size": 12}, "batch_size"), ({"sampling": "poisson"}, "sampling")):
+        resumed = trainer(**{"n_rounds": 4, **changed})
+        with pytest.raises(ValueError, match=f"Cannot resume.*{named}"):
+            resumed.serve(LocalTransport(resumed.client_recipe(), data, states), [60] * 3, [0, 1, 2],
+                          resumed.seed_sequence, resume=saved[-1])
+    with pytest.raises(ValueError, match="Cannot resume.*client_sizes"):
+        trainer(n_rounds=4).serve(LocalTransport(crashed.client_recipe(), data, states), [60, 60, 50], [0, 1, 2],
+                                  crashed.seed_sequence, resume=saved[-1])
+
+
+def test_a_cut_round_resent_at_another_cost_is_charged_again():
+    data = clients()
+    crashed = trainer(n_rounds=3)
+    states = [ClientState.fresh(s) for s in crashed.client_seeds(len(data))]
+    saved = []
+    with pytest.raises(RuntimeError, match="server crash"):
+        crashed.serve(CrashingTransport(crashed.client_recipe(), data, states, crash_at=1), [60] * 3, [0, 1, 2],
+                      crashed.seed_sequence, on_round=saved.append)
+    cut = saved[-1]
+    cut.round_cost = {"history": [{**cut.round_cost["history"][0], "mu0": 0.01}]}  # charged at another mu0
+    resumed = trainer(n_rounds=3)
+    resumed.serve(LocalTransport(resumed.client_recipe(), data, states), [60] * 3, [0, 1, 2], resumed.seed_sequence,
+                  resume=cut)
+    assert resumed.accountant_.steps == (3 + 1) * 2  # the re-sent round is charged at what it was sent with

@@ -1,4 +1,6 @@
-"""The ClientApp called directly with Flower messages (no engine): what it sends, what it keeps."""
+"""The ClientApp called directly with Flower messages (no engine): what it sends, what it keeps, what it refuses."""
+
+import math
 
 import numpy as np
 import pytest
@@ -10,14 +12,20 @@ from flwr.app import Context, Message, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
 from skfedriem.decomposition import identity_loss
-from skfedriem.exceptions import InvalidIterateError
 from skfedriem.federated.client import ClientRecipe, ClientState, RoundInstructions, run_client_round
-from skfedriem.flower import ClientSetup, make_client_app
-from skfedriem.flower._client_app import _MU0_CEILING, PrivacyBudgetExceeded
+from skfedriem.flower import ClientSetup, SiteGuard, make_client_app
+from skfedriem.flower._client_app import _FAILED, _REFUSALS, DEFAULT_MAX_EPSILON, MU0_CEILING
 from skfedriem.flower._protocol import decode_arrays, encode_arrays, encode_instructions
+from skfedriem.flower import apps
+from skfedriem.flower.apps import client_apps
+from skfedriem.exceptions import InvalidInstructionsError, InvalidIterateError, PrivacyBudgetExceeded
 from skfedriem.models import PCAProjector
 from skfedriem.privacy import PrivacyAccountant, PrivacyBudget, private_gradient
 from skfedriem.privacy.accounting import DISCRETIZATION
+
+REFUSED_THETA = _REFUSALS[InvalidIterateError]
+REFUSED_INSTRUCTIONS = _REFUSALS[InvalidInstructionsError]
+REFUSED_BY_LEDGER = _REFUSALS[PrivacyBudgetExceeded]
 
 
 @pytest.fixture(autouse=True)
@@ -29,30 +37,47 @@ def task_identity():
     TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = saved
 
 
-def setup(max_epsilon=None, ledger_path=None, seed=7):
-    """A site (a fresh process each call: new module, new app; only the ledger file survives)."""
-    X = torch.from_numpy(np.random.default_rng(0).normal(size=(50, 6)) / 3)
+def records():
+    return torch.from_numpy(np.random.default_rng(0).normal(size=(50, 6)) / 3)
+
+
+def setup(ledger_path=None, max_epsilon=DEFAULT_MAX_EPSILON, seed=7, timings=False):
+    """A site (a fresh process each call: new module, new app; only the ledger file survives).
+
+    With a ``ledger_path`` it is a deployed site (a SiteGuard); without, an in-process simulation client.
+    """
     module = PCAProjector(6, 2, "grassmann", generator=torch.Generator().manual_seed(0))
     seed = None if seed is None else np.random.SeedSequence(seed)
-    client = ClientSetup("site-a", (X,), ClientRecipe(module, identity_loss), seed=seed, max_epsilon=max_epsilon,
-                         ledger_path=None if ledger_path is None else str(ledger_path))
+    guard = None if ledger_path is None else SiteGuard(str(ledger_path), max_epsilon=max_epsilon)
+    client = ClientSetup("site-a", (records(),), ClientRecipe(module, identity_loss), seed=seed, guard=guard,
+                         timings=timings)
     return client, make_client_app(lambda context: client)
 
 
 def train_message(theta, **kw):
-    settings = dict(lr=0.1, local_steps=3, batch_size=10, clip=1.0, noise_std=0.05, sampling="fixed",
+    settings = dict(lr=0.1, local_steps=3, batch_size=10, clip=1.0, noise_std=0.5, sampling="fixed",
                     aggregation="rlavg")
     settings.update(kw)
     content = RecordDict({"theta": encode_arrays(theta), "instructions": encode_instructions(RoundInstructions(**settings))})
     return Message(content, dst_node_id=1, message_type="train"), RoundInstructions(**settings)
 
 
-def context(run_id=1):
-    return Context(run_id=run_id, node_id=1, node_config={}, state=RecordDict(), run_config={})
+def context(run_id=1, node_config=None, run_config=None):
+    return Context(run_id=run_id, node_id=1, node_config=node_config or {}, state=RecordDict(),
+                   run_config=run_config or {})
 
 
 def theta_of(module):
     return {k: v.detach().clone() for k, v in module.named_parameters()}
+
+
+def refusal(reply) -> str:
+    assert reply.has_error() and not reply.has_content()
+    return reply.error.reason
+
+
+def charged_rounds(path) -> int:
+    return len(PrivacyBudget(math.inf, path=path).fits) if path.exists() else 0
 
 
 def test_query_reports_only_name_and_size():
@@ -61,14 +86,13 @@ def test_query_reports_only_name_and_size():
     assert dict(reply.content["client"]) == {"name": "site-a", "n_records": 50, "input_shape": [6]}
 
 
-def test_train_reply_is_the_submission_of_the_engine_round_and_state_stays_on_the_site():
-    client, app = setup()
+def test_train_reply_is_the_submission_of_the_engine_round_and_state_stays_on_the_site(tmp_path):
+    client, app = setup(tmp_path / "ledger.json")
     theta = theta_of(client.recipe.module)
     ctx = context()
     msg, instructions = train_message(theta)
     reply = app(msg, ctx)
-    assert set(reply.content.keys()) == {"submission", "metrics"}
-    assert set(reply.content["metrics"].keys()) == {"submission_seconds"}
+    assert set(reply.content.keys()) == {"submission"}  # no timing of the work on the records
     # the same round run directly by the engine's client code, from the same seed
     copy = PCAProjector(6, 2, "grassmann")
     expected, _ = run_client_round(copy, theta, client.data, ClientState.fresh(np.random.SeedSequence(7)),
@@ -77,42 +101,116 @@ def test_train_reply_is_the_submission_of_the_engine_round_and_state_stays_on_th
     for name in expected:
         assert torch.equal(got[name], expected[name])
     assert "skfedriem" in ctx.state.config_records  # streams continue next round, from the site's context
-    second = decode_arrays(app(train_message(theta)[0], ctx).content["submission"])
+    second = decode_arrays(app(train_message(theta, lr=0.2)[0], ctx).content["submission"])
     assert not all(torch.equal(second[n], got[n]) for n in got)  # fresh batches and noise, not a replay
 
 
-def test_site_budget_refuses_noiseless_and_over_budget_rounds(tmp_path):
-    client, app = setup(max_epsilon=3.0, ledger_path=tmp_path / "ledger.json")
-    theta = theta_of(client.recipe.module)
-    with pytest.raises(PrivacyBudgetExceeded, match="without noise"):
-        app(train_message(theta, noise_std=0.0)[0], context())
-    with pytest.raises(PrivacyBudgetExceeded, match="mu0 = 2e\\+03 > 10"):
-        app(train_message(theta, noise_std=1e-4)[0], context())
-    with pytest.raises(PrivacyBudgetExceeded, match="would take the privacy budget to epsilon=.* > 3"):
-        app(train_message(theta, noise_std=0.1)[0], context())  # mu0 = 2: about 14 in one round
-    ctx = context()
-    rounds = 0
-    with pytest.raises(PrivacyBudgetExceeded, match="would take"):
-        for rounds in range(1, 100):
-            # mu0 = 0.4, q = 0.2; a new request each round (a repeated one would get its cached reply)
-            app(train_message(theta, noise_std=0.5, local_steps=5, lr=0.1 + rounds)[0], ctx)
-    assert 1 < rounds < 99  # some rounds ran, then the ledger stopped the site
-    assert len(client.ledger().fits) == rounds - 1  # refused rounds are not recorded
-    assert client.ledger().spent() <= 3.0
+def test_a_site_sends_timings_only_when_it_opts_in(tmp_path):
+    client, app = setup(tmp_path / "ledger.json", timings=True)
+    reply = app(train_message(theta_of(client.recipe.module))[0], context())
+    assert set(reply.content.keys()) == {"submission", "metrics"}
+    assert set(reply.content["metrics"].keys()) == {"submission_seconds"}
 
 
-def test_max_epsilon_without_a_ledger_file_is_refused():
-    with pytest.raises(ValueError, match="max-epsilon needs a ledger-path"):
-        setup(max_epsilon=1.0)
+@pytest.mark.parametrize("instructions, why", [
+    ({"batch_size": 1.999}, REFUSED_INSTRUCTIONS),   # charged as 1.999, run as 1 before
+    ({"batch_size": 0}, REFUSED_INSTRUCTIONS),
+    ({"batch_size": 51}, REFUSED_INSTRUCTIONS),      # larger than the site
+    ({"local_steps": 2.5}, REFUSED_INSTRUCTIONS),
+    ({"clip": math.inf}, REFUSED_INSTRUCTIONS),      # noise without a bound on the sensitivity
+    ({"clip": math.nan}, REFUSED_INSTRUCTIONS),
+    ({"noise_std": math.inf}, REFUSED_INSTRUCTIONS),
+    ({"sampling": "shuffle"}, REFUSED_INSTRUCTIONS),
+    ({"noise_std": 0.0}, REFUSED_BY_LEDGER),         # no noise, whatever the budget
+    ({"noise_std": 0.0, "clip": math.inf}, REFUSED_BY_LEDGER),
+    ({"noise_std": 1e-3}, REFUSED_BY_LEDGER),        # mu0 = 200 > 10
+    ({"local_steps": 10_001}, REFUSED_BY_LEDGER),
+])
+@pytest.mark.parametrize("max_epsilon", [DEFAULT_MAX_EPSILON, math.inf])
+def test_a_deployed_site_refuses_rounds_it_cannot_run_privately_and_charges_nothing(tmp_path, instructions, why,
+                                                                                    max_epsilon):
+    ledger = tmp_path / "ledger.json"
+    client, app = setup(ledger, max_epsilon=max_epsilon)
+    reply = app(train_message(theta_of(client.recipe.module), **instructions)[0], context())
+    assert refusal(reply) == why and charged_rounds(ledger) == 0
+
+
+def test_the_default_site_configuration_has_a_ledger_and_a_budget(tmp_path):
+    """Finding 3: a site started with nothing but its data refuses a noiseless, unclipped round."""
+    data = tmp_path / "site.npy"
+    np.save(data, records().numpy())
+    app = client_apps["pca"]
+    run = {"solver": "riemannian", "n-components": 2}
+    node = {"data-path": str(data)}
+    theta = theta_of(PCAProjector(6, 2, "grassmann"))
+    reply = app(train_message(theta, noise_std=0.0, clip=math.inf)[0], context(node_config=node, run_config=run))
+    assert refusal(reply) == REFUSED_BY_LEDGER
+    ledger = tmp_path / "site.npy.privacy-ledger.json"
+    reply = app(train_message(theta, noise_std=0.5)[0], context(node_config=node, run_config=run))
+    assert not reply.has_error() and charged_rounds(ledger) == 1  # next to the data file, by default
+    assert PrivacyBudget(math.inf, path=ledger).fits[0]["steps"][0]["mu0"] == pytest.approx(2 / (10 * 0.5))
+
+
+def test_a_site_error_reply_names_no_record(tmp_path):
+    """Finding 6: an unknown label's text, or a record's eigenvalue, stays in the site's log."""
+    data = tmp_path / "site.npz"
+    X = np.stack([np.eye(3)] * 10)
+    X[3] = np.diag([1.0, 1.0, -0.0123])  # not SPD
+    np.savez(data, X=X, y=np.array(["secret-label"] + ["a", "b"] * 4 + ["a"]))
+    app = client_apps["spdnet"]
+    ctx = context(node_config={"data-path": str(data)}, run_config={"classes": "a,b", "dims": "2"})
+    for message in (Message(RecordDict(), dst_node_id=1, message_type="query"),
+                    train_message({"bimap.0.weight": torch.zeros(3, 2)})[0]):
+        reason = refusal(app(message, ctx))
+        assert reason == _FAILED and "secret" not in reason and "0123" not in reason
 
 
 def test_an_off_manifold_theta_gets_an_error_and_costs_nothing(tmp_path):
-    client, app = setup(max_epsilon=3.0, ledger_path=tmp_path / "ledger.json")
+    ledger = tmp_path / "ledger.json"
+    client, app = setup(ledger, max_epsilon=3.0)
     theta = theta_of(client.recipe.module)
     theta["weight"] = 0.99 * theta["weight"]
-    with pytest.raises(InvalidIterateError, match="not a point of Grassmann"):
-        app(train_message(theta)[0], context())
-    assert client.ledger().fits == []
+    assert refusal(app(train_message(theta)[0], context())) == REFUSED_THETA
+    assert charged_rounds(ledger) == 0
+
+
+def test_the_simulation_clients_errors_are_detailed():
+    client, app = setup()  # no guard: the in-process simulation, whose server is the caller
+    theta = theta_of(client.recipe.module)
+    theta["weight"] = 0.99 * theta["weight"]
+    assert refusal(app(train_message(theta)[0], context())).startswith("InvalidIterateError: The server's")
+
+
+def test_site_budget_refuses_over_budget_rounds(tmp_path):
+    ledger = tmp_path / "ledger.json"
+    client, app = setup(ledger, max_epsilon=3.0)
+    theta = theta_of(client.recipe.module)
+    assert refusal(app(train_message(theta, noise_std=0.1)[0], context())) == REFUSED_BY_LEDGER  # about 14 alone
+    ctx = context()
+    rounds = 0
+    for rounds in range(1, 100):
+        # mu0 = 0.4, q = 0.2; a new request each round (a repeated one would get its cached reply)
+        if app(train_message(theta, noise_std=0.5, local_steps=5, lr=0.1 + rounds)[0], ctx).has_error():
+            break
+    assert 1 < rounds < 99  # some rounds ran, then the ledger stopped the site
+    assert charged_rounds(ledger) == rounds - 1  # refused rounds are not recorded
+    assert client.guard.ledger().spent() <= 3.0
+
+
+def test_a_site_guard_checks_its_own_settings(tmp_path):
+    with pytest.raises(ValueError, match="max-epsilon must be > 0"):
+        SiteGuard(str(tmp_path / "l.json"), max_epsilon=0.0)
+    with pytest.raises(ValueError, match="set max-epsilon=inf with non-private=true"):
+        SiteGuard(str(tmp_path / "l.json"), allow_non_private=True)
+
+
+def test_a_test_bench_site_may_accept_noiseless_rounds_as_infinite_loss(tmp_path):
+    ledger = tmp_path / "ledger.json"
+    client = ClientSetup("bench", (records(),), ClientRecipe(PCAProjector(6, 2, "grassmann"), identity_loss),
+                         guard=SiteGuard(str(ledger), max_epsilon=math.inf, allow_non_private=True))
+    reply = make_client_app(lambda context: client)(train_message(theta_of(client.recipe.module), noise_std=0.0)[0],
+                                                    context())
+    assert not reply.has_error() and math.isinf(PrivacyBudget(math.inf, path=ledger).spent())
 
 
 def _replay(app_for_run, theta, lr=1e-4):
@@ -137,7 +235,7 @@ def test_budget_and_fresh_noise_hold_across_runs_and_restarts(tmp_path):
     ledger = tmp_path / "site-a.ledger.json"
     theta = theta_of(setup()[0].recipe.module)
     # two runs, the site restarted in between (a new process: only the ledger file remains)
-    assert _replay(lambda: setup(max_epsilon=50.0, ledger_path=ledger, seed=None), theta) > 1.0
+    assert _replay(lambda: setup(ledger, max_epsilon=50.0, seed=None), theta) > 1.0
     fits = PrivacyBudget(50.0, path=ledger).fits
     assert [f["label"].split()[:2] for f in fits] == [["run", "1"], ["run", "2"]]
     # the ledger composes both runs, and a third run that would pass max-epsilon is refused
@@ -147,10 +245,10 @@ def test_budget_and_fresh_noise_hold_across_runs_and_restarts(tmp_path):
         more.extend(PrivacyAccountant.from_state_dict({"history": f["steps"]}))
     more.step(mu0=2 / (50 * 0.2), sample_rate=1.0, num_steps=1)
     limit = (spent + more.get_epsilon(1e-5, discretization=10 * DISCRETIZATION)) / 2
-    client, app = setup(max_epsilon=limit, ledger_path=ledger, seed=None)
+    client, app = setup(ledger, max_epsilon=limit, seed=None)
     TaskIdentity.run_id = 3
-    with pytest.raises(PrivacyBudgetExceeded):
-        app(train_message(theta, noise_std=0.2, batch_size=50, local_steps=1)[0], context(3))
+    assert refusal(app(train_message(theta, noise_std=0.2, batch_size=50, local_steps=1)[0], context(3))) \
+        == REFUSED_BY_LEDGER
 
 
 def test_the_replay_check_recovers_the_gradient_when_the_noise_repeats(tmp_path):
@@ -159,11 +257,38 @@ def test_the_replay_check_recovers_the_gradient_when_the_noise_repeats(tmp_path)
     assert _replay(lambda: setup(seed=7), theta) < 1e-2
 
 
+def test_a_deployed_site_refuses_a_seed(tmp_path):
+    """Finding 7: a seeded site that restarted would repeat its noise; deployed sites take no seed."""
+    data = tmp_path / "site.npy"
+    np.save(data, records().numpy())
+    ctx = context(node_config={"data-path": str(data), "seed": 7}, run_config={"solver": "riemannian"})
+    theta = theta_of(PCAProjector(6, 2, "grassmann"))
+    assert refusal(client_apps["pca"](train_message(theta)[0], ctx)) == _FAILED
+
+
+def test_a_restarted_default_site_draws_fresh_noise_within_a_run(tmp_path):
+    """The restart attack of finding 7 against a default site: two processes, one run, a changed clip."""
+    data = tmp_path / "site.npy"
+    np.save(data, records().numpy())
+    module = PCAProjector(6, 2, "grassmann")
+    theta, lr = theta_of(module), 1e-4
+    subs = []
+    for clip, noise in ((1.0, 0.2), (2.0, 0.4)):  # the second process gets the round with clip and σ doubled
+        apps._SITES.clear()  # a new process: nothing cached
+        ctx = context(node_config={"data-path": str(data), "max-epsilon": 100.0}, run_config={"solver": "riemannian"})
+        msg, _ = train_message(theta, noise_std=noise, clip=clip, batch_size=50, local_steps=1, lr=lr)
+        subs.append(decode_arrays(client_apps["pca"](msg, ctx).content["submission"])["weight"])
+    # with a repeated noise draw, −(2·Sub₁ − Sub₂)/η would be the clean gradient (no record reaches the clip)
+    clean = private_gradient(module, identity_loss, (records(),), clip=1.0, noise_std=0.0, denominator=50)["weight"]
+    recovered = -(2 * subs[0] - subs[1]) / lr
+    assert float((recovered - clean).norm() / clean.norm()) > 1.0
+
+
 @pytest.mark.parametrize("sampling, floor", [("fixed", 75.0), ("poisson", 22.0)])
 def test_rounds_above_the_mu0_ceiling_are_meaningless_privacy(sampling, floor):
     """What the ceiling's comment states: one step at mu0 = 10, q = 0.01 already costs a large epsilon."""
     ledger = PrivacyAccountant()
-    ledger.step(mu0=_MU0_CEILING, sample_rate=0.01, num_steps=1, sampling=sampling)
+    ledger.step(mu0=MU0_CEILING, sample_rate=0.01, num_steps=1, sampling=sampling)
     assert ledger.get_epsilon(1e-5, discretization=10 * DISCRETIZATION) > floor
 
 
@@ -171,15 +296,15 @@ def test_a_repeated_request_gets_the_same_reply_and_costs_nothing(tmp_path):
     """A resumed server re-sends the round it crashed in: same answer, no second charge, no fresh noise."""
     ledger = tmp_path / "ledger.json"
     theta = theta_of(setup()[0].recipe.module)
-    first = decode_arrays(setup(max_epsilon=5.0, ledger_path=ledger, seed=None)[1](
+    first = decode_arrays(setup(ledger, max_epsilon=5.0, seed=None)[1](
         train_message(theta, noise_std=0.5)[0], context(1)).content["submission"])
     TaskIdentity.run_id = 2
-    client, app = setup(max_epsilon=5.0, ledger_path=ledger, seed=None)  # a new run, a restarted site
+    client, app = setup(ledger, max_epsilon=5.0, seed=None)  # a new run, a restarted site
     again = decode_arrays(app(train_message(theta, noise_std=0.5)[0], context(2)).content["submission"])
     assert all(torch.equal(first[n], again[n]) for n in first)
-    assert len(client.ledger().fits) == 1
+    assert charged_rounds(ledger) == 1
     other = dict(theta)
     other["weight"] = theta["weight"].clone()
     other["weight"][0, 0] += 1e-12  # one bit off: a new request, a new release, charged
     fresh = decode_arrays(app(train_message(other, noise_std=0.5)[0], context(2)).content["submission"])
-    assert not torch.equal(fresh["weight"], first["weight"]) and len(client.ledger().fits) == 2
+    assert not torch.equal(fresh["weight"], first["weight"]) and charged_rounds(ledger) == 2

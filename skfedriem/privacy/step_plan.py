@@ -1,0 +1,164 @@
+"""The private steps a client takes in one round, as the objects that run them will run them.
+
+A client turns the round's instructions (public, and possibly malicious) and
+its own size into one :class:`StepPlan` before it touches a record. Its
+sampler, the mechanism's denominator and noise, and every charge to a ledger
+are all read off that plan, so what is charged is what runs: a batch size of
+1.999 is refused rather than charged as 1.999 and run as 1, and a round
+without noise or without clipping is charged as infinite loss rather than
+left out of the ledger.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from numbers import Integral, Real
+
+from ..exceptions import InvalidInstructionsError
+from .accountant import PrivacyAccountant
+from .sampling import BatchSampler, make_sampler
+
+__all__ = ["SAMPLINGS", "StepPlan", "round_release"]
+
+#: The batch samplings a client knows how to run and account.
+SAMPLINGS = ("fixed", "poisson")
+
+
+def _integer(name: str, value, low: int, high: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise InvalidInstructionsError(f"The round's '{name}' must be an integer. Got {value!r} instead.")
+    if value < low or (high is not None and value > high):
+        allowed = f">= {low}" if high is None else f"in [{low}, {high}]"
+        raise InvalidInstructionsError(f"The round's '{name}' must be {allowed}. Got {value!r} instead.")
+    return int(value)
+
+
+def _real(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, Real) or math.isnan(value):
+        raise InvalidInstructionsError(f"The round's '{name}' must be a real number. Got {value!r} instead.")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """One client's private local steps of one round, validated: what its sampler and mechanism run.
+
+    Constructing one validates it; an invalid field raises
+    :class:`~skfedriem.exceptions.InvalidInstructionsError` naming it.
+
+    Parameters
+    ----------
+    n_records : int
+        m_i, the client's own number of records (never taken from a message).
+    batch_size : int
+        B, in [1, m_i]: the exact size of every batch (``"fixed"``) or the
+        expected one (``"poisson"``), and the denominator of every step's mean.
+    local_steps : int
+        τ_i >= 1.
+    clip : float
+        C > 0; ``inf`` (no clipping) only in a round without noise.
+    noise_std : float
+        σ >= 0, finite; 0 is a round without noise.
+    sampling : {"fixed", "poisson"}
+    diameter : float, default=2.0
+        The largest distance between two records' clipped gradients, in units
+        of C (the model's :func:`~skfedriem.privacy.clipped_gradient_diameter`):
+        replacing one record moves a step's mean by at most ``diameter · C / B``.
+
+    Examples
+    --------
+    >>> plan = StepPlan(n_records=100, batch_size=10, local_steps=5, clip=1.0, noise_std=0.5, sampling="fixed")
+    >>> plan.mu0, plan.sample_rate, plan.private
+    (0.4, 0.1, True)
+    >>> plan.release().steps
+    5
+    """
+
+    n_records: int
+    batch_size: int
+    local_steps: int
+    clip: float
+    noise_std: float
+    sampling: str
+    diameter: float = 2.0
+
+    def __post_init__(self) -> None:
+        n = _integer("n_records", self.n_records, 1)
+        fields = {"n_records": n, "batch_size": _integer("batch_size", self.batch_size, 1, n),
+                  "local_steps": _integer("local_steps", self.local_steps, 1),
+                  "clip": _real("clip", self.clip), "noise_std": _real("noise_std", self.noise_std),
+                  "diameter": _real("diameter", self.diameter)}
+        if not fields["clip"] > 0:
+            raise InvalidInstructionsError(f"The round's 'clip' must be > 0 (inf: no clipping). Got {self.clip!r}.")
+        if not 0 <= fields["noise_std"] < math.inf:
+            raise InvalidInstructionsError(f"The round's 'noise_std' must be finite and >= 0. Got {self.noise_std!r}.")
+        if fields["noise_std"] > 0 and math.isinf(fields["clip"]):
+            raise InvalidInstructionsError("The round adds noise but clips nothing (clip=inf): noise without a bound "
+                                           "on the sensitivity protects nothing. Send a finite clip.")
+        if not 0 < fields["diameter"] <= 2:
+            raise ValueError(f"A model's clipped-gradient diameter must be in (0, 2]. Got {self.diameter!r}.")
+        if self.sampling not in SAMPLINGS:
+            raise InvalidInstructionsError(f"The round's 'sampling' must be one of {list(SAMPLINGS)}. "
+                                           f"Got {self.sampling!r} instead.")
+        for name, value in fields.items():  # canonical types: plans compare and hash by value
+            object.__setattr__(self, name, value)
+
+    @property
+    def private(self) -> bool:
+        """Whether the steps add noise to clipped gradients (otherwise they are charged as infinite loss)."""
+        return self.noise_std > 0
+
+    @property
+    def denominator(self) -> float:
+        """What every step divides its clipped sum by: B."""
+        return float(self.batch_size)
+
+    @property
+    def sample_rate(self) -> float:
+        """q_i = B / m_i."""
+        return self.batch_size / self.n_records
+
+    @property
+    def mu0(self) -> float:
+        """Per-step Gaussian-DP parameter diameter · C / (B σ); inf for steps without noise."""
+        if not self.private:
+            return math.inf
+        return self.diameter * self.clip / (self.batch_size * self.noise_std)
+
+    def sampler(self) -> BatchSampler:
+        """The batch sampler these steps draw from."""
+        return make_sampler(self.sampling, self.n_records, self.batch_size)
+
+    def release(self) -> PrivacyAccountant:
+        """These steps as a ledger entry (μ0 = inf when they add no noise)."""
+        ledger = PrivacyAccountant()
+        ledger.step(mu0=self.mu0, sample_rate=self.sample_rate, num_steps=self.local_steps, sampling=self.sampling)
+        return ledger
+
+
+def round_release(plans: Iterable[StepPlan]) -> PrivacyAccountant:
+    """One round of several clients as ledger steps that dominate each client's own.
+
+    A record lives at one client, so a round is as private for it as that
+    client's steps; every client's steps are dominated by τ steps at the
+    largest μ0 and the largest rate of the round (the subsampled Gaussian's
+    tradeoff curve is monotone in both), one entry per sampling mode.
+
+    Parameters
+    ----------
+    plans : iterable of StepPlan
+
+    Returns
+    -------
+    PrivacyAccountant
+    """
+    envelopes: dict[str, tuple[float, float, int]] = {}
+    for plan in plans:
+        mu0, rate, steps = envelopes.get(plan.sampling, (0.0, 0.0, 0))
+        envelopes[plan.sampling] = (max(mu0, plan.mu0), max(rate, plan.sample_rate), max(steps, plan.local_steps))
+    ledger = PrivacyAccountant()
+    for sampling, (mu0, rate, steps) in sorted(envelopes.items()):
+        ledger.step(mu0=mu0, sample_rate=rate, num_steps=steps, sampling=sampling)
+    return ledger
