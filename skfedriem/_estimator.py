@@ -22,6 +22,7 @@ model-specific constraints, and implements the hooks ``_check_records``,
 from __future__ import annotations
 
 import copy
+import logging
 import warnings
 from numbers import Integral, Real
 
@@ -40,6 +41,7 @@ from .privacy.per_sample import LossFn
 __all__ = ["FederatedEstimatorMixin"]
 
 _NO_TARGETS = object()  # _validate's "no y at all" (None is a y scikit-learn must refuse)
+_site_log = logging.getLogger("skfedriem.flower.site")
 
 
 class FederatedEstimatorMixin:
@@ -74,7 +76,7 @@ class FederatedEstimatorMixin:
                 setattr(self, name, value)
 
     # ----------------------------------------------------------- federation API
-    def prepare_records(self, X, y=None, *, classes=None) -> tuple[torch.Tensor, ...]:
+    def prepare_records(self, X, y=None, *, classes=None, site: bool = False) -> tuple[torch.Tensor, ...]:
         """The tensors a client trains on: its validated records (and encoded targets).
 
         Parameters
@@ -84,17 +86,35 @@ class FederatedEstimatorMixin:
         y : array-like, optional
             Their targets (classifiers).
         classes : array-like, optional
-            The federation's public classes (classifiers); targets outside them are an error.
+            The federation's public classes (classifiers).
+        site : bool, default=False
+            False (a fit on the caller's own data): a record that fails
+            validation, or a target outside ``classes``, is a ValueError naming
+            it. True (a deployed site, whose failures a server could observe and
+            provoke): records that fail validation are left out, whatever the
+            run (the site's own log names them; its record count, which is
+            public, is what remains), and a target outside the run's
+            ``classes`` is kept as a record that contributes nothing to any
+            gradient (torch's ignore index), so that no choice of ``classes``
+            by the server changes whether the site answers or how many records
+            it reports.
 
         Returns
         -------
         records : tuple of torch.Tensor
             ``(inputs,)`` or ``(inputs, targets)``, records along dim 0.
         """
-        inputs = torch.from_numpy(np.ascontiguousarray(self._check_records(np.asarray(X))))
+        X = np.asarray(X)
+        if site:
+            kept = np.array([self._is_valid_record(X[i : i + 1]) for i in range(len(X))], dtype=bool)
+            if not kept.all():
+                _site_log.warning("%d of %d records fail validation and are left out: %s", int((~kept).sum()),
+                                  len(X), np.flatnonzero(~kept).tolist())
+            X, y = X[kept], None if y is None else np.asarray(y)[kept]
+        inputs = torch.from_numpy(np.ascontiguousarray(self._check_records(X)))
         if y is None:
             return (inputs,)
-        return inputs, self._encode_targets(y, classes)
+        return inputs, self._encode_targets(y, classes, ignore_unknown=site)
 
     def make_model(self, input_shape: tuple[int, ...], classes=None, *,
                    generator: torch.Generator | None = None) -> tuple[nn.Module, LossFn]:
@@ -179,6 +199,14 @@ class FederatedEstimatorMixin:
         return self
 
     # ------------------------------------------------------------------ helpers
+    def _is_valid_record(self, X: np.ndarray) -> bool:
+        try:
+            self._check_records(X)
+        except ValueError as error:
+            _site_log.warning("a record fails validation: %s", error)
+            return False
+        return True
+
     def _warm(self) -> bool:
         """Whether this fit continues an earlier one (``warm_start`` and a trained model)."""
         return self.warm_start and getattr(self, "module_", None) is not None

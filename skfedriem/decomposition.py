@@ -291,11 +291,11 @@ class FederatedPCA(FederatedEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Tra
 
     # hooks of FederatedEstimatorMixin
     def _check_records(self, X: np.ndarray) -> np.ndarray:
-        X = check_array(X, dtype=np.float64, ensure_min_samples=2, input_name="X")
+        X = check_array(X, dtype=np.float64, input_name="X")
         self._check_n_features(X.shape[1])
         return X
 
-    def _encode_targets(self, y, classes):
+    def _encode_targets(self, y, classes, *, ignore_unknown=False):
         raise ValueError("FederatedPCA takes no targets.")
 
     def _model(self, input_shape, classes, generator):

@@ -34,9 +34,13 @@ _NUMPY_DTYPES = {"float32": np.float32, "float64": np.float64}
 _PREDICT_CHUNK = 1024
 
 
+#: The target of a record a deployed site keeps but trains on nothing (a label outside the run's classes).
+IGNORED_TARGET = -100
+
+
 def per_record_cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy of each record (no reduction), the loss every client minimises."""
-    return F.cross_entropy(logits, target, reduction="none")
+    """Cross-entropy of each record (no reduction), the loss every client minimises; 0 for an ignored target."""
+    return F.cross_entropy(logits, target, reduction="none", ignore_index=IGNORED_TARGET)
 
 
 def _forward_in_chunks(module: torch.nn.Module, inputs: torch.Tensor) -> torch.Tensor:
@@ -153,13 +157,16 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
             )
         return self._check_inputs(cast, name=name)
 
-    def _encode_targets(self, y, classes) -> torch.Tensor:
+    def _encode_targets(self, y, classes, *, ignore_unknown: bool = False) -> torch.Tensor:
         classes = np.asarray(classes)
         y = np.asarray(y)
-        unknown = np.setdiff1d(y, classes)
-        if unknown.size:
-            raise ValueError(f"y holds labels outside the classes {classes.tolist()!r}: {unknown.tolist()!r}.")
-        return torch.as_tensor(LabelEncoder().fit(classes).transform(y), dtype=torch.long)
+        known = np.isin(y, classes)
+        if not known.all() and not ignore_unknown:
+            raise ValueError(f"y holds labels outside the classes {classes.tolist()!r}: "
+                             f"{np.unique(y[~known]).tolist()!r}.")
+        codes = np.full(len(y), IGNORED_TARGET, dtype=np.int64)
+        codes[known] = LabelEncoder().fit(classes).transform(y[known])
+        return torch.as_tensor(codes)
 
     def _model(self, input_shape, classes, generator):
         module = self._build_module(input_shape, len(classes), generator, DTYPES[self.dtype])

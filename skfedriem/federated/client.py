@@ -230,12 +230,13 @@ def step_plan(instructions: RoundInstructions, n_records: int, module: nn.Module
     lr = instructions.lr
     if isinstance(lr, bool) or not isinstance(lr, Real) or not 0 <= lr < math.inf:
         raise InvalidInstructionsError(f"The round's 'lr' must be a finite number >= 0. Got {lr!r} instead.")
-    if instructions.aggregation not in AGGREGATIONS:
+    if not isinstance(instructions.aggregation, str) or instructions.aggregation not in AGGREGATIONS:
         raise InvalidInstructionsError(f"The round's 'aggregation' must be one of {sorted(AGGREGATIONS)}. "
                                        f"Got {instructions.aggregation!r} instead.")
+    coarsest = max((torch.finfo(p.dtype).tiny for p in trainable_parameters(module).values()), default=0.0)
     return StepPlan(n_records=n_records, batch_size=instructions.batch_size, local_steps=instructions.local_steps,
                     clip=instructions.clip, noise_std=instructions.noise_std, sampling=instructions.sampling,
-                    diameter=clipped_gradient_diameter(module))
+                    diameter=clipped_gradient_diameter(module), floor=math.sqrt(coarsest))
 
 
 def run_client_round(

@@ -7,6 +7,7 @@ import warnings
 from dataclasses import dataclass
 
 from ..privacy.accountings import RunAccounting, get_accounting
+from ..privacy.step_plan import sensitivity_factor
 
 __all__ = ["PrivacyPlan", "check_client_sizes", "plan_run"]
 
@@ -31,7 +32,7 @@ class PrivacyPlan:
     mu0 : float or None
         Per-step GDP parameter Δ C / (Bσ); None for a non-private run.
     noise_std : float
-        σ = Δ C / (B μ0) (0 for a non-private run), Δ the model's ``diameter``.
+        σ = Δ C / (B μ0) (0 for a non-private run), Δ the ``sensitivity``.
     clip : float
         C (inf for a non-private run).
     accounting : str, default="rfedproj"
@@ -42,8 +43,11 @@ class PrivacyPlan:
         Full-batch runs: client i's batch is its whole m_i records (q = 1 for
         every client) and its noise σ_i = Δ C / (m_i μ0), the same μ0 for all.
         None: every client draws batches of ``batch_size``.
-    diameter : float, default=2.0
-        Δ, the model's :func:`~skfedriem.privacy.clipped_gradient_diameter`.
+    sensitivity : float, default=2.0
+        Δ, what a step's mean moves by in units of C / B as the accountant
+        models it: the model's :func:`~skfedriem.privacy.clipped_gradient_diameter`
+        with fixed-size batches, 2 under Poisson sampling
+        (:func:`~skfedriem.privacy.step_plan.sensitivity_factor`).
     """
 
     batch_size: int
@@ -57,7 +61,7 @@ class PrivacyPlan:
     accounting: str = "rfedproj"
     sampling: str = "fixed"
     batch_sizes: tuple[int, ...] | None = None
-    diameter: float = 2.0
+    sensitivity: float = 2.0
 
     def client_batch_size(self, client: int) -> int:
         """B_i: ``batch_size``, or client i's whole size in a full-batch run."""
@@ -67,7 +71,7 @@ class PrivacyPlan:
         """σ_i = Δ C / (B_i μ0): ``noise_std`` unless the run is full-batch (0 for a non-private run)."""
         if self.batch_sizes is None or self.mu0 is None:
             return self.noise_std
-        return self.diameter * self.clip / (self.batch_sizes[client] * self.mu0)
+        return self.sensitivity * self.clip / (self.batch_sizes[client] * self.mu0)
 
     @property
     def n_rounds(self) -> int:
@@ -177,8 +181,9 @@ def plan_run(
     if full_batch and local_epochs is not None:
         taus = tuple(max(1, math.ceil(local_epochs)) for _ in client_sizes)
         tau, total = max(taus), n_rounds * max(taus)
+    factor = sensitivity_factor(diameter, sampling)
     shape = dict(batch_size=batch_size, local_steps=taus, sample_rate=q, steps_per_round=tau, total_steps=total,
-                 accounting=method.name, sampling=sampling, batch_sizes=batch_sizes, diameter=diameter)
+                 accounting=method.name, sampling=sampling, batch_sizes=batch_sizes, sensitivity=factor)
     if eps is None or math.isinf(eps):
         return PrivacyPlan(**shape, mu0=None, noise_std=0.0, clip=math.inf)
     if delta >= 1 / m_star:
@@ -189,4 +194,4 @@ def plan_run(
             stacklevel=4,
         )
     mu0 = method.calibrate(eps, delta, sample_rate=q, steps_per_round=tau, n_rounds=n_rounds, sampling=sampling)
-    return PrivacyPlan(**shape, mu0=mu0, noise_std=diameter * clip / (batch_size * mu0), clip=clip)
+    return PrivacyPlan(**shape, mu0=mu0, noise_std=factor * clip / (batch_size * mu0), clip=clip)

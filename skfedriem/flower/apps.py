@@ -99,7 +99,7 @@ def site_setup(kind: str, context: Context) -> ClientSetup:
         est = estimator_from_run_config(kind, config)
         classes = _classes(kind, config)
         X, y = load_site_records(path, targets=kind != "pca")
-        records = est.prepare_records(X, y, classes=classes)
+        records = est.prepare_records(X, y, classes=classes, site=True)
         module, loss_fn = est.make_model(X.shape[1:], classes)
         _SITES[key] = records, ClientRecipe(module, loss_fn, est.optimizer)
     records, recipe = _SITES[key]

@@ -155,7 +155,9 @@ def load_site_records(path: str | Path, *, targets: bool) -> tuple[np.ndarray, n
     else:
         kinds = ".npz (X, y)" if targets else ".npy, .csv or .npz"
         raise ValueError(f"The 'data-path' node setting must name a {kinds} file. Got {str(path)!r}.")
-    X = check_array(X, dtype=np.float64, allow_nd=True, ensure_min_samples=2, input_name=f"data-path {path}")
+    # non-finite records are the estimator's to leave out (prepare_records(site=True)), not a reason to fail
+    X = check_array(X, dtype=np.float64, allow_nd=True, ensure_min_samples=2, ensure_all_finite=False,
+                    input_name=f"data-path {path}")
     if y is not None and y.shape != (len(X),):
         raise ValueError(f"{path}: y must have one label per record, shape ({len(X)},). Got {y.shape}.")
     return X, y

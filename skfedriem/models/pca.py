@@ -7,6 +7,7 @@ from torch import nn
 
 from ..manifolds import Grassmann, ManifoldParameter, Stiefel
 from ..privacy import PerRecordGradients
+from ..privacy.mechanism import record_norms
 
 __all__ = ["PCAProjector"]
 
@@ -100,7 +101,7 @@ class _PCAGradients(PerRecordGradients):
             self.right = c
 
     def norms(self) -> torch.Tensor:
-        product = self.left.norm(dim=1) * self.right.norm(dim=1)
+        product = record_norms(self.left) * record_norms(self.right)
         if self.kind == "grassmann":  # √2 ‖a‖ ‖b‖ √(1 + cos²(a, b)), without squaring large norms
             cosine = (self.left * self.right).sum(1) / product
             return 2**0.5 * product * (1 + torch.where(product > 0, cosine, 0.0) ** 2).sqrt()

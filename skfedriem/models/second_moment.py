@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from ..privacy import PerRecordGradients
+from ..privacy.mechanism import record_norms
 
 __all__ = ["SecondMoment"]
 
@@ -88,7 +89,7 @@ class _OuterProducts(PerRecordGradients):
         self.X = X
 
     def norms(self) -> torch.Tensor:
-        return self.X.pow(2).sum(1)  # ‖x xᵀ‖_F = ‖x‖²
+        return record_norms(self.X) ** 2  # ‖x xᵀ‖_F = ‖x‖²
 
     def weighted_sum(self, weights: torch.Tensor) -> dict[str, torch.Tensor]:
         X = self.X

@@ -38,6 +38,7 @@ __all__ = [
     "PerRecordGradients",
     "clip_factors",
     "clipped_gradient_diameter",
+    "record_norms",
     "noisy_mean",
     "private_gradient",
     "project_per_sample",
@@ -62,6 +63,27 @@ def project_per_sample(
         The tangent gradients, same shapes.
     """
     return {name: manifold_of(params[name]).proju(params[name].detach(), g) for name, g in grads.items()}
+
+
+def record_norms(rows: torch.Tensor) -> torch.Tensor:
+    """The Euclidean norm of every row, without underflow: each row is divided by its largest entry first.
+
+    ``torch.linalg.vector_norm`` squares the entries as they are: a gradient
+    whose entries are all below √(smallest normal) (1e-19 in float32) comes
+    out with norm 0 and would escape clipping. Scaling first gives its true
+    norm (a row with an inf or NaN entry still gets a non-finite norm).
+
+    Parameters
+    ----------
+    rows : torch.Tensor of shape (B, D)
+
+    Returns
+    -------
+    torch.Tensor of shape (B,)
+    """
+    scale = rows.abs().amax(dim=1)
+    safe = torch.where(scale > 0, scale, torch.ones_like(scale))
+    return torch.linalg.vector_norm(rows / safe.unsqueeze(1), dim=1) * scale
 
 
 class PerRecordGradients(ABC):
@@ -95,7 +117,7 @@ class DenseGradients(PerRecordGradients):
         self.grads = grads
 
     def norms(self) -> torch.Tensor:
-        return torch.linalg.vector_norm(torch.cat([g.flatten(start_dim=1) for g in self.grads.values()], 1), dim=1)
+        return record_norms(torch.cat([g.flatten(start_dim=1) for g in self.grads.values()], 1))
 
     def weighted_sum(self, weights: torch.Tensor) -> dict[str, torch.Tensor]:
         grads = self.grads

@@ -20,10 +20,37 @@ from ..exceptions import InvalidInstructionsError
 from .accountant import PrivacyAccountant
 from .sampling import BatchSampler, make_sampler
 
-__all__ = ["SAMPLINGS", "StepPlan", "round_release"]
+__all__ = ["SAMPLINGS", "StepPlan", "round_release", "sensitivity_factor"]
 
 #: The batch samplings a client knows how to run and account.
 SAMPLINGS = ("fixed", "poisson")
+
+
+def sensitivity_factor(diameter: float, sampling: str) -> float:
+    """What a step's mean can move by when one record is replaced, in units of C / B, as its accountant models it.
+
+    With fixed-size batches the replaced record is in the batch or not, and
+    when it is, the mean moves by the difference of the two records' clipped
+    gradients: at most ``diameter`` · C / B (Dong, Roth & Su's replace-one
+    subsampling theorem needs only that distance). With Poisson sampling the
+    accountant compares a batch holding one record with a batch holding the
+    other *or neither*, and the distance from "neither" to a record is that
+    record's clipped norm, up to C: it models the pair ±C (factor 2) whatever
+    the diameter, which orthogonal pairs of a smaller diameter would otherwise
+    exceed.
+
+    Parameters
+    ----------
+    diameter : float
+        The model's :func:`~skfedriem.privacy.clipped_gradient_diameter`.
+    sampling : {"fixed", "poisson"}
+
+    Returns
+    -------
+    float
+        ``diameter`` for fixed-size batches, 2 for Poisson sampling.
+    """
+    return diameter if sampling == "fixed" else 2.0
 
 
 def _integer(name: str, value, low: int, high: int | None = None) -> int:
@@ -36,9 +63,13 @@ def _integer(name: str, value, low: int, high: int | None = None) -> int:
 
 
 def _real(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, Real) or math.isnan(value):
+    try:
+        number = float(value) if isinstance(value, Real) and not isinstance(value, bool) else math.nan
+    except OverflowError:  # an int beyond any float
+        number = math.nan
+    if math.isnan(number):
         raise InvalidInstructionsError(f"The round's '{name}' must be a real number. Got {value!r} instead.")
-    return float(value)
+    return number
 
 
 @dataclass(frozen=True)
@@ -65,7 +96,13 @@ class StepPlan:
     diameter : float, default=2.0
         The largest distance between two records' clipped gradients, in units
         of C (the model's :func:`~skfedriem.privacy.clipped_gradient_diameter`):
-        replacing one record moves a step's mean by at most ``diameter · C / B``.
+        with fixed-size batches, replacing one record moves a step's mean by at
+        most ``diameter · C / B`` (:func:`sensitivity_factor`).
+    floor : float, default=0.0
+        The smallest clip and non-zero noise std the model's dtype computes
+        with safely (:func:`~skfedriem.federated.client.step_plan` sets √(its
+        smallest normal number)): below it, squares and products of gradients
+        and noise underflow, and clipping or noise would silently vanish.
 
     Examples
     --------
@@ -83,6 +120,7 @@ class StepPlan:
     noise_std: float
     sampling: str
     diameter: float = 2.0
+    floor: float = 0.0
 
     def __post_init__(self) -> None:
         n = _integer("n_records", self.n_records, 1)
@@ -90,18 +128,22 @@ class StepPlan:
                   "local_steps": _integer("local_steps", self.local_steps, 1),
                   "clip": _real("clip", self.clip), "noise_std": _real("noise_std", self.noise_std),
                   "diameter": _real("diameter", self.diameter)}
-        if not fields["clip"] > 0:
-            raise InvalidInstructionsError(f"The round's 'clip' must be > 0 (inf: no clipping). Got {self.clip!r}.")
-        if not 0 <= fields["noise_std"] < math.inf:
-            raise InvalidInstructionsError(f"The round's 'noise_std' must be finite and >= 0. Got {self.noise_std!r}.")
+        floor = max(float(self.floor), 0.0)
+        if not (fields["clip"] > 0 and fields["clip"] >= floor):
+            raise InvalidInstructionsError(f"The round's 'clip' must be > 0 and >= {floor:.3g} (inf: no clipping). "
+                                           f"Got {self.clip!r}.")
+        if not (0 <= fields["noise_std"] < math.inf and (fields["noise_std"] == 0 or fields["noise_std"] >= floor)):
+            raise InvalidInstructionsError(f"The round's 'noise_std' must be 0, or finite and >= {floor:.3g}. "
+                                           f"Got {self.noise_std!r}.")
         if fields["noise_std"] > 0 and math.isinf(fields["clip"]):
             raise InvalidInstructionsError("The round adds noise but clips nothing (clip=inf): noise without a bound "
                                            "on the sensitivity protects nothing. Send a finite clip.")
         if not 0 < fields["diameter"] <= 2:
             raise ValueError(f"A model's clipped-gradient diameter must be in (0, 2]. Got {self.diameter!r}.")
-        if self.sampling not in SAMPLINGS:
+        if not isinstance(self.sampling, str) or self.sampling not in SAMPLINGS:
             raise InvalidInstructionsError(f"The round's 'sampling' must be one of {list(SAMPLINGS)}. "
                                            f"Got {self.sampling!r} instead.")
+        fields["sampling"] = str(self.sampling)
         for name, value in fields.items():  # canonical types: plans compare and hash by value
             object.__setattr__(self, name, value)
 
@@ -122,10 +164,10 @@ class StepPlan:
 
     @property
     def mu0(self) -> float:
-        """Per-step Gaussian-DP parameter diameter · C / (B σ); inf for steps without noise."""
+        """Per-step Gaussian-DP parameter factor · C / (B σ) (:func:`sensitivity_factor`); inf without noise."""
         if not self.private:
             return math.inf
-        return self.diameter * self.clip / (self.batch_size * self.noise_std)
+        return sensitivity_factor(self.diameter, self.sampling) * self.clip / (self.batch_size * self.noise_std)
 
     def sampler(self) -> BatchSampler:
         """The batch sampler these steps draw from."""

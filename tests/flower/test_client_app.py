@@ -151,18 +151,28 @@ def test_the_default_site_configuration_has_a_ledger_and_a_budget(tmp_path):
     assert PrivacyBudget(math.inf, path=ledger).fits[0]["steps"][0]["mu0"] == pytest.approx(2 / (10 * 0.5))
 
 
-def test_a_site_error_reply_names_no_record(tmp_path):
-    """Finding 6: an unknown label's text, or a record's eigenvalue, stays in the site's log."""
+def test_a_sites_records_cannot_be_probed_through_its_failures(tmp_path):
+    """Review finding: a site that failed on a label outside the run's classes told a probing server it held one."""
     data = tmp_path / "site.npz"
-    X = np.stack([np.eye(3)] * 10)
-    X[3] = np.diag([1.0, 1.0, -0.0123])  # not SPD
+    X = np.stack([np.eye(3) * (1 + 0.1 * i) for i in range(10)])
+    X[3] = np.diag([1.0, 1.0, -0.0123])  # not SPD: left out, whatever the run
     np.savez(data, X=X, y=np.array(["secret-label"] + ["a", "b"] * 4 + ["a"]))
     app = client_apps["spdnet"]
-    ctx = context(node_config={"data-path": str(data)}, run_config={"classes": "a,b", "dims": "2"})
-    for message in (Message(RecordDict(), dst_node_id=1, message_type="query"),
-                    train_message({"bimap.0.weight": torch.zeros(3, 2)})[0]):
-        reason = refusal(app(message, ctx))
-        assert reason == _FAILED and "secret" not in reason and "0123" not in reason
+    sizes = []
+    for classes in ("a,b", "a,b,secret-label"):  # a server probing for a rare label
+        apps._SITES.clear()
+        ctx = context(node_config={"data-path": str(data)}, run_config={"classes": classes, "dims": "2"})
+        described = app(Message(RecordDict(), dst_node_id=1, message_type="query"), ctx)
+        sizes.append(described.content["client"]["n_records"])
+        theta = theta_of(apps.site_setup("spdnet", ctx).recipe.module)
+        assert not app(train_message(theta, batch_size=5)[0], ctx).has_error()  # the site answers either way
+    assert sizes == [9, 9]  # the record count depends on the file only
+
+
+def test_a_site_error_reply_names_nothing_of_the_site(tmp_path):
+    ctx = context(node_config={"data-path": str(tmp_path / "secret-name.npz")}, run_config={"classes": "a,b"})
+    for message in (Message(RecordDict(), dst_node_id=1, message_type="query"), train_message({})[0]):
+        assert refusal(client_apps["spdnet"](message, ctx)) == _FAILED  # the details are in the site's log
 
 
 def test_an_off_manifold_theta_gets_an_error_and_costs_nothing(tmp_path):

@@ -99,9 +99,11 @@ def test_run_config_is_validated():
 
 def test_site_data_is_checked(tmp_path):
     bad = tmp_path / "x.npy"
-    np.save(bad, np.array([[1.0, np.nan], [0.0, 1.0]]))
+    np.save(bad, np.array([[1.0, np.nan], [0.0, 1.0], [1.0, 1.0]]))
+    X, _ = load_site_records(bad, targets=False)  # a non-finite record is the estimator's to leave out
+    assert len(FederatedPCA(n_components=1).prepare_records(X, site=True)[0]) == 2
     with pytest.raises(ValueError, match="NaN"):
-        load_site_records(bad, targets=False)
+        FederatedPCA(n_components=1).prepare_records(X)  # a fit on one's own data says which record
     with pytest.raises(ValueError, match="data-path.*.npz"):
         load_site_records(tmp_path / "x.npy", targets=True)
     np.savez(tmp_path / "nolabels.npz", X=np.ones((3, 2)))

@@ -235,3 +235,29 @@ def test_closed_form_pca_norms_are_exact_off_the_manifold(kind, manifold):
     torch.testing.assert_close(closed.norms(), dense.flatten(1).norm(dim=1))
     weights = torch.rand(10, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
     torch.testing.assert_close(closed.weighted_sum(weights)["weight"], torch.tensordot(weights, dense, dims=1))
+
+
+@pytest.mark.parametrize("dtype, scale", [(torch.float32, 1e-24), (torch.float64, 1e-169)])
+def test_gradients_whose_squares_underflow_are_still_clipped(dtype, scale):
+    """Review finding: ‖g‖ computed as 0 for entries below √(smallest normal) let a server switch clipping off."""
+    from skfedriem.privacy.mechanism import DenseGradients, clip_factors, record_norms
+
+    rows = torch.full((2, 3), scale / math.sqrt(3), dtype=dtype)
+    assert torch.linalg.vector_norm(rows, dim=1).max() == 0  # what torch computes
+    assert torch.allclose(record_norms(rows), torch.full((2,), scale, dtype=dtype), rtol=1e-5)
+    grads = DenseGradients({"w": rows})
+    clipped = grads.weighted_sum(clip_factors(grads.norms(), 1e-4 * scale))["w"]
+    assert float(record_norms(clipped.reshape(1, -1))[0]) <= 2 * 1e-4 * scale * (1 + 1e-5)
+
+
+def test_a_clip_or_noise_below_the_models_dtype_is_refused():
+    from skfedriem.exceptions import InvalidInstructionsError
+    from skfedriem.federated.client import RoundInstructions, step_plan
+
+    module = torch.nn.Linear(4, 2)  # float32: √(smallest normal) = 1.1e-19
+    base = dict(lr=0.1, local_steps=1, batch_size=1, sampling="fixed", aggregation="rlavg")
+    with pytest.raises(InvalidInstructionsError, match="'clip'"):
+        step_plan(RoundInstructions(**base, clip=1e-30, noise_std=2e-30), 20, module)
+    with pytest.raises(InvalidInstructionsError, match="'noise_std'"):
+        step_plan(RoundInstructions(**base, clip=1.0, noise_std=5e-324), 20, module)
+    assert step_plan(RoundInstructions(**base, clip=1e-30, noise_std=2e-30), 20, module.double()).private
