@@ -42,7 +42,7 @@ def add_remove_mu0(eps: float) -> float:
 def running_epsilon_seconds(rounds: int, vectorised: bool) -> tuple[float, list[float]]:
     """Seconds of a run's per-round ε, and the values (the shared value cache cleared first)."""
     from skfedriem.privacy import PrivacyAccountant, RunningEpsilon
-    from skfedriem.privacy import accountant as module
+    from skfedriem.privacy import ledger as module
 
     module._RUNNING_VALUES.clear()
     ledger = PrivacyAccountant()

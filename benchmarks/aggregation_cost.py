@@ -29,7 +29,8 @@ def main() -> None:
         g = torch.Generator().manual_seed(0)
         theta = St.random_point(generator=g)
         local = St.retr(theta.expand(k, n, p), 0.05 * St.random_tangent(theta.expand(k, n, p), generator=g))
-        for name, rule in AGGREGATIONS.items():
+        for name in AGGREGATIONS.names():
+            rule = AGGREGATIONS.get(name)
             repeats = 50 if name != "kfavg" else 10
             for _ in range(3):
                 rule(St, theta, local)

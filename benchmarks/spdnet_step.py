@@ -31,16 +31,9 @@ from _shared import timed
 from skfedriem import FederatedSPDNetClassifier
 from skfedriem.datasets import make_spd_classification
 from skfedriem.models import SPDNet
-from skfedriem.privacy import (
-    DenseGradients,
-    PrivateManifoldOptimizer,
-    SeededRandomness,
-    clip_factors,
-    noisy_mean,
-    per_sample_gradients,
-    project_per_sample,
-    trainable_parameters,
-)
+from skfedriem.privacy import DenseGradients, PrivateManifoldOptimizer, SeededRandomness, per_sample_gradients
+from skfedriem.privacy.mechanism import clip_factors, noisy_mean, project_per_sample
+from skfedriem.privacy.per_sample import trainable_parameters
 
 N_CH, D, K, B = 22, 16, 4, 64
 

@@ -1,29 +1,78 @@
-"""The one place where skfedriem touches private scikit-learn API.
+"""The one place where skfedriem touches private API of its dependencies (scikit-learn, dp-accounting).
 
 scikit-learn's parameter-validation machinery (``Interval``, ``StrOptions``,
-``validate_params``) gives the error text our users already know from sklearn
-("The 'eps' parameter of calibrate_mu0 must be a float in the range (0, inf).
-Got -1 instead."). It lives in a private module, so every import of it goes
-through here: when sklearn moves it, only this file changes.
+``validate_params``, ``_fit_context``) gives the error text our users already
+know from sklearn ("The 'eps' parameter of calibrate_mu0 must be a float in the
+range (0, inf). Got -1 instead."). dp-accounting's privacy-loss distributions
+keep their probability mass functions in private attributes, which the
+vectorised ε of ``history_`` reads (:func:`dense_pmfs`). Both live in private
+modules, so every use goes through here: when they move, only this file
+changes, and ``tests/test_compat.py`` checks the versions it was written for.
 """
 
-from sklearn.utils._param_validation import (  # noqa: F401
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from sklearn.base import _fit_context
+from sklearn.utils._param_validation import (
     Interval,
     InvalidParameterError,
     StrOptions,
+    validate_parameter_constraints,
     validate_params,
 )
 
-__all__ = ["Interval", "InvalidParameterError", "StrOptions", "validate_params"]
+__all__ = ["DP_ACCOUNTING_VERSIONS", "DensePMF", "Interval", "InvalidParameterError", "StrOptions", "_fit_context",
+           "dense_pmfs", "validate_estimator_params", "validate_parameter_constraints", "validate_params"]
 
-from sklearn.utils._param_validation import validate_parameter_constraints  # noqa: E402
+#: The dp-accounting releases whose PMF internals :func:`dense_pmfs` reads (pyproject.toml pins the same range).
+DP_ACCOUNTING_VERSIONS = (">=0.4", "<0.7")
 
 
 def validate_estimator_params(estimator) -> None:
-    """Check ``estimator.get_params()`` against its ``_parameter_constraints``."""
-    validate_parameter_constraints(
-        estimator._parameter_constraints, estimator.get_params(deep=False), caller_name=type(estimator).__name__
-    )
+    """Check ``estimator.get_params()`` against its ``_parameter_constraints`` (scikit-learn's ``_validate_params``)."""
+    estimator._validate_params()
 
 
-__all__ += ["validate_estimator_params"]
+@dataclass(frozen=True)
+class DensePMF:
+    """One direction of a privacy-loss distribution: mass at losses ``(lower_loss + i) · discretization``.
+
+    Parameters
+    ----------
+    probs : ndarray
+        Mass of each loss, increasing losses.
+    lower_loss : int
+        Index of the smallest loss.
+    discretization : float
+        Grid step of the losses.
+    infinity_mass : float
+        Mass at infinite loss.
+    """
+
+    probs: np.ndarray
+    lower_loss: int
+    discretization: float
+    infinity_mass: float
+
+
+def dense_pmfs(pld) -> list[DensePMF]:
+    """The dense PMFs of a dp-accounting ``PrivacyLossDistribution``: one if symmetric, else remove then add.
+
+    Parameters
+    ----------
+    pld : dp_accounting.pld.privacy_loss_distribution.PrivacyLossDistribution
+
+    Returns
+    -------
+    list of DensePMF
+    """
+    pmfs = [pld._pmf_remove] if pld._symmetric else [pld._pmf_remove, pld._pmf_add]
+    out = []
+    for pmf in pmfs:
+        dense = pmf.to_dense_pmf()
+        out.append(DensePMF(np.asarray(dense._probs), int(dense._lower_loss), float(dense._discretization),
+                            float(dense._infinity_mass)))
+    return out

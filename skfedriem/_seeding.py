@@ -11,11 +11,11 @@ nothing derives from and nothing stores.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
+from ._warnings import warn_user
 from .exceptions import SeededNoiseWarning
 
 __all__ = ["RunSeeds", "run_seeds"]
@@ -54,12 +54,11 @@ def run_seeds(random_state, *, private: bool, secure_mode: bool, owner: str) -> 
             f"seed: set random_state=None. Got random_state={random_state!r} for {owner}."
         )
     if private:
-        warnings.warn(
+        warn_user(
             f"{owner} is seeded (random_state={random_state!r}): the run is reproducible, and anyone who knows the "
             "seed can regenerate the clients' batches and noise and remove the noise. It is not private against "
             "them. Use random_state=None for a private run.",
             SeededNoiseWarning,
-            stacklevel=3,
         )
     if isinstance(random_state, np.random.RandomState):
         root = np.random.SeedSequence(random_state.randint(0, 2**32, size=4, dtype=np.uint64).tolist())

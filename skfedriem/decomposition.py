@@ -10,8 +10,10 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.utils import check_array
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._compat import Interval, StrOptions, validate_estimator_params
-from ._estimator import FederatedEstimatorMixin
+from ._compat import Interval, StrOptions, _fit_context
+from ._warnings import warn_user
+from .base import FederatedEstimatorMixin, _same, federated_parameters
+from .federated.settings import SettingDoc
 from .metrics import pca_optimality_gap
 from .models import PCAProjector, SecondMoment
 from .pca_planning import choose_solver, plan_pca
@@ -25,6 +27,29 @@ def identity_loss(losses: torch.Tensor) -> torch.Tensor:
     return losses
 
 
+#: What only the Riemannian solver uses, with the values that mean "not set".
+_RIEMANNIAN_ONLY = {"n_rounds": "auto", "local_steps": "auto", "batch_size": "auto", "lr": "auto",
+                    "clients_per_round": None, "aggregation": "projavg", "optimizer": "sgd", "manifold": "grassmann"}
+_AUTO = StrOptions({"auto"})
+_PLANNED = (" \"auto\" (the default) is chosen by :func:`~skfedriem.pca_planning.plan_pca` from public quantities "
+            "only (ε, δ, the client sizes, d, p, C): full batches, one local step, a horizon η T proportional to the "
+            "signal-to-noise the budget allows; ``plan_`` says what and why.")
+
+
+@federated_parameters(
+    {"eps": 1.0, "n_rounds": "auto", "local_steps": "auto", "batch_size": "auto", "lr": "auto", "n_clients": 5},
+    docs={
+        "n_rounds": SettingDoc("int or \"auto\"", "T, the number of communication rounds." + _PLANNED,
+                               [Interval(Integral, 1, None, closed="left"), _AUTO]),
+        "local_steps": SettingDoc("int or \"auto\"", "τ private steps per client per round (\"auto\": 1).",
+                                  [Interval(Integral, 1, None, closed="left"), _AUTO]),
+        "batch_size": SettingDoc("int or \"auto\"", "B, clamped to the smallest client with a warning (\"auto\": "
+                                 "every client's whole records at every step, no subsampling).",
+                                 [Interval(Integral, 1, None, closed="left"), _AUTO]),
+        "lr": SettingDoc("float or \"auto\"", "η (\"auto\": 0.5 / C, or less when the planned horizon is short).",
+                         [Interval(Real, 0, None, closed="neither"), _AUTO]),
+    },
+)
 class FederatedPCA(FederatedEstimatorMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     """Principal subspace learnt across clients with record-level (ε, δ)-DP.
 
@@ -54,81 +79,22 @@ class FederatedPCA(FederatedEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Tra
     ----------
     n_components : int, default=2
         p, the dimension of the subspace.
-    eps : float or None, default=1.0
-        Target ε; None trains without noise and without clipping.
-    delta : float, default=1e-5
-    clip : float, default=1.0
-        Per-record gradient clip norm C. Per-record gradients have norm at
-        most ‖x‖² (Grassmann) or 2‖x‖² (Stiefel).
-    n_rounds : int or "auto", default="auto"
-        T. "auto", and the other "auto" settings below, are chosen by
-        :func:`~skfedriem.pca_planning.plan_pca` from public quantities only
-        (ε, δ, the client sizes, d, p, C): full batches, one local step, a
-        horizon η T proportional to the signal-to-noise the budget allows.
-    local_steps : int or "auto", default="auto"
-        τ private steps per client per round ("auto": 1).
-    batch_size : int or "auto", default="auto"
-        B, clamped to the smallest client with a warning ("auto": every
-        client's whole records at every step, no subsampling).
-    clients_per_round : int or None, default=None
-        k clients drawn per round; all when None.
-    aggregation : {"projavg", "rlavg", "retavg", "kfavg"}, default="projavg"
-    optimizer : {"sgd", "adam"}, default="sgd"
-    lr : float or "auto", default="auto"
-        η ("auto": 0.5 / C, or less when the planned horizon is short).
-    sampling : {"fixed", "poisson"}, default="fixed"
     manifold : {"grassmann", "stiefel"}, default="grassmann"
-    n_clients : int, default=5
-        Number of random clients when ``fit`` gets no ``groups`` (a split by
-        record position only).
+        Where the Riemannian solver's iterate lives: a rank-p projector, or a basis.
     solver : {"auto", "riemannian", "covariance"}, default="auto"
-        ``"riemannian"``: the paper's method (the parameters above apply).
+        ``"riemannian"``: the paper's method (the parameters below apply).
         ``"auto"``: ``"covariance"``, except with ``warm_start=True``, a
         public ``init`` or d > 4096, where it is ``"riemannian"``.
         ``"covariance"``: one noisy second-moment release per client; it
-        ignores ``n_rounds``, ``local_steps``, ``batch_size``,
-        ``clients_per_round``, ``aggregation``, ``optimizer``, ``lr``,
-        ``manifold`` and ``init`` (one step of a full batch, every client).
+        ignores (with a warning when they are set) ``n_rounds``, ``local_steps``,
+        ``batch_size``, ``clients_per_round``, ``aggregation``, ``optimizer``,
+        ``lr`` and ``manifold`` (one step of a full batch, every client).
         ``clip`` bounds ‖x xᵀ‖ = ‖x‖², i.e. records are clipped to norm √clip.
     init : "random" or array-like of shape (n_components, n_features), default="random"
         The initial subspace: random, or a *public* basis (e.g. from public
         data or a previous private run's ``components_``); it is sent to every
         client, so it must not be computed from their records.
-    random_state : int, RandomState instance or None, default=None
-        None: the initial point, the client split and the client selection
-        use fresh OS entropy, and every client's batches and noise 128 bits of
-        its own. An int (or RandomState) seeds everything, for reproducible
-        experiments: anyone who knows it can replay the noise, so such a run
-        is not private against them (a :class:`~skfedriem.exceptions.SeededNoiseWarning` says so).
-    secure_mode : bool, default=False
-        Batches and noise from the OS's cryptographically secure generator,
-        with Gaussian sampling hardened against floating-point attacks
-        (:class:`~skfedriem.privacy.SecureRandomness`); needs ``random_state=None``.
-    privacy_budget : PrivacyBudget, optional
-        A total budget shared by every fit on the same records (grid search,
-        cross-validation): the fit is charged before training and refused if
-        the composition would exceed it.
-    client_timings : bool, default=False
-        Add ``round_seconds`` and ``submission_seconds`` to ``history_``: a
-        non-private diagnostic (they time work on the clients' records).
-    warm_start : bool, default=False
-        Continue from the fitted subspace: the new rounds are calibrated to
-        ``eps`` on their own, and ``epsilon_`` composes every round run so
-        far (on the same records), as does ``history_``.
-    backend : {"local", "flower"}, default="local"
-        ``"local"`` runs the clients in this process; ``"flower"`` runs the
-        same protocol on Flower's simulation engine (one virtual SuperNode
-        per client; same seeds, so the same model and ε). Needs
-        ``pip install "skfedriem[flower]"``.
-    n_jobs : int, default=None
-        Worker processes running a round's clients at the same time
-        (scikit-learn's convention: None is 1, -1 every CPU; at most one per
-        client of a round). The model and ε do not depend on it. Every job
-        computes with one thread (torch and BLAS) while fitting, which keeps
-        tiny-matrix work fast on a busy machine; ``n_jobs`` is the knob for
-        more cores. ``backend="local"`` only.
-    verbose : int, default=0
-        > 0 shows a progress bar over rounds.
+    [federation parameters]
 
     Attributes
     ----------
@@ -138,31 +104,15 @@ class FederatedPCA(FederatedEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Tra
     n_features_in_ : int
     feature_names_in_ : ndarray of str
         Only when X has string feature names.
-    epsilon_ : float
-        Certified ε of the run (upper bound; inf when non-private).
-    delta_ : float
-    mu0_ : float or None
-        Per-step Gaussian-DP parameter 2C / (Bσ).
-    noise_std_ : float
-        σ of each ambient noise coordinate (``"covariance"``: that of the
-        smallest client, σ_i = 2C / (m_i μ0)).
-    batch_size_ : int
-        B after clamping (full batches: the smallest client's size).
     solver_ : {"riemannian", "covariance"}
         The solver that ran.
     plan_ : PCAPlan
         The solver and schedule :func:`~skfedriem.pca_planning.plan_pca`
         chose (T, τ, B, η, the signal-to-noise scale, and why).
-    history_ : list of dict
-        Per round: ``round``, ``epsilon`` spent so far, ``lr``, ``clients``,
-        ``replied``, ``aggregation_seconds`` (all post-processing of what the
-        server sees); ``optimality_gap`` when ``fit`` got ``reference_X``;
-        ``round_seconds`` and ``submission_seconds`` with ``client_timings``.
-    ledger_ : PrivacyAccountant
-        Every private step charged (all fits of a warm start).
     module_ : PCAProjector or SecondMoment
         The trained torch module (``"covariance"``: the mean of the clients'
         noisy second moments, as the server received it).
+    [fitted privacy attributes]
 
     Examples
     --------
@@ -179,47 +129,19 @@ class FederatedPCA(FederatedEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Tra
     """
 
     _parameter_constraints: dict = {
-        **FederatedEstimatorMixin._federation_constraints,
         "n_components": [Interval(Integral, 1, None, closed="left")],
-        "n_rounds": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
-        "local_steps": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
-        "batch_size": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
-        "lr": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
         "manifold": [StrOptions({"grassmann", "stiefel"})],
         "solver": [StrOptions({"auto", "riemannian", "covariance"})],
         "init": [StrOptions({"random"}), "array-like"],
     }
+    _model_parameters = ("n_components", "manifold")
 
-    def __init__(
-        self,
-        n_components=2,
-        *,
-        eps=1.0,
-        delta=1e-5,
-        clip=1.0,
-        n_rounds="auto",
-        local_steps="auto",
-        batch_size="auto",
-        clients_per_round=None,
-        aggregation="projavg",
-        optimizer="sgd",
-        lr="auto",
-        sampling="fixed",
-        manifold="grassmann",
-        n_clients=5,
-        solver="auto",
-        init="random",
-        random_state=None,
-        secure_mode=False,
-        privacy_budget=None,
-        client_timings=False,
-        warm_start=False,
-        backend="local",
-        n_jobs=None,
-        verbose=0,
-    ):
-        self._store_parameters(locals())
+    def __init__(self, n_components=2, *, manifold="grassmann", solver="auto", init="random", **shared) -> None:
+        self.n_components = n_components
+        self.manifold, self.solver, self.init = manifold, solver, init
+        super().__init__(**shared)
 
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None, groups=None, reference_X=None):
         """Learn the principal subspace from the clients' records.
 
@@ -241,7 +163,6 @@ class FederatedPCA(FederatedEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Tra
         -------
         self
         """
-        validate_estimator_params(self)
         X = self._validate(X, ensure_min_samples=2, reset=not self._warm())
         if self.n_components == X.shape[1]:
             return self._fit_whole_space(X.shape[1])
@@ -258,36 +179,6 @@ class FederatedPCA(FederatedEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Tra
         self.batch_size_, self.history_, self.ledger_ = None, [], PrivacyAccountant()
         self.solver_, self.plan_ = None, None
         return self
-
-    def make_trainer(self, input_shape, *, client_sizes=None, **options):
-        """The round loop, after planning the solver and schedule from public quantities.
-
-        Parameters
-        ----------
-        input_shape : tuple of int
-            ``(n_features,)``.
-        client_sizes : list of int
-            The clients' numbers of records (public): the ``"auto"`` settings
-            are planned from them.
-        **options
-            As for :meth:`FederatedEstimatorMixin.make_trainer`.
-
-        Returns
-        -------
-        FederatedTrainer
-        """
-        if client_sizes is None:
-            raise ValueError("FederatedPCA.make_trainer needs client_sizes (the clients' public numbers of records) "
-                             "to plan its 'auto' settings.")
-        validate_estimator_params(self)
-        (n_features,) = input_shape
-        self._check_n_features(n_features)
-        self._plan = plan_pca(
-            eps=self.eps, delta=self.delta, client_sizes=list(client_sizes), n_features=n_features,
-            n_components=self.n_components, clip=self.clip, manifold=self.manifold, solver=self.solver,
-            n_rounds=self.n_rounds, local_steps=self.local_steps, batch_size=self.batch_size, lr=self.lr,
-            continues=self.warm_start, public_init=not isinstance(self.init, str))
-        return super().make_trainer(input_shape, client_sizes=client_sizes, **options)
 
     # hooks of FederatedEstimatorMixin
     def _check_records(self, X: np.ndarray) -> np.ndarray:
@@ -310,14 +201,30 @@ class FederatedPCA(FederatedEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Tra
                               basis=self._initial_basis(n_features))
         return module, identity_loss
 
-    def _trainer_options(self) -> dict:
-        plan = self._plan
+    def _trainer_options(self, input_shape, client_sizes) -> dict:
+        """The solver and schedule planned from public quantities (:func:`~skfedriem.pca_planning.plan_pca`)."""
+        if client_sizes is None:
+            raise ValueError("FederatedPCA.make_trainer needs client_sizes (the clients' public numbers of records) "
+                             "to plan its 'auto' settings.")
+        (n_features,) = input_shape
+        self._check_n_features(n_features)
+        self._plan = plan = plan_pca(
+            eps=self.eps, delta=self.delta, client_sizes=list(client_sizes), n_features=n_features,
+            n_components=self.n_components, clip=self.clip, manifold=self.manifold, solver=self.solver,
+            n_rounds=self.n_rounds, local_steps=self.local_steps, batch_size=self.batch_size, lr=self.lr,
+            continues=self.warm_start, public_init=not isinstance(self.init, str))
         options = {"n_rounds": plan.n_rounds, "local_steps": plan.local_steps, "batch_size": plan.batch_size,
                    "lr": plan.lr}
         if plan.solver == "covariance":
             if self._warm():
                 raise ValueError("warm_start=True cannot continue solver='covariance': a second release would "
                                  "add to the first moment rather than refine it. Fit afresh (warm_start=False).")
+            ignored = {name: getattr(self, name) for name, default in _RIEMANNIAN_ONLY.items()
+                       if not _same(getattr(self, name), default)}
+            if ignored:
+                warn_user(f"solver={self.solver!r} releases each client's second moment once ({plan.reason}); it "
+                          f"ignores {', '.join(f'{k}={v!r}' for k, v in ignored.items())}. Set solver='riemannian' "
+                          "to use them.")
             # the plan's one plain SGD step of rate 1 from A = 0 on every client's whole records: A_i = its
             # noisy moment
             return {**options, "clients_per_round": None, "aggregation": "projavg", "optimizer": "sgd"}

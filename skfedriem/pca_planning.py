@@ -212,7 +212,7 @@ def choose_solver(solver: str, n_features: int, *, continues: bool = False,
     reason : str
     """
     if solver != "auto":
-        return solver, "set by the user"
+        return solver, f"solver={solver!r} was given"
     if continues:
         return "riemannian", "warm_start continues the Riemannian iterates (a second one-shot release cannot)"
     if public_init:

@@ -26,8 +26,9 @@ import torch
 
 from ..classification import FederatedSPDNetClassifier
 from ..exceptions import SeededNoiseWarning
-from ..privacy import clip_factors, per_sample_gradients, trainable_parameters
-from ..privacy.mechanism import project_per_sample
+from ..privacy import per_sample_gradients
+from ..privacy.mechanism import clip_factors, project_per_sample
+from ..privacy.per_sample import trainable_parameters
 from .bounds import AuditResult, audit_scores
 
 __all__ = ["audit_spdnet_classifier", "canary_trials"]

@@ -13,7 +13,8 @@ parameters that ``GridSearchCV`` can tune.
 from __future__ import annotations
 
 from abc import ABCMeta, abstractmethod
-from numbers import Integral, Real
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import torch
@@ -23,11 +24,11 @@ from sklearn.preprocessing import LabelEncoder
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_array, check_is_fitted
 
-from .._compat import Interval, StrOptions, validate_estimator_params
-from .._estimator import FederatedEstimatorMixin
-from ..privacy.accountings import RunAccounting
+from .._compat import StrOptions, _fit_context
+from ..base import FederatedEstimatorMixin
+from ..federated.settings import SettingDoc
 
-__all__ = ["FederatedClassifier"]
+__all__ = ["CLASSIFIER_PARAMETERS", "FederatedClassifier"]
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 _NUMPY_DTYPES = {"float32": np.float32, "float64": np.float64}
@@ -43,27 +44,56 @@ def per_record_cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> torc
     return F.cross_entropy(logits, target, reduction="none", ignore_index=IGNORED_TARGET)
 
 
+@contextmanager
+def _linear_algebra_in_words(dtype: str) -> Iterator[None]:
+    """torch's ``LinAlgError`` (an eigendecomposition that failed to converge) as a ValueError with a remedy."""
+    try:
+        yield
+    except torch.linalg.LinAlgError as error:
+        raise ValueError(f"An eigendecomposition failed in {dtype} ({error}). The matrices are too ill-conditioned "
+                         "for this precision: use dtype='float64', or regularise the covariance estimator "
+                         "(e.g. Covariances('oas')).") from error
+
+
 def _forward_in_chunks(module: torch.nn.Module, inputs: torch.Tensor) -> torch.Tensor:
     with torch.no_grad():
         return torch.cat([module(inputs[i : i + _PREDICT_CHUNK]) for i in range(0, len(inputs), _PREDICT_CHUNK)])
 
 
+#: The parameters every classifier has besides the federation's.
+CLASSIFIER_PARAMETERS: dict[str, SettingDoc] = {
+    "classes": SettingDoc(
+        "array-like of shape (n_classes,) or None",
+        "The public label set. None: the labels found in ``y``, which treats the set of labels present in the "
+        "clients' trials as public (replacing one trial could remove a class, and the network's output width "
+        "with it). Set it for a private fit whose label set is known beforehand.", ["array-like", None]),
+    "dtype": SettingDoc(
+        '{"float32", "float64"}', "Precision of the network; inputs are validated in it (a trial that "
+        "overflows or underflows float32 is refused by index).", [StrOptions(set(DTYPES))]),
+}
+
+
 class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimator, metaclass=ABCMeta):
     """Base of the federated private classifiers; subclasses say what X is and which network to train.
 
-    Subclasses define ``__init__`` (all parameters, keyword-only, stored with
-    ``self._store_parameters(locals())``), :meth:`_check_inputs` and :meth:`_build_module`.
+    Subclasses define ``__init__(self, *, <own parameters>, **shared)`` (storing
+    their own, then ``super().__init__(**shared)``), decorate the class with
+    :func:`~skfedriem.base.federated_parameters`, and implement
+    :meth:`_check_inputs` and :meth:`_build_module`.
+
+    Parameters
+    ----------
+    **shared
+        The parameters every federated classifier takes (see
+        :class:`~skfedriem.FederatedSPDNetClassifier` for their documentation).
     """
 
-    _parameter_constraints: dict = {
-        **FederatedEstimatorMixin._federation_constraints,
-        "local_epochs": [Interval(Real, 0, None, closed="neither")],
-        "local_steps": [Interval(Integral, 1, None, closed="left"), None],
-        "lr_schedule": [StrOptions({"cosine", "constant"})],
-        "accounting": [str, RunAccounting],
-        "dtype": [StrOptions(set(DTYPES))],
-        "classes": ["array-like", None],
-    }
+    _shared_parameters = (*FederatedEstimatorMixin._shared_parameters, "local_epochs", "lr_schedule",
+                          "accounting", "classes", "dtype")
+    _shared_docs = {**FederatedEstimatorMixin._shared_docs, **CLASSIFIER_PARAMETERS}
+    _shared_defaults = {**FederatedEstimatorMixin._shared_defaults, "eps": 10.0, "batch_size": 64,
+                        "optimizer": "adam", "lr": 1e-2, "lr_schedule": "cosine", "classes": None,
+                        "dtype": "float32"}
 
     @abstractmethod
     def _check_inputs(self, X: np.ndarray, name: str = "X") -> np.ndarray:
@@ -74,6 +104,7 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
                       dtype: torch.dtype) -> torch.nn.Module:
         """The untrained network (data-independent initialisation from ``generator``)."""
 
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y, groups=None, validation_data=None):
         """Train the network across the clients' trials.
 
@@ -98,7 +129,6 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
         -------
         self
         """
-        validate_estimator_params(self)
         warm = self._warm()
         X, y = self._validate(X, y, allow_nd=True, ensure_min_samples=2, reset=not warm)
         check_classification_targets(y)
@@ -107,7 +137,8 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
         held_out = None
         if validation_data is not None:
             held_out = self._validation_records(validation_data, classes)
-        return self._fit_federated(records, X.shape[1:], groups, classes=classes, held_out=held_out)
+        with _linear_algebra_in_words(self.dtype):
+            return self._fit_federated(records, X.shape[1:], groups, classes=classes, held_out=held_out)
 
     def _label_set(self, y: np.ndarray) -> np.ndarray:
         """The public label set: ``classes`` when given, else the labels of ``y`` (which makes them public)."""
@@ -148,14 +179,32 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
         """
         X = check_array(X, allow_nd=True, dtype=np.float64, input_name=name)
         cast = X.astype(_NUMPY_DTYPES[self.dtype], copy=False)
-        bad = np.flatnonzero(~np.isfinite(cast.reshape(len(cast), -1)).all(axis=1))
+        flat, flat64 = cast.reshape(len(cast), -1), X.reshape(len(X), -1)
+        bad = np.flatnonzero(~np.isfinite(flat).all(axis=1))
         if bad.size:
             raise ValueError(
                 f"{name}[{bad[0]}] is not finite in {self.dtype} (|values| up to {np.abs(X[bad[0]]).max():.3g}; "
                 f"{self.dtype} holds at most {np.finfo(cast.dtype).max:.3g}). {bad.size} of {len(X)} trials are "
                 "affected: rescale the data, or use dtype='float64'."
             )
-        return self._check_inputs(cast, name=name)
+        tiny = np.finfo(cast.dtype).tiny
+        lost = np.flatnonzero(((flat64 != 0) & (np.abs(flat) < tiny)).any(axis=1))
+        if lost.size:
+            raise ValueError(
+                f"{name}[{lost[0]}] has values below the smallest normal {self.dtype} number ({tiny:.3g}; "
+                f"|values| down to {np.abs(flat64[lost[0]][flat64[lost[0]] != 0]).min():.3g}): they lose their "
+                f"precision or vanish in {self.dtype}. {lost.size} of {len(X)} trials are affected: rescale the "
+                "data, or use dtype='float64'."
+            )
+        try:
+            return self._check_inputs(cast, name=name)
+        except ValueError:
+            if cast.dtype != np.float64:
+                self._check_inputs(X, name=name)  # fails too: the data's own fault, and its message says so
+                raise ValueError(f"{name} passes this estimator's checks in float64 but not in {self.dtype}, "
+                                 "where rounding changes it: use dtype='float64' (or rescale or regularise the "
+                                 "data).") from None
+            raise
 
     def _encode_targets(self, y, classes, *, ignore_unknown: bool = False) -> torch.Tensor:
         classes = np.asarray(classes)
@@ -171,11 +220,6 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
     def _model(self, input_shape, classes, generator):
         module = self._build_module(input_shape, len(classes), generator, DTYPES[self.dtype])
         return module, per_record_cross_entropy
-
-    def _trainer_options(self) -> dict:
-        local = ({"local_steps": self.local_steps} if self.local_steps is not None
-                 else {"local_epochs": self.local_epochs})
-        return {"lr_schedule": self.lr_schedule, "accounting": self.accounting, **local}
 
     def _monitor(self, validation: tuple[torch.Tensor, torch.Tensor], classes):
         inputs, targets = validation
@@ -196,7 +240,11 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
     def _logits(self, X) -> np.ndarray:
         check_is_fitted(self)
         X = self._check_records(self._validate(X, allow_nd=True, reset=False))
-        return _forward_in_chunks(self.module_, torch.from_numpy(np.ascontiguousarray(X))).double().numpy()
+        if X.shape[1:] != self._input_shape:
+            raise ValueError(f"{type(self).__name__} was fitted on trials of shape {self._input_shape}; X has trials "
+                             f"of shape {X.shape[1:]}. Resample or crop them to the fitted shape.")
+        with _linear_algebra_in_words(self.dtype):
+            return _forward_in_chunks(self.module_, torch.from_numpy(np.ascontiguousarray(X))).double().numpy()
 
     def decision_function(self, X):
         """Logits of each class.

@@ -23,9 +23,10 @@ from typing import Callable
 
 import torch
 
+from .._registry import Registry
 from ..manifolds import Manifold
 
-__all__ = ["AGGREGATIONS", "Aggregation", "get_aggregation"]
+__all__ = ["AGGREGATIONS", "Aggregation", "get_aggregation", "register_aggregation"]
 
 
 @dataclass(frozen=True)
@@ -52,21 +53,40 @@ class Aggregation:
         return self.output(manifold, theta, self.submission(manifold, theta, local).mean(0))
 
 
-AGGREGATIONS: dict[str, Aggregation] = {
-    "projavg": Aggregation("projavg", lambda M, t, x: x, lambda M, t, m: M.proj(m)),
-    "rlavg": Aggregation("rlavg", lambda M, t, x: M.lift(t, x), lambda M, t, m: M.retr(t, m)),
-    "retavg": Aggregation("retavg", lambda M, t, x: M.inv_retr(t, x), lambda M, t, m: M.retr(t, m)),
-    "kfavg": Aggregation("kfavg", lambda M, t, x: M.log(t, x), lambda M, t, m: M.exp(t, m)),
-}
+#: The aggregation rules estimators and clients know by name (:func:`register_aggregation` adds one).
+AGGREGATIONS: Registry[Aggregation] = Registry("aggregation", Aggregation)
 
 
-def get_aggregation(name: str) -> Aggregation:
-    """The aggregation rule called ``name``.
+def register_aggregation(rule: Aggregation, *, force: bool = False) -> Aggregation:
+    """Make ``rule`` available as ``aggregation=rule.name`` (to estimators, trainers and clients alike).
 
     Parameters
     ----------
-    name : str
-        ``"projavg"``, ``"rlavg"`` or ``"retavg"``.
+    rule : Aggregation
+    force : bool, default=False
+        Replace a rule already registered under that name.
+
+    Returns
+    -------
+    rule : Aggregation
+        The same object.
+
+    Examples
+    --------
+    >>> plain = Aggregation("example_projavg", lambda M, t, x: x, lambda M, t, m: M.proj(m))
+    >>> register_aggregation(plain).name in AGGREGATIONS.names()
+    True
+    """
+    return AGGREGATIONS.register(rule, name=rule.name, force=force)
+
+
+def get_aggregation(rule: str | Aggregation) -> Aggregation:
+    """The aggregation rule called ``rule`` (a registered rule passes through).
+
+    Parameters
+    ----------
+    rule : str or Aggregation
+        A registered name (``"projavg"``, ``"rlavg"``, ``"retavg"``, ``"kfavg"``...) or a registered rule.
 
     Returns
     -------
@@ -75,16 +95,25 @@ def get_aggregation(name: str) -> Aggregation:
     Raises
     ------
     ValueError
-        For an unknown name, listing the valid ones.
+        For an unknown name, or a rule that is not the one registered under its name (clients look
+        rules up by name), listing the registered names.
 
     Examples
     --------
     >>> get_aggregation("projavg").name
     'projavg'
     """
-    try:
-        return AGGREGATIONS[name]
-    except (KeyError, TypeError):
-        raise ValueError(
-            f"The 'aggregation' parameter must be one of {sorted(AGGREGATIONS)}. Got {name!r} instead."
-        ) from None
+    found = AGGREGATIONS.get(rule.name if isinstance(rule, Aggregation) else rule)
+    if isinstance(rule, Aggregation) and found is not rule:
+        raise ValueError(f"The aggregation rule {rule.name!r} is not the one registered under that name: clients "
+                         "look rules up by name, so register it first (register_aggregation).")
+    return found
+
+
+for _rule in (
+    Aggregation("projavg", lambda M, t, x: x, lambda M, t, m: M.proj(m)),
+    Aggregation("rlavg", lambda M, t, x: M.lift(t, x), lambda M, t, m: M.retr(t, m)),
+    Aggregation("retavg", lambda M, t, x: M.inv_retr(t, x), lambda M, t, m: M.retr(t, m)),
+    Aggregation("kfavg", lambda M, t, x: M.log(t, x), lambda M, t, m: M.exp(t, m)),
+):
+    register_aggregation(_rule)

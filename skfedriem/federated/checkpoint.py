@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+
+from .._files import write_atomically
 
 __all__ = ["TrainingState"]
 
@@ -60,16 +60,7 @@ class TrainingState:
 
     def save(self, path: str | Path) -> None:
         """Write atomically (a crash leaves the previous checkpoint)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        os.close(handle)
-        try:
-            torch.save(dataclasses.asdict(self), tmp)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomically(path, lambda f: torch.save(dataclasses.asdict(self), f))
 
     @classmethod
     def load(cls, path: str | Path) -> TrainingState:

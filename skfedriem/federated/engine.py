@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import importlib
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -22,23 +21,23 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from ..manifolds import manifold_of
-from ..privacy import PrivacyAccountant, PrivacyBudget, trainable_parameters
-from ..privacy.accounting import DISCRETIZATION
-from ..privacy.accountings import RunAccounting, get_accounting
+from ..privacy import PrivacyAccountant, PrivacyBudget
+from ..privacy.per_sample import trainable_parameters
+from ..privacy.subsampled_gaussian import DISCRETIZATION
+from ..privacy.accounting_methods import RunAccounting, get_accounting
 from ..privacy.mechanism import clipped_gradient_diameter
 from ..privacy.per_sample import LossFn
 from ..privacy.step_plan import round_release
 from .aggregation import get_aggregation
 from .checkpoint import TrainingState
-from .client import OPTIMIZERS, ClientRecipe, ClientState, RoundInstructions, check_optimizer, step_plan
+from .client import ClientRecipe, ClientState, RoundInstructions, resolve_optimizer, step_plan
 from .parallel import ParallelTransport, effective_n_jobs, thread_budget
 from .plan import PrivacyPlan, check_client_sizes, plan_run
+from .settings import BACKENDS, FederationSettings, register_backend
 from .transport import LocalTransport, Transport
 
-__all__ = ["BACKENDS", "OPTIMIZERS", "FederatedTrainer", "lr_at_round"]
+__all__ = ["FederatedTrainer", "lr_at_round", "run_locally"]
 
-#: Backends besides "local", looked up when used ("module:function"), so the loop imports none of them.
-BACKENDS: dict[str, str] = {"flower": "skfedriem.flower.simulation:run_trainer_in_simulation"}
 
 
 def lr_at_round(lr: float, schedule: str | Callable[[int], float], round_: int, n_rounds: int) -> float:
@@ -92,54 +91,22 @@ class FederatedTrainer:
         blocks with :class:`~skfedriem.manifolds.ManifoldParameter`.
     loss_fn : callable
         ``loss_fn(module(batch[0]), *batch[1:])`` -> per-record losses (B,).
-    n_rounds : int
-        T.
-    batch_size : int or None
-        B (clamped to the smallest client, with a warning). None: every
-        client's batch is all its records (q = 1), with noise scaled to its
-        own size so that every client spends the same privacy.
-    local_steps, local_epochs : int or float, optional
-        Exactly one: τ for every client, or τ_i = ceil(epochs · m_i / B).
-    clients_per_round : int, optional
-        k; all clients when None.
-    eps : float or None
-        Target ε; None (or inf) trains without noise and without clipping.
-    delta : float
-    clip : float
-        C, the per-record clip norm over all blocks.
-    sampling : {"fixed", "poisson"}
-    accounting : str or RunAccounting, default="rfedproj"
-        How σ is calibrated and ε reported, a registered method
-        (:func:`~skfedriem.privacy.accountings.get_accounting`): the paper's
-        whole-run composition, or ``"prirfed"`` (baseline; Poisson only).
-    aggregation : {"projavg", "rlavg", "retavg", "kfavg"}
-    optimizer : {"sgd", "adam"} or callable
-        Client optimiser, or ``callable(params, lr) -> torch.optim.Optimizer``.
-    lr : float
-    lr_schedule : {"constant", "cosine"} or callable
-        Indexed by round.
-    reset_optimizer : bool, default=True
-        Fresh optimiser state for each client at every round; otherwise each
-        client keeps its own state across rounds (it never leaves the client).
+    settings : FederationSettings
+        The run's public settings (rounds, batches, privacy target, rule,
+        optimiser, backend...).
     seed_sequence : numpy.random.SeedSequence, optional
         The server's public randomness (client selection). Default: OS entropy.
     client_seed : numpy.random.SeedSequence, optional
         Seeds the clients' secret randomness (batches and noise): client i
         gets its i-th spawned child. Reproducible, and replayable by anyone
         who knows it. None (default): every client draws 128 bits of fresh OS
-        entropy, never derived from ``seed_sequence``.
-    secure_mode : bool, default=False
-        The clients draw batches and noise from the OS's cryptographically
-        secure generator, with hardened Gaussian sampling
-        (:class:`~skfedriem.privacy.SecureRandomness`); ``client_seed`` must be None.
+        entropy, never derived from ``seed_sequence``. Refused with
+        ``settings.secure_mode``.
     privacy_budget : PrivacyBudget, optional
         Charged with the planned run before the first round; a run that would
         exceed it is refused (:class:`~skfedriem.exceptions.PrivacyBudgetExceeded`).
     run_name : str, optional
         How the run is named in ``privacy_budget`` (default: the module's class).
-    client_timings : bool, default=False
-        Record ``round_seconds`` and ``submission_seconds`` in the history.
-        Not private: they time work done on the clients' records.
     prior : TrainingState, optional
         An earlier run on the same records to continue (warm start): its
         ledger is composed into every ε this run reports, its history is
@@ -151,14 +118,6 @@ class FederatedTrainer:
         use data the server holds.
     record_transcript : bool, default=False
         Keep what the server sees (θ_t, S_t, Δ_i) in :attr:`transcript_`.
-    n_jobs : int, optional
-        Worker processes running a round's selected clients at the same time
-        (scikit-learn's convention: None is 1, -1 every CPU; at most k are
-        used). Results do not depend on it. Every job, this process included,
-        computes with :data:`~skfedriem.federated.parallel.THREADS_PER_JOB`
-        thread(s) during :meth:`fit` (restored after). ``backend="local"`` only.
-    verbose : int, default=0
-        > 0 shows a per-round progress bar.
 
     Attributes
     ----------
@@ -166,82 +125,66 @@ class FederatedTrainer:
     accountant_ : PrivacyAccountant
     history_ : list of dict
         Per round, post-processing of what the server sees: ``round``,
-        ``epsilon`` (certified so far), ``lr``, ``clients`` (selected),
-        ``replied`` (whose submission arrived), ``aggregation_seconds``
-        (server time of the mean and Out) and the monitor's values. With
-        ``client_timings``: ``submission_seconds`` (total client time of Sub)
-        and ``round_seconds`` (wall time of the round, clients included).
+        ``epsilon`` (certified so far, never above the run's final
+        ``epsilon_``), ``lr``, ``clients`` (selected), ``replied`` (whose
+        submission arrived), ``aggregation_seconds`` (server time of the mean
+        and Out) and the monitor's values. With ``client_timings``:
+        ``submission_seconds`` (total client time of Sub) and ``round_seconds``
+        (wall time of the round, clients included).
     transcript_ : list of dict or None
         Per round: θ_t, the clients that replied and their stacked submissions.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from skfedriem.federated import FederationSettings
+    >>> from skfedriem.models import PCAProjector
+    >>> X = torch.randn(60, 4, dtype=torch.float64) / 3
+    >>> trainer = FederatedTrainer(PCAProjector(4, 1, "grassmann"), lambda losses: losses,
+    ...                            FederationSettings(n_rounds=3, batch_size=10, local_steps=2, eps=4.0))
+    >>> trainer.fit([(X[:30],), (X[30:],)]).epsilon_ <= 4.0
+    True
     """
 
     def __init__(
         self,
         module: nn.Module,
         loss_fn: LossFn,
+        settings: FederationSettings,
         *,
-        n_rounds: int,
-        batch_size: int | None,
-        local_steps: int | None = None,
-        local_epochs: float | None = None,
-        clients_per_round: int | None = None,
-        eps: float | None = None,
-        delta: float = 1e-5,
-        clip: float = 1.0,
-        sampling: str = "fixed",
-        accounting: str | RunAccounting = "rfedproj",
-        aggregation: str = "projavg",
-        optimizer: str | Callable = "sgd",
-        lr: float = 0.1,
-        lr_schedule: str | Callable[[int], float] = "constant",
-        reset_optimizer: bool = True,
         seed_sequence: np.random.SeedSequence | None = None,
         client_seed: np.random.SeedSequence | None = None,
-        secure_mode: bool = False,
         privacy_budget: PrivacyBudget | None = None,
         run_name: str | None = None,
-        client_timings: bool = False,
         prior: TrainingState | None = None,
         monitor: Callable[[nn.Module], dict] | None = None,
         record_transcript: bool = False,
-        n_jobs: int | None = None,
-        verbose: int = 0,
     ) -> None:
-        self.module = module
-        self.loss_fn = loss_fn
-        self.n_rounds = n_rounds
-        self.batch_size = batch_size
-        self.local_steps = local_steps
-        self.local_epochs = local_epochs
-        self.clients_per_round = clients_per_round
-        self.eps = eps
-        self.delta = delta
-        self.clip = clip
-        self.sampling = sampling
-        self.accounting = get_accounting(accounting)
-        self.aggregation = get_aggregation(aggregation)
-        self.optimizer = optimizer
-        self.lr = lr
-        self.lr_schedule = lr_schedule
-        self.reset_optimizer = reset_optimizer
-        self.seed_sequence = seed_sequence if seed_sequence is not None else np.random.SeedSequence()
-        if secure_mode and client_seed is not None:
+        if not isinstance(settings, FederationSettings):
+            raise TypeError(f"FederatedTrainer takes a FederationSettings. Got {type(settings).__name__} instead.")
+        if settings.secure_mode and client_seed is not None:
             raise ValueError("secure_mode=True draws the clients' batches and noise from the OS's secure generator; "
                              "it cannot be seeded. Got a client_seed.")
+        self.module = module
+        self.loss_fn = loss_fn
+        self.settings = settings
+        self.accounting = get_accounting(settings.accounting)
+        self.aggregation = get_aggregation(settings.aggregation)
+        self.seed_sequence = seed_sequence if seed_sequence is not None else np.random.SeedSequence()
         self.client_seed = client_seed
-        self.secure_mode = secure_mode
         self.privacy_budget = privacy_budget
         self.run_name = run_name
-        self.client_timings = client_timings
         self.prior = prior
         self.monitor = monitor
         self.record_transcript = record_transcript
-        self.n_jobs = n_jobs
-        self.verbose = verbose
 
-    def fit(self, clients: Sequence[tuple[torch.Tensor, ...]], client_names: Sequence | None = None,
-            *, backend: str = "local"):
-        """Run the T rounds on the clients' records.
+    @property
+    def n_rounds(self) -> int:
+        """T."""
+        return self.settings.n_rounds
+
+    def fit(self, clients: Sequence[tuple[torch.Tensor, ...]], client_names: Sequence | None = None):
+        """Run the T rounds on the clients' records, on ``settings.backend``.
 
         Parameters
         ----------
@@ -250,64 +193,43 @@ class FederatedTrainer:
             Only client i's local steps ever touch them.
         client_names : sequence, optional
             Labels used in messages (default: 0 .. n−1).
-        backend : {"local", "flower"}, default="local"
-            ``"local"`` runs the clients in this process; any other name is
-            looked up in :data:`BACKENDS` when used: ``"flower"`` runs the same
-            protocol on Flower's simulation engine (ServerApp and ClientApps
-            exchanging messages; needs ``skfedriem[flower]``).
 
         Returns
         -------
         self
         """
-        check_optimizer(self.optimizer)
-        n_jobs = effective_n_jobs(self.n_jobs)
         names = list(client_names) if client_names is not None else list(range(len(clients)))
         sizes = [int(c[0].shape[0]) for c in clients]
-        client_seeds = self.client_seeds(len(clients))
-        if backend == "local":
-            states = [ClientState.fresh(seed, secure_mode=self.secure_mode) for seed in client_seeds]
-            n_jobs = min(n_jobs, self._clients_per_round(len(clients)))
-            if n_jobs > 1:
-                check_client_sizes(sizes, names)  # before the workers start
-            with thread_budget():
-                if n_jobs == 1:
-                    transport = LocalTransport(self.client_recipe(), clients, states)
-                    return self.serve(transport, sizes, names, self.seed_sequence)
-                with ParallelTransport(self.client_recipe(), clients, states, n_jobs=n_jobs) as transport:
-                    return self.serve(transport, sizes, names, self.seed_sequence)
-        if backend not in BACKENDS:
-            raise ValueError(f"The 'backend' parameter must be one of {['local', *BACKENDS]}. Got {backend!r} instead.")
-        if n_jobs != 1:
-            raise ValueError(f"n_jobs runs clients in worker processes of backend='local'; backend={backend!r} "
-                             f"places its clients itself. Got n_jobs={self.n_jobs!r}; leave it None.")
-        # fail before the backend starts (tens of seconds for Flower and Ray) on what the server would reject
+        # fail before any backend starts (tens of seconds for Flower and Ray) on what the server would reject
         self._clients_per_round(len(clients))
         check_client_sizes(sizes, names)
-        module_name, function = BACKENDS[backend].split(":")
+        run = BACKENDS.get(self.settings.backend)
+        if self.settings.backend != "local" and effective_n_jobs(self.settings.n_jobs) != 1:
+            raise ValueError(f"n_jobs runs clients in worker processes of backend='local'; "
+                             f"backend={self.settings.backend!r} places its clients itself. "
+                             f"Got n_jobs={self.settings.n_jobs!r}; leave it None.")
         with thread_budget():
-            getattr(importlib.import_module(module_name), function)(self, clients, names, client_seeds,
-                                                                      self.seed_sequence)
+            run(self, clients, names, self.client_seeds(len(clients)), self.seed_sequence)
         return self
 
     def client_recipe(self) -> ClientRecipe:
         """What every client needs of this run's model: a working copy, the loss and the optimiser."""
-        return ClientRecipe(copy.deepcopy(self.module), self.loss_fn, self.optimizer, self.reset_optimizer)
+        return ClientRecipe(copy.deepcopy(self.module), self.loss_fn, resolve_optimizer(self.settings.optimizer),
+                            self.settings.reset_optimizer)
 
     def client_seeds(self, n_clients: int) -> list[np.random.SeedSequence | None]:
         """Each client's secret seed: children of ``client_seed``, else fresh OS entropy (None in secure mode)."""
-        if self.secure_mode:
+        if self.settings.secure_mode:
             return [None] * n_clients
         if self.client_seed is not None:
             return self.client_seed.spawn(n_clients)
         return [np.random.SeedSequence() for _ in range(n_clients)]
 
     def _clients_per_round(self, n_clients: int) -> int:
-        k = n_clients if self.clients_per_round is None else self.clients_per_round
+        wanted = self.settings.clients_per_round
+        k = n_clients if wanted is None else wanted
         if not 1 <= k <= n_clients:
-            raise ValueError(
-                f"The 'clients_per_round' parameter must be in [1, {n_clients}]. Got {self.clients_per_round!r} instead."
-            )
+            raise ValueError(f"The 'clients_per_round' parameter must be in [1, {n_clients}]. Got {wanted!r} instead.")
         return k
 
     def client_instructions(self, client: int, lr: float) -> RoundInstructions:
@@ -315,17 +237,16 @@ class FederatedTrainer:
         plan = self.plan_
         return RoundInstructions(lr=lr, local_steps=plan.local_steps[client],
                                  batch_size=plan.client_batch_size(client), clip=plan.clip,
-                                 noise_std=plan.client_noise_std(client), sampling=self.sampling,
+                                 noise_std=plan.client_noise_std(client), sampling=self.settings.sampling,
                                  aggregation=self.aggregation.name)
 
     def plan(self, client_sizes: list[int], client_names: list) -> PrivacyPlan:
         """The run's plan for these clients: B, each τ_i, and σ calibrated by the accounting method."""
-        return plan_run(
-            client_sizes, client_names=client_names, batch_size=self.batch_size, n_rounds=self.n_rounds,
-            local_steps=self.local_steps, local_epochs=self.local_epochs, eps=self.eps,
-            delta=self.delta, clip=self.clip, sampling=self.sampling, accounting=self.accounting,
-            diameter=clipped_gradient_diameter(self.module),
-        )
+        return plan_run(client_sizes, client_names, self.settings, accounting=self.accounting,
+                        diameter=clipped_gradient_diameter(self.module))
+
+    def _lr(self, t: int) -> float:
+        return lr_at_round(self.settings.lr, self.settings.lr_schedule, t, self.n_rounds)
 
     def round_release(self, lr: float) -> PrivacyAccountant:
         """What one round costs: the steps every client would take for its instructions, dominated as one.
@@ -389,7 +310,7 @@ class FederatedTrainer:
         if self.privacy_budget is not None and resume is None:
             planned = PrivacyAccountant()
             for t in range(self.n_rounds):
-                planned.extend(self.round_release(lr_at_round(self.lr, self.lr_schedule, t, self.n_rounds)))
+                planned.extend(self.round_release(self._lr(t)))
             self.privacy_budget.charge(planned, label=self.run_name or type(self.module).__name__)
         server_rng = np.random.default_rng(server_seq)
         params = trainable_parameters(self.module)
@@ -403,16 +324,17 @@ class FederatedTrainer:
         self.accountant_ = PrivacyAccountant.from_state_dict(prior.ledger)
         # 10x the final grid: still an upper bound, and each round composes only its own steps
         self._epsilon_so_far = self.accounting.running_epsilon(
-            self.accountant_, self.delta, steps_per_round=self.plan_.steps_per_round, n_rounds=self.plan_.n_rounds,
-            discretization=10 * DISCRETIZATION)
+            self.accountant_, self.settings.delta, steps_per_round=self.plan_.steps_per_round,
+            n_rounds=self.plan_.n_rounds, discretization=10 * DISCRETIZATION)
+        self._final_epsilon = self._planned_final_epsilon(start, resume)
         self.history_: list[dict] = [dict(h) for h in prior.history]
         self._round_offset = len(self.history_) - start
         self.transcript_: list[dict] | None = [] if self.record_transcript else None
         manifolds = {name: manifold_of(p) for name, p in params.items()}
 
-        for t in tqdm(range(start, self.n_rounds), disable=self.verbose <= 0, desc="rounds", unit="round"):
+        for t in tqdm(range(start, self.n_rounds), disable=self.settings.verbose <= 0, desc="rounds", unit="round"):
             round_started = time.perf_counter()
-            lr = lr_at_round(self.lr, self.lr_schedule, t, self.n_rounds)
+            lr = self._lr(t)
             theta = {name: p.detach().clone() for name, p in params.items()}
             rng_before = copy.deepcopy(server_rng.bit_generator.state)
             selected = np.sort(server_rng.choice(n_clients, size=k, replace=False))
@@ -439,7 +361,24 @@ class FederatedTrainer:
                             sum(replies[i][1] for i in replied), time.perf_counter() - round_started)
             if on_round is not None:
                 on_round(self.state(t + 1, server_rng))
+        if self.history_ and start < self.n_rounds:
+            self.history_[-1]["epsilon"] = self.epsilon_  # the certified value itself, on the fine grid
         return self
+
+    def _planned_final_epsilon(self, start: int, resume: TrainingState | None) -> float:
+        """ε of the ledger once every remaining round is charged, on the fine grid (what ``epsilon_`` will be).
+
+        Every ε in ``history_`` is at most this: the ε after t rounds is below
+        the ε after all of them, so min(the coarse per-round value, this) is
+        still an upper bound, and the curve never crosses the final figure.
+        """
+        ledger = PrivacyAccountant.from_state_dict(self.accountant_.state_dict())
+        for t in range(start + (resume is not None and resume.started), self.n_rounds):
+            ledger.extend(self.round_release(self._lr(t)))
+        if not ledger.private:
+            return math.inf
+        return self.accounting.epsilon(ledger, self.settings.delta, steps_per_round=self.plan_.steps_per_round,
+                                       n_rounds=self.plan_.n_rounds, discretization=DISCRETIZATION)
 
     def state(self, completed_rounds: int, server_rng: np.random.Generator | None = None) -> TrainingState:
         """This run's state after ``completed_rounds`` rounds: θ, ledger, history (and the selection stream)."""
@@ -450,7 +389,7 @@ class FederatedTrainer:
 
     def _plan_record(self) -> dict:
         """What a resume must share with the run it continues: the target, the plan and the clients' sizes."""
-        return {"eps": self.eps, "delta": self.delta, "n_rounds": self.n_rounds,
+        return {"eps": self.settings.eps, "delta": self.settings.delta, "n_rounds": self.n_rounds,
                 "aggregation": self.aggregation.name, "client_sizes": list(self._client_sizes),
                 **dataclasses.asdict(self.plan_)}
 
@@ -470,15 +409,16 @@ class FederatedTrainer:
     def _epsilon(self, discretization: float) -> float:
         if not self.accountant_.private:
             return math.inf
-        return self.accounting.epsilon(self.accountant_, self.delta, steps_per_round=self.plan_.steps_per_round,
-                                       n_rounds=self.plan_.n_rounds, discretization=discretization)
+        return self.accounting.epsilon(self.accountant_, self.settings.delta,
+                                       steps_per_round=self.plan_.steps_per_round, n_rounds=self.plan_.n_rounds,
+                                       discretization=discretization)
 
     def _end_round(self, t: int, lr: float, selected: np.ndarray, replied: list[int], aggregation_seconds: float,
                    submission_seconds: float, round_seconds: float) -> None:
-        epsilon = self._epsilon_so_far() if self.accountant_.private else math.inf
+        epsilon = min(self._epsilon_so_far(), self._final_epsilon) if self.accountant_.private else math.inf
         entry = {"round": self._round_offset + t + 1, "epsilon": epsilon, "lr": lr,
                  "clients": selected.tolist(), "replied": replied, "aggregation_seconds": aggregation_seconds}
-        if self.client_timings:
+        if self.settings.client_timings:
             entry.update(submission_seconds=submission_seconds, round_seconds=round_seconds)
         if self.monitor is not None:
             entry.update(self.monitor(self.module))
@@ -492,7 +432,8 @@ class FederatedTrainer:
         step charged, earlier runs included: what a warm start continues).
         """
         plan = self.plan_
-        return {"epsilon_": self.epsilon_, "delta_": self.delta, "mu0_": plan.mu0, "noise_std_": plan.noise_std,
+        return {"epsilon_": self.epsilon_, "delta_": self.settings.delta, "mu0_": plan.mu0,
+                "noise_std_": plan.noise_std,
                 "batch_size_": plan.batch_size, "history_": self.history_,
                 "ledger_": PrivacyAccountant.from_state_dict(self.accountant_.state_dict())}
 
@@ -500,3 +441,31 @@ class FederatedTrainer:
     def epsilon_(self) -> float:
         """Certified ε of every round in the ledger (earlier runs included) on the fine grid; inf when non-private."""
         return self._epsilon(DISCRETIZATION)
+
+
+def run_locally(trainer: FederatedTrainer, clients: Sequence[tuple[torch.Tensor, ...]], names: list,
+                client_seeds: list[np.random.SeedSequence | None], server_seq: np.random.SeedSequence) -> None:
+    """``backend="local"``: the clients in this process, or in ``n_jobs`` worker processes.
+
+    Parameters
+    ----------
+    trainer : FederatedTrainer
+    clients : sequence of tuple of Tensor
+        Client i's records.
+    names : list
+    client_seeds : list of SeedSequence or None
+        Client i's secret seed (None: OS entropy, or the secure generator).
+    server_seq : SeedSequence
+        The server's selection stream.
+    """
+    sizes = [int(c[0].shape[0]) for c in clients]
+    states = [ClientState.fresh(seed, secure_mode=trainer.settings.secure_mode) for seed in client_seeds]
+    n_jobs = min(effective_n_jobs(trainer.settings.n_jobs), trainer._clients_per_round(len(clients)))
+    if n_jobs == 1:
+        trainer.serve(LocalTransport(trainer.client_recipe(), clients, states), sizes, names, server_seq)
+        return
+    with ParallelTransport(trainer.client_recipe(), clients, states, n_jobs=n_jobs) as transport:
+        trainer.serve(transport, sizes, names, server_seq)
+
+
+register_backend(run_locally, name="local")

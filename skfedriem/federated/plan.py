@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
 
-from ..privacy.accountings import RunAccounting, get_accounting
+from .._warnings import warn_user
+from ..privacy.accounting_methods import RunAccounting, get_accounting
 from ..privacy.step_plan import sensitivity_factor
+from .settings import FederationSettings
 
 __all__ = ["PrivacyPlan", "check_client_sizes", "plan_run"]
 
@@ -91,25 +92,18 @@ def check_client_sizes(client_sizes: list[int], client_names: list) -> None:
 
 def plan_run(
     client_sizes: list[int],
-    *,
     client_names: list,
-    batch_size: int | None,
-    n_rounds: int,
-    local_steps: int | None,
-    local_epochs: float | None,
-    eps: float | None,
-    delta: float,
-    clip: float,
-    sampling: str,
-    accounting: str | RunAccounting = "rfedproj",
+    settings: FederationSettings,
+    *,
+    accounting: RunAccounting | None = None,
     diameter: float = 2.0,
 ) -> PrivacyPlan:
-    """Clamp B, fix each client's τ_i and calibrate σ for (eps, delta).
+    """Clamp B, fix each client's τ_i and calibrate σ for the settings' (eps, delta).
 
     Accounting: q = B / m⋆ and τ = max τ_i over the whole
     run, whatever the participation (the server chooses and sees S_t, so
     client sampling gives no amplification). σ comes from the registered
-    accounting method (:func:`~skfedriem.privacy.accountings.get_accounting`).
+    accounting method (:func:`~skfedriem.privacy.accounting_methods.get_accounting`).
 
     Parameters
     ----------
@@ -117,26 +111,13 @@ def plan_run(
         m_i, records of each client.
     client_names : list
         The clients' names, for messages.
-    batch_size : int or None
-        B requested (clamped to m⋆ with a warning). None: full batches, each
-        client's step uses all its records (q = 1) with its own noise
-        σ_i = 2C / (m_i μ0), so every client spends the same privacy.
-    n_rounds : int
-        T.
-    local_steps : int or None
-        τ for every client; exactly one of ``local_steps`` and ``local_epochs``.
-    local_epochs : float or None
-        τ_i = ⌈local_epochs · m_i / B⌉.
-    eps : float or None
-        Target ε; None or inf: a non-private run.
-    delta : float
-        Target δ.
-    clip : float
-        C.
-    sampling : {"fixed", "poisson"}
-        How clients draw their batches.
-    accounting : str or RunAccounting, default="rfedproj"
-        The accounting method (a registered name or an instance).
+    settings : FederationSettings
+        B (``batch_size``; None: full batches, each client's step uses all its
+        records, q = 1, with its own noise σ_i = Δ C / (m_i μ0), so every
+        client spends the same privacy), T, τ (``local_steps``, else
+        ``local_epochs``: τ_i = ⌈local_epochs · m_i / B⌉), (ε, δ), C and the sampling.
+    accounting : RunAccounting, optional
+        The accounting method (default: the one ``settings`` names).
     diameter : float, default=2.0
         Δ, the model's :func:`~skfedriem.privacy.clipped_gradient_diameter`:
         a step's mean moves by at most Δ C / B when one record is replaced.
@@ -147,51 +128,45 @@ def plan_run(
 
     Examples
     --------
-    >>> plan = plan_run([100, 200], client_names=["a", "b"], batch_size=10, n_rounds=50, local_steps=5,
-    ...                 local_epochs=None, eps=4.0, delta=1e-5, clip=1.0, sampling="fixed")
+    >>> from skfedriem.federated import FederationSettings
+    >>> plan = plan_run([100, 200], ["a", "b"], FederationSettings(batch_size=10, n_rounds=50, local_steps=5,
+    ...                                                            eps=4.0))
     >>> plan.sample_rate, plan.total_steps
     (0.1, 250)
     """
-    method = get_accounting(accounting)
+    method = get_accounting(settings.accounting if accounting is None else accounting)
+    sampling, n_rounds, eps, delta, clip = (settings.sampling, settings.n_rounds, settings.eps, settings.delta,
+                                            settings.clip)
     method.check_sampling(sampling)
     check_client_sizes(client_sizes, client_names)
     smallest = min(range(len(client_sizes)), key=client_sizes.__getitem__)
     m_star = client_sizes[smallest]
+    batch_size = settings.batch_size
     full_batch = batch_size is None
     if full_batch:
         batch_size = m_star
     elif batch_size > m_star:
-        warnings.warn(
-            f"batch_size={batch_size} is larger than client {client_names[smallest]!r}, which holds "
-            f"{m_star} records: using batch_size={m_star} (the accountant uses this value).",
-            UserWarning,
-            stacklevel=4,
-        )
+        accounted = " (the accountant uses this value)" if eps is not None else ""
+        warn_user(f"batch_size={batch_size} is larger than client {client_names[smallest]!r}, which holds "
+                  f"{m_star} records: using batch_size={m_star}{accounted}.")
         batch_size = m_star
-    if (local_steps is None) == (local_epochs is None):
-        raise ValueError("Give exactly one of 'local_steps' and 'local_epochs'.")
-    if local_steps is not None:
-        taus = tuple(int(local_steps) for _ in client_sizes)
+    if settings.local_steps is not None:
+        taus = tuple(int(settings.local_steps) for _ in client_sizes)
+    elif full_batch:
+        taus = tuple(max(1, math.ceil(settings.local_epochs)) for _ in client_sizes)
     else:
-        taus = tuple(max(1, math.ceil(local_epochs * m / batch_size)) for m in client_sizes)
+        taus = tuple(max(1, math.ceil(settings.local_epochs * m / batch_size)) for m in client_sizes)
     q = batch_size / m_star
     tau = max(taus)
     total = n_rounds * tau
-    batch_sizes = tuple(int(m) for m in client_sizes) if full_batch else None
-    if full_batch and local_epochs is not None:
-        taus = tuple(max(1, math.ceil(local_epochs)) for _ in client_sizes)
-        tau, total = max(taus), n_rounds * max(taus)
     factor = sensitivity_factor(diameter, sampling)
     shape = dict(batch_size=batch_size, local_steps=taus, sample_rate=q, steps_per_round=tau, total_steps=total,
-                 accounting=method.name, sampling=sampling, batch_sizes=batch_sizes, sensitivity=factor)
+                 accounting=method.name, sampling=sampling,
+                 batch_sizes=tuple(int(m) for m in client_sizes) if full_batch else None, sensitivity=factor)
     if eps is None or math.isinf(eps):
         return PrivacyPlan(**shape, mu0=None, noise_std=0.0, clip=math.inf)
     if delta >= 1 / m_star:
-        warnings.warn(
-            f"delta={delta:g} is not small against 1/m⋆ = 1/{m_star}: (eps, delta)-DP at this delta "
-            "allows leaking a whole record of the smallest client.",
-            UserWarning,
-            stacklevel=4,
-        )
+        warn_user(f"delta={delta:g} is not small against 1/m⋆ = 1/{m_star}: (eps, delta)-DP at this delta "
+                  "allows leaking a whole record of the smallest client.")
     mu0 = method.calibrate(eps, delta, sample_rate=q, steps_per_round=tau, n_rounds=n_rounds, sampling=sampling)
     return PrivacyPlan(**shape, mu0=mu0, noise_std=factor * clip / (batch_size * mu0), clip=clip)

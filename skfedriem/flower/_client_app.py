@@ -24,7 +24,7 @@ from flwr.common.constant import ErrorCode
 from ..exceptions import InvalidInstructionsError, InvalidIterateError, PrivacyBudgetExceeded
 from ..federated.client import ClientRecipe, ClientState, check_iterate, step_plan
 from ..privacy import PrivacyBudget
-from ..privacy.accounting import DISCRETIZATION
+from ..privacy.subsampled_gaussian import DISCRETIZATION
 from ..privacy.step_plan import StepPlan
 from ._protocol import decode_arrays, decode_instructions, encode_arrays
 from ._replies import ReplyCache

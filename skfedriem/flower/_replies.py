@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
 import torch
+
+from .._files import write_atomically
 
 from ..federated.client import RoundInstructions
 
@@ -50,11 +50,7 @@ class ReplyCache:
 
     def put(self, key: str, submission: dict[str, torch.Tensor], seconds: float) -> None:
         """Keep this reply (written atomically, before it is sent); forget the oldest beyond ``keep``."""
-        self.folder.mkdir(parents=True, exist_ok=True)
-        handle, tmp = tempfile.mkstemp(prefix=".reply.", dir=self.folder)
-        os.close(handle)
-        torch.save({"submission": submission, "seconds": seconds}, tmp)
-        os.replace(tmp, self.folder / f"{key}.pt")
+        write_atomically(self.folder / f"{key}.pt", lambda f: torch.save({"submission": submission, "seconds": seconds}, f))
         replies = sorted(self.folder.glob("*.pt"), key=lambda p: p.stat().st_mtime)
         for old in replies[: max(0, len(replies) - self.keep)]:
             old.unlink(missing_ok=True)

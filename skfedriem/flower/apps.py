@@ -55,22 +55,25 @@ from pathlib import Path
 import numpy as np
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
+from sklearn.base import is_classifier
 
 from ..federated import ClientRecipe, TrainingState
 from ._client_app import DEFAULT_MAX_EPSILON, ClientSetup, SiteGuard, make_client_app
 from ._protocol import FlowerTransport, NodeDirectory
-from .run_config import classes_from_run_config, estimator_from_run_config, load_site_records
+from .run_config import ESTIMATORS, classes_from_run_config, estimator_from_run_config, load_site_records
 
 __all__ = ["APP_DIRS", "client_apps", "server_apps", "site_setup"]
 
-APP_DIRS = {kind: Path(__file__).with_name("projects") / kind for kind in ("pca", "spdnet", "eegnet")}
+#: The Flower App project of each deployable kind shipped with skfedriem.
+APP_DIRS = {kind: Path(__file__).with_name("projects") / kind for kind in ESTIMATORS.names()}
 
 # Per process: a site's validated records and working model, by kind, data file and run configuration.
 _SITES: dict[tuple, tuple] = {}
 
 
-def _classes(kind: str, config) -> np.ndarray | None:
-    return None if kind == "pca" else classes_from_run_config(config)
+def _classes(est, config) -> np.ndarray | None:
+    """The run's public classes for a classifier (required), None for any other estimator."""
+    return classes_from_run_config(config) if is_classifier(est) else None
 
 
 def site_setup(kind: str, context: Context) -> ClientSetup:
@@ -78,7 +81,8 @@ def site_setup(kind: str, context: Context) -> ClientSetup:
 
     Parameters
     ----------
-    kind : {"pca", "spdnet", "eegnet"}
+    kind : str
+        A deployable kind (:data:`~skfedriem.flower.run_config.ESTIMATORS`).
         The estimator the run trains.
     context : flwr.app.Context
         The ClientApp's context: ``node_config`` (``data-path``, and optional
@@ -97,8 +101,8 @@ def site_setup(kind: str, context: Context) -> ClientSetup:
     key = (kind, path, tuple(sorted(dict(config).items())))
     if key not in _SITES:
         est = estimator_from_run_config(kind, config)
-        classes = _classes(kind, config)
-        X, y = load_site_records(path, targets=kind != "pca")
+        classes = _classes(est, config)
+        X, y = load_site_records(path, targets=is_classifier(est))
         records = est.prepare_records(X, y, classes=classes, site=True)
         module, loss_fn = est.make_model(X.shape[1:], classes)
         _SITES[key] = records, ClientRecipe(module, loss_fn, est.optimizer)
@@ -114,9 +118,9 @@ def _flag(node, key: str) -> bool:
     return str(node.get(key, "false")).lower() == "true"
 
 
-def _validation(est, kind: str, config, classes):
+def _validation(est, config, classes):
     path = str(config.get("validation-path", ""))
-    if kind == "pca" or not path:
+    if not is_classifier(est) or not path:
         return None
     X, y = load_site_records(path, targets=True)
     return est.prepare_records(X, y, classes=classes)
@@ -147,10 +151,10 @@ def _resume_state(config, out: Path, description: dict) -> TrainingState | None:
 def _write_results(est, kind: str, out: Path, names: list[str], sizes: list[int]) -> None:
     result = {"estimator": kind, "clients": names, "n_records": sizes, "epsilon": est.epsilon_, "delta": est.delta_,
               "noise_std": est.noise_std_, "history": est.history_}
-    if kind == "pca":
-        result["components"] = est.components_.tolist()
-    else:
+    if is_classifier(est):
         result["classes"] = est.classes_.tolist()
+    else:
+        result["components"] = est.components_.tolist()
     (out / "result.json").write_text(json.dumps(result, indent=1))
     with (out / "estimator.pkl").open("wb") as f:
         pickle.dump(est, f)
@@ -199,8 +203,8 @@ def _serve(kind: str, grid: Grid, context: Context) -> None:
     if len(set(shapes)) != 1:
         raise ValueError(f"The sites' records have different shapes: {dict(zip(names, shapes))}.")
     print(f"skfedriem: clients {dict(zip(names, sizes))}, records of shape {shapes[0]}", flush=True)
-    classes = _classes(kind, config)
-    trainer = est.make_trainer(shapes[0], classes=classes, held_out=_validation(est, kind, config, classes),
+    classes = _classes(est, config)
+    trainer = est.make_trainer(shapes[0], classes=classes, held_out=_validation(est, config, classes),
                                deployed=True, client_sizes=sizes)
     description = {"estimator": kind, "clients": names, "n_records": sizes,
                    "config": {k: v for k, v in dict(config).items() if k != "resume"}}

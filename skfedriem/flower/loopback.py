@@ -33,15 +33,11 @@ import subprocess
 import sys
 import threading
 import time
+import tomllib
 from pathlib import Path
 from queue import Empty, Queue
 
 import numpy as np
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10; Flower depends on tomli
-    import tomli as tomllib
 
 from .certificates import make_supernode_keys, make_tls_certificates
 
@@ -128,7 +124,7 @@ class LoopbackFederation:
         self.processes.append(process)
         return process
 
-    def __enter__(self) -> LoopbackFederation:  # noqa: PYI034 - Python 3.10 has no typing.Self
+    def __enter__(self) -> LoopbackFederation:  # noqa: PYI034
         self.workdir.mkdir(parents=True, exist_ok=True)
         home = self.workdir / "flwr-home"
         home.mkdir(exist_ok=True)

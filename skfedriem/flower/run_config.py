@@ -17,16 +17,42 @@ from sklearn.base import BaseEstimator
 from sklearn.utils import check_array
 
 from .._compat import validate_estimator_params
+from .._registry import Registry
+from ..base import FederatedEstimatorMixin
 from ..classification import FederatedEEGNetClassifier, FederatedSPDNetClassifier
 from ..decomposition import FederatedPCA
 
-__all__ = ["DEPLOYMENT_KEYS", "ESTIMATORS", "classes_from_run_config", "estimator_from_run_config",
+__all__ = ["DEPLOYMENT_KEYS", "ESTIMATORS", "classes_from_run_config", "estimator_from_run_config", "register_deployable",
            "load_site_records"]
 
-#: The estimators a deployment can train, by the name its Flower App project uses.
-ESTIMATORS: dict[str, type[BaseEstimator]] = {
-    "pca": FederatedPCA, "spdnet": FederatedSPDNetClassifier, "eegnet": FederatedEEGNetClassifier,
-}
+#: The estimators a deployment can train, by the kind its Flower App project names (:func:`register_deployable`).
+ESTIMATORS: Registry[type] = Registry("estimator kind")
+
+
+def register_deployable(estimator: type[BaseEstimator], *, kind: str, force: bool = False) -> type[BaseEstimator]:
+    """Make an estimator class deployable as ``kind`` (its Flower App project's apps are ``server_apps[kind]``...).
+
+    Parameters
+    ----------
+    estimator : type
+        A federated estimator class (:class:`~skfedriem.base.FederatedEstimatorMixin`).
+    kind : str
+    force : bool, default=False
+        Replace a class already registered under that kind.
+
+    Returns
+    -------
+    estimator : type
+        The same class.
+    """
+    if not (isinstance(estimator, type) and issubclass(estimator, FederatedEstimatorMixin)):
+        raise TypeError(f"register_deployable needs a federated estimator class. Got {estimator!r}.")
+    return ESTIMATORS.register(estimator, name=kind, force=force)
+
+
+register_deployable(FederatedPCA, kind="pca")
+register_deployable(FederatedSPDNetClassifier, kind="spdnet")
+register_deployable(FederatedEEGNetClassifier, kind="eegnet")
 
 #: Run-configuration keys of the deployment itself, not estimator parameters.
 DEPLOYMENT_KEYS = {"n-clients", "output", "round-timeout", "resume", "classes", "validation-path"}
@@ -65,10 +91,7 @@ def estimator_from_run_config(kind: str, config) -> BaseEstimator:
     ValueError
         Naming an unknown key or a bad value.
     """
-    try:
-        cls = ESTIMATORS[kind]
-    except KeyError:
-        raise ValueError(f"The estimator kind must be one of {sorted(ESTIMATORS)}. Got {kind!r} instead.") from None
+    cls = ESTIMATORS.get(kind)
     names = {name.lower(): name for name in cls().get_params()}
     params = {}
     for key, value in dict(config).items():

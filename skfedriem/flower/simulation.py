@@ -82,7 +82,7 @@ def run_trainer_in_simulation(trainer, clients: Sequence[tuple[torch.Tensor, ...
     """Run ``trainer``'s rounds with one Flower virtual SuperNode per client.
 
     Same seeds as the local backend: client i's secret randomness comes from
-    ``client_seeds[i]`` (or the secure generator in ``trainer.secure_mode``)
+    ``client_seeds[i]`` (or the secure generator in ``trainer.settings.secure_mode``)
     and the server's selection from ``server_seq``, so a run without noise
     reproduces the local backend's model to float tolerance, and ε is the same.
 
@@ -108,7 +108,7 @@ def run_trainer_in_simulation(trainer, clients: Sequence[tuple[torch.Tensor, ...
     with tempfile.TemporaryDirectory(prefix="skfedriem-flower-") as folder:
         for i, data in enumerate(clients):
             torch.save(tuple(x.contiguous() for x in data), Path(folder) / f"client-{i}.pt")
-        setup = _SimulationClients(folder, str_names, list(client_seeds), trainer.secure_mode, trainer.client_timings,
+        setup = _SimulationClients(folder, str_names, list(client_seeds), trainer.settings.secure_mode, trainer.settings.client_timings,
                                    trainer.client_recipe())
         server = ServerApp()
 
@@ -122,12 +122,12 @@ def run_trainer_in_simulation(trainer, clients: Sequence[tuple[torch.Tensor, ...
                 failure.append(exc)
                 raise
 
-        with _quiet_flower(trainer.verbose), warnings.catch_warnings():
+        with _quiet_flower(trainer.settings.verbose), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Tip: In future versions of Ray", category=FutureWarning)
             try:
                 run_simulation(server, make_client_app(setup), num_supernodes=len(clients),
                                backend_config={"client_resources": {"num_cpus": cpus_per_client, "num_gpus": 0.0},
-                                               "init_args": {"log_to_driver": trainer.verbose > 1}})
+                                               "init_args": {"log_to_driver": trainer.settings.verbose > 1}})
             except BaseException:
                 if not failure:
                     raise

@@ -1,59 +1,57 @@
-"""Record-level differential privacy: the private local step and its accounting."""
+"""Record-level differential privacy: the private local step and its accounting.
 
-from .accountant import PrivacyAccountant, RunningEpsilon
-from .accounting import DISCRETIZATION, calibrate_mu0, epsilon_spent, gdp_epsilon, gdp_mu, gdp_mu_for_epsilon
-from .accountings import RunAccounting, WholeRunAccounting, accounting_names, get_accounting, register_accounting
+The step (:func:`private_gradient`, :class:`PrivateManifoldOptimizer`) and
+what it is built from that a model may extend (:class:`PerRecordGradients`,
+:func:`record_norms`, :func:`clipped_gradient_diameter`, the per-sample
+gradients); a client's :class:`StepPlan`, its samplers and secret randomness;
+the accountant (:class:`PrivacyAccountant`, :func:`calibrate_mu0`,
+:func:`epsilon_spent`), the accounting methods and :class:`PrivacyBudget`.
+The mechanism's own pieces (clip factors, the noisy mean) live in
+:mod:`skfedriem.privacy.mechanism`.
+"""
+
+from .accounting_methods import RunAccounting, WholeRunAccounting, accounting_names, get_accounting, register_accounting
 from .budget import PrivacyBudget
-from .layerwise import layerwise_per_sample_gradients, supports_layerwise
-from .mechanism import (
-    DenseGradients,
-    PerRecordGradients,
-    clip_factors,
-    clipped_gradient_diameter,
-    noisy_mean,
-    private_gradient,
-    project_per_sample,
-)
+from .layerwise import layerwise_per_sample_gradients
+from .ledger import PrivacyAccountant, RunningEpsilon
+from .mechanism import DenseGradients, PerRecordGradients, clipped_gradient_diameter, private_gradient, record_norms
 from .optimizer import PrivateManifoldOptimizer
-from .per_sample import per_sample_gradients, trainable_parameters
+from .per_sample import per_sample_gradients
 from .randomness import SecretRandomness, SecureRandomness, SeededRandomness
 from .sampling import BatchSampler, FixedSizeSampler, PoissonSampler, make_sampler
 from .step_plan import StepPlan, round_release
+from .subsampled_gaussian import DISCRETIZATION, calibrate_mu0, epsilon_spent, gdp_epsilon, gdp_mu, gdp_mu_for_epsilon
 
 __all__ = [
     "DISCRETIZATION",
     "BatchSampler",
+    "DenseGradients",
     "FixedSizeSampler",
+    "PerRecordGradients",
     "PoissonSampler",
     "PrivacyAccountant",
     "PrivacyBudget",
+    "PrivateManifoldOptimizer",
     "RunAccounting",
     "RunningEpsilon",
-    "WholeRunAccounting",
-    "accounting_names",
-    "get_accounting",
-    "register_accounting",
-    "PrivateManifoldOptimizer",
-    "DenseGradients",
-    "PerRecordGradients",
     "SecretRandomness",
     "SecureRandomness",
     "SeededRandomness",
     "StepPlan",
+    "WholeRunAccounting",
+    "accounting_names",
     "calibrate_mu0",
-    "clip_factors",
     "clipped_gradient_diameter",
     "epsilon_spent",
     "gdp_epsilon",
     "gdp_mu",
     "gdp_mu_for_epsilon",
+    "get_accounting",
     "layerwise_per_sample_gradients",
     "make_sampler",
-    "noisy_mean",
     "per_sample_gradients",
     "private_gradient",
-    "project_per_sample",
+    "record_norms",
+    "register_accounting",
     "round_release",
-    "supports_layerwise",
-    "trainable_parameters",
 ]

@@ -31,8 +31,8 @@ from pathlib import Path
 
 from .._compat import Interval, validate_params
 from ..exceptions import PrivacyBudgetExceeded
-from .accountant import PrivacyAccountant
-from .accounting import DISCRETIZATION
+from .ledger import PrivacyAccountant
+from .subsampled_gaussian import DISCRETIZATION
 from .ledger_file import locked_ledger, read_ledger
 
 __all__ = ["PrivacyBudget"]

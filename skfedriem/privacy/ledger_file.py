@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from .._files import write_atomically
 
 __all__ = ["locked_ledger", "read_ledger"]
 
@@ -31,24 +31,6 @@ def read_ledger(path: str | Path, default: dict) -> dict:
     except json.JSONDecodeError as exc:
         raise ValueError(f"The privacy ledger {str(path)!r} is not valid JSON ({exc}); refusing to guess "
                          "what was spent. Restore it from a backup.") from None
-
-
-def _write_atomically(path: Path, content: dict) -> None:
-    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w") as f:
-            json.dump(content, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)  # the rename itself reaches the disk
-    finally:
-        os.close(directory)
 
 
 @contextmanager
@@ -67,6 +49,6 @@ def locked_ledger(path: str | Path, default: dict) -> Iterator[dict]:
         try:
             content = read_ledger(path, default)
             yield content
-            _write_atomically(path, content)
+            write_atomically(path, lambda f: f.write(json.dumps(content, indent=1).encode()))
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)

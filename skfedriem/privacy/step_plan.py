@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from numbers import Integral, Real
 
 from ..exceptions import InvalidInstructionsError
-from .accountant import PrivacyAccountant
+from .ledger import PrivacyAccountant
 from .sampling import BatchSampler, make_sampler
 
 __all__ = ["SAMPLINGS", "StepPlan", "round_release", "sensitivity_factor"]

@@ -13,7 +13,7 @@ def near_points(M, k, scale, gen):
     return theta, local
 
 
-@pytest.mark.parametrize("name", sorted(AGGREGATIONS))
+@pytest.mark.parametrize("name", AGGREGATIONS.names())
 def test_euclidean_blocks_take_the_arithmetic_mean(name, gen):
     M = Euclidean(3, 2)
     theta = torch.randn(3, 2, generator=gen, dtype=torch.float64)
@@ -22,7 +22,7 @@ def test_euclidean_blocks_take_the_arithmetic_mean(name, gen):
 
 
 @pytest.mark.parametrize("M", MANIFOLDS, ids=repr)
-@pytest.mark.parametrize("name", sorted(AGGREGATIONS))
+@pytest.mark.parametrize("name", AGGREGATIONS.names())
 def test_output_on_manifold_and_identical_submissions_are_fixed(M, name, gen):
     theta, local = near_points(M, 4, 0.1, gen)
     out = get_aggregation(name)(M, theta, local)
@@ -37,7 +37,7 @@ def test_output_on_manifold_and_identical_submissions_are_fixed(M, name, gen):
 @pytest.mark.parametrize("M", MANIFOLDS, ids=repr)
 def test_rules_agree_to_first_order(M, gen):
     theta, local = near_points(M, 6, 1e-3, gen)
-    outs = {name: get_aggregation(name)(M, theta, local) for name in AGGREGATIONS}
+    outs = {name: get_aggregation(name)(M, theta, local) for name in ("projavg", "rlavg", "retavg", "kfavg")}
     spread = max(float((outs[a] - outs["projavg"]).abs().max()) for a in outs)
     step = float((local - theta).abs().max())
     assert spread < 10 * step**2  # the rules differ at second order only

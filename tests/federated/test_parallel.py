@@ -8,7 +8,7 @@ from threadpoolctl import threadpool_info
 from skfedriem import FederatedSPDNetClassifier
 from skfedriem.datasets import make_spd_classification
 from skfedriem.exceptions import InvalidIterateError
-from skfedriem.federated import FederatedTrainer, LocalTransport
+from skfedriem.federated import FederatedTrainer, FederationSettings, LocalTransport
 from skfedriem.federated.client import ClientState, RoundInstructions
 from skfedriem.federated.parallel import ParallelTransport, effective_n_jobs, thread_budget
 
@@ -23,9 +23,27 @@ def same_run(a, b):
     assert [h["clients"] for h in a.history_] == [h["clients"] for h in b.history_]
 
 
+@pytest.fixture
+def workers_up(monkeypatch):
+    """Fits wait for their worker processes before the first round (a short fit ends before they are up) and
+    record each transport, so a test can check that workers really ran clients."""
+    transports = []
+    enter = ParallelTransport.__enter__
+
+    def enter_and_wait(self):
+        enter(self)
+        self.wait_until_ready()
+        transports.append(self)
+        return self
+
+    monkeypatch.setattr(ParallelTransport, "__enter__", enter_and_wait)
+    return transports
+
+
 @pytest.mark.parametrize("options", [{"clients_per_round": 2, "n_rounds": 4}, {"sampling": "poisson"}])
-def test_results_do_not_depend_on_n_jobs(options):
+def test_results_do_not_depend_on_n_jobs(options, workers_up):
     same_run(trainer(**options).fit(clients()), trainer(n_jobs=2, **options).fit(clients()))
+    assert [t.worker_runs > 0 for t in workers_up] == [True]  # the worker ran clients of every round
 
 
 # Adam's moments travel in the shipped ClientState
@@ -44,11 +62,11 @@ def test_rounds_run_by_the_workers_equal_the_serial_rounds(options):
     same_run(serial, parallel)
 
 
-def test_estimator_results_do_not_depend_on_n_jobs():
+def test_estimator_results_do_not_depend_on_n_jobs(workers_up):
     X, y, groups = make_spd_classification(3, 40, 6, n_classes=2, random_state=0)
     fits = [FederatedSPDNetClassifier(eps=5.0, dims=(4,), n_rounds=3, batch_size=10, random_state=0, n_jobs=n_jobs)
             .fit(X, y, groups=groups) for n_jobs in (None, 2)]
-    assert fits[1].n_jobs == 2
+    assert fits[1].n_jobs == 2 and workers_up[0].worker_runs == 3 * 2  # 2 of 3 clients per round in the worker
     assert np.array_equal(fits[0].predict_proba(X), fits[1].predict_proba(X))
     assert fits[0].epsilon_ == fits[1].epsilon_
 
@@ -127,7 +145,7 @@ def test_bad_n_jobs_is_refused(n_jobs):
 
 def test_n_jobs_is_for_the_local_backend():
     with pytest.raises(ValueError, match="n_jobs.*backend='flower'"):
-        trainer(n_jobs=2).fit(clients(), backend="flower")
+        trainer(n_jobs=2, backend="flower").fit(clients())
 
 
 def test_effective_n_jobs_follows_scikit_learn():
@@ -137,7 +155,7 @@ def test_effective_n_jobs_follows_scikit_learn():
 
 
 def test_a_recipe_that_cannot_travel_is_named():
-    t = FederatedTrainer(StiefelNet(seed=0), lambda out, y: cross_entropy(out, y), n_rounds=1, batch_size=10,
-                         local_steps=1, eps=5.0, n_jobs=2)
+    t = FederatedTrainer(StiefelNet(seed=0), lambda out, y: cross_entropy(out, y),
+                         FederationSettings(n_rounds=1, batch_size=10, local_steps=1, eps=5.0, n_jobs=2))
     with pytest.raises(TypeError, match="n_jobs > 1.*pickle.*lambda"):
         t.fit(clients())

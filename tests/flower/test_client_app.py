@@ -21,7 +21,7 @@ from skfedriem.flower.apps import client_apps
 from skfedriem.exceptions import InvalidInstructionsError, InvalidIterateError, PrivacyBudgetExceeded
 from skfedriem.models import PCAProjector
 from skfedriem.privacy import PrivacyAccountant, PrivacyBudget, private_gradient
-from skfedriem.privacy.accounting import DISCRETIZATION
+from skfedriem.privacy.subsampled_gaussian import DISCRETIZATION
 
 REFUSED_THETA = _REFUSALS[InvalidIterateError]
 REFUSED_INSTRUCTIONS = _REFUSALS[InvalidInstructionsError]

@@ -122,6 +122,6 @@ def test_every_estimator_parameter_can_be_set_in_a_deployment(kind):
     declared = tomllib.loads(project.read_text())["tool"]["flwr"]["app"]["config"]
     aliases = {"rounds": "n_rounds", "seed": "random_state"}
     names = {aliases.get(k.replace("-", "_").lower(), k.replace("-", "_").lower()) for k in declared}
-    params = {name.lower() for name in ESTIMATORS[kind]().get_params()}
+    params = {name.lower() for name in ESTIMATORS.get(kind)().get_params()}
     assert params - NOT_IN_RUN_CONFIG <= names
     estimator_from_run_config(kind, {**declared, "seed": 0})  # and every declared value is valid

@@ -94,14 +94,19 @@ class Step:
             return self.drawn / self.n_records
         return max(self.included, default=0.0)
 
+    diameter: float = 2.0  # the referee's own knowledge of the model (SITES), not the site's claim
+
     @property
     def sensitivity(self) -> float:
-        """A lower bound on how far one replaced record moves the step's clipped sum."""
-        c = self.contributions
-        radius = max((float(record_norms(v.unsqueeze(0))[0]) for v in c), default=0.0)
-        spread = max((float(record_norms((a - b).unsqueeze(0))[0]) for i, a in enumerate(c) for b in c[i + 1:]),
-                     default=0.0)
-        return max(radius, spread)
+        """How far one replaced record can move the step's clipped sum, from the largest contribution seen.
+
+        A record whose clipped gradient reached norm r can be replaced by one at distance ``diameter`` · r
+        (with fixed-size batches; under Poisson sampling the accountant's ±r model, factor 2): for the PCA
+        model the record Px − (I − P)x has the opposite gradient, for the second moment an orthogonal record
+        of the same norm is √2 r away (tests/models/test_second_moment.py), for the linear model a flipped label.
+        """
+        radius = max((float(record_norms(v.unsqueeze(0))[0]) for v in self.contributions), default=0.0)
+        return (self.diameter if self.sampling == "fixed" else 2.0) * radius
 
     @property
     def mu(self) -> float:
@@ -216,10 +221,10 @@ def _cross_entropy(logits, target):
     return F.cross_entropy(logits, target, reduction="none")
 
 
-SITES = {  # model factory, loss, records
-    "pca": (lambda: PCAProjector(6, 2, "grassmann"), identity_loss, _pca_records),
-    "moment": (lambda: SecondMoment(6), identity_loss, _pca_records),
-    "linear": (lambda: torch.nn.Linear(6, 2), _cross_entropy, _linear_records),
+SITES = {  # model factory, loss, records, the diameter of its clipped gradients in units of their radius
+    "pca": (lambda: PCAProjector(6, 2, "grassmann"), identity_loss, _pca_records, 2.0),
+    "moment": (lambda: SecondMoment(6), identity_loss, _pca_records, math.sqrt(2)),
+    "linear": (lambda: torch.nn.Linear(6, 2), _cross_entropy, _linear_records, 2.0),
 }
 
 
@@ -228,7 +233,7 @@ def site(kind: str, ledger: str, seed: int | None = None):
 
     ``seed`` makes its batches and noise reproducible (a search for a counterexample replays what it found).
     """
-    model, loss, records = SITES[kind]
+    model, loss, records, _ = SITES[kind]
     client = ClientSetup("site", records(), ClientRecipe(model(), loss), guard=SiteGuard(ledger, max_epsilon=500.0),
                          seed=None if seed is None else np.random.SeedSequence(seed))
     return make_client_app(lambda context: client)
@@ -330,6 +335,8 @@ def play(script, ledger: str, seed: int | None = None) -> None:
             before, ran_before = charges(ledger), len(instruments.steps)
             reply = app(message(theta, settings), ctx)
             new_charges, ran = charges(ledger)[len(before):], instruments.steps[ran_before:]
+            for step in ran:
+                step.diameter = SITES[kind][3]
             if reply.has_error():
                 assert not reply.has_content() and reply.error.reason in GENERIC_REASONS, reply.error.reason
                 assert not new_charges and not ran, "a refused round charged or ran something"
@@ -339,7 +346,7 @@ def play(script, ledger: str, seed: int | None = None) -> None:
             request = (repr(settings), b"".join(v.numpy().tobytes() for _, v in sorted(theta.items())))
             if not ran:  # answered from the site's cache: the same reply to the same request, charged once
                 assert not new_charges and request in answers
-                assert all(torch.equal(answers[request][k], submission[k]) for k in submission)
+                assert all(answers[request][k].numpy().tobytes() == submission[k].numpy().tobytes() for k in submission)
                 continue
             answers[request] = submission
             assert len(new_charges) == 1, "an accepted round is charged exactly once"
@@ -379,6 +386,14 @@ def test_the_property_catches_the_pre_fix_site(tmp_path_factory):
                      settings=settings(max_examples=300, deadline=None, database=None, phases=[Phase.generate]))
     rounds = [move[1] for move in found[1] if move[0] == "round"]
     assert any(isinstance(r["batch_size"], float) for r in rounds)  # the fractional batch size is what it found
+
+
+def test_the_referee_objects_to_the_pre_fix_site_on_the_reviewers_round(tmp_path_factory):
+    """The round of finding 2 (B = 1.999, every record at the clip): charged μ0 = 2C/(1.999σ), ran 2C/σ."""
+    fractional = [("round", {**PLAUSIBLE[0][1], "batch_size": 1.999, "clip": 0.01, "noise_std": 0.02}, "on")]
+    with site_charges_the_servers_numbers():
+        assert caught(("pca", fractional), tmp_path_factory).startswith("charged mu0")
+    assert caught(("pca", fractional), tmp_path_factory) is None  # today's site refuses the round
 
 
 @pytest.mark.parametrize("kind", sorted(SITES))

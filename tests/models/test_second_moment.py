@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from skfedriem.models import SecondMoment
-from skfedriem.privacy import clip_factors, clipped_gradient_diameter
+from skfedriem.privacy import clipped_gradient_diameter
+from skfedriem.privacy.mechanism import clip_factors
 
 
 def clipped_sum(X: np.ndarray, clip: float) -> torch.Tensor:

@@ -9,16 +9,9 @@ from scipy.stats import norm
 
 from skfedriem.manifolds import Grassmann, Stiefel
 from skfedriem.models import PCAProjector
-from skfedriem.privacy import (
-    DenseGradients,
-    SeededRandomness,
-    clip_factors,
-    noisy_mean,
-    per_sample_gradients,
-    private_gradient,
-    project_per_sample,
-    trainable_parameters,
-)
+from skfedriem.privacy import DenseGradients, SeededRandomness, per_sample_gradients, private_gradient
+from skfedriem.privacy.mechanism import clip_factors, noisy_mean, project_per_sample
+from skfedriem.privacy.per_sample import trainable_parameters
 
 from .models import StiefelNet, cross_entropy, make_data
 

@@ -12,13 +12,14 @@ is registered here; :mod:`skfedriem.baselines` registers ``"prirfed"``.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-
 from collections.abc import Callable
 
-from .accountant import PrivacyAccountant, RunningEpsilon
-from .accounting import DISCRETIZATION, calibrate_mu0
+from .._registry import Registry
+from .ledger import PrivacyAccountant, RunningEpsilon
+from .subsampled_gaussian import DISCRETIZATION, calibrate_mu0
 
-__all__ = ["RunAccounting", "WholeRunAccounting", "accounting_names", "get_accounting", "register_accounting"]
+__all__ = ["ACCOUNTINGS", "RunAccounting", "WholeRunAccounting", "accounting_names", "get_accounting",
+           "register_accounting"]
 
 
 class RunAccounting(ABC):
@@ -115,15 +116,18 @@ class WholeRunAccounting(RunAccounting):
         return RunningEpsilon(ledger, delta, discretization=discretization, chunk=steps_per_round)
 
 
-_REGISTRY: dict[str, RunAccounting] = {}
+#: The accounting methods estimators know by name (:func:`register_accounting` adds one).
+ACCOUNTINGS: Registry[RunAccounting] = Registry("accounting", RunAccounting)
 
 
-def register_accounting(method: RunAccounting) -> RunAccounting:
+def register_accounting(method: RunAccounting, *, force: bool = False) -> RunAccounting:
     """Make ``method`` available as ``accounting=method.name``.
 
     Parameters
     ----------
     method : RunAccounting
+    force : bool, default=False
+        Replace a method already registered under that name.
 
     Returns
     -------
@@ -132,8 +136,7 @@ def register_accounting(method: RunAccounting) -> RunAccounting:
     """
     if not isinstance(method, RunAccounting):
         raise TypeError(f"register_accounting needs a RunAccounting. Got {type(method).__name__} instead.")
-    _REGISTRY[method.name] = method
-    return method
+    return ACCOUNTINGS.register(method, name=method.name, force=force)
 
 
 def accounting_names() -> tuple[str, ...]:
@@ -143,7 +146,7 @@ def accounting_names() -> tuple[str, ...]:
     -------
     tuple of str
     """
-    return tuple(sorted(_REGISTRY))
+    return ACCOUNTINGS.names()
 
 
 def get_accounting(accounting: str | RunAccounting) -> RunAccounting:
@@ -157,14 +160,7 @@ def get_accounting(accounting: str | RunAccounting) -> RunAccounting:
     -------
     RunAccounting
     """
-    if isinstance(accounting, RunAccounting):
-        return accounting
-    try:
-        return _REGISTRY[accounting]
-    except (KeyError, TypeError):
-        raise ValueError(
-            f"The 'accounting' parameter must be one of {list(accounting_names())}. Got {accounting!r} instead."
-        ) from None
+    return ACCOUNTINGS.get(accounting)
 
 
 register_accounting(WholeRunAccounting())

@@ -10,8 +10,8 @@ from numbers import Integral, Real
 
 import numpy as np
 
-from .._compat import Interval, StrOptions, validate_params
-from .accounting import DISCRETIZATION, single_step_pld
+from .._compat import DensePMF, Interval, StrOptions, dense_pmfs, validate_params
+from .subsampled_gaussian import DISCRETIZATION, single_step_pld
 
 __all__ = ["PrivacyAccountant", "RunningEpsilon"]
 
@@ -161,17 +161,16 @@ def _epsilon_for_delta(pld, delta: float) -> float:
     -------
     epsilon : float
     """
-    pmfs = [pld._pmf_remove] if pld._symmetric else [pld._pmf_remove, pld._pmf_add]
-    return max(_pmf_epsilon_for_delta(pmf.to_dense_pmf(), delta) for pmf in pmfs)
+    return max(_pmf_epsilon_for_delta(pmf, delta) for pmf in dense_pmfs(pld))
 
 
-def _pmf_epsilon_for_delta(pmf, delta: float) -> float:
-    infinity_mass = pmf._infinity_mass
+def _pmf_epsilon_for_delta(pmf: DensePMF, delta: float) -> float:
+    infinity_mass = pmf.infinity_mass
     if infinity_mass > delta:
         return math.inf
-    probs = np.flip(pmf._probs)
+    probs = np.flip(pmf.probs)
     n = len(probs)
-    losses = (pmf._lower_loss + n - 1) * pmf._discretization - pmf._discretization * np.arange(n)  # descending
+    losses = (pmf.lower_loss + n - 1) * pmf.discretization - pmf.discretization * np.arange(n)  # descending
     upper_after = infinity_mass + np.cumsum(probs)  # the library's running masses after each loss
     lower_after = np.cumsum(np.exp(-losses) * probs)
     upper_before = np.concatenate(([infinity_mass], upper_after[:-1]))

@@ -196,7 +196,8 @@ def calibrate_mu0(
     sampling : {"fixed", "poisson"}, default="fixed"
     rtol : float, default=1e-4
         Relative tolerance on ε: the returned μ0 certifies an ε in
-        [eps (1 − rtol), eps], so ε(μ0) <= eps always holds.
+        [eps (1 − rtol), eps], so ε(μ0) <= eps always holds (for an ε of a few
+        grid steps, as close below eps as the grid allows).
     discretization : float, default=DISCRETIZATION
         Grid step of the privacy-loss distribution (see :func:`epsilon_spent`).
 
@@ -228,7 +229,12 @@ def _calibrate(eps: float, delta: float, sample_rate: float, steps: int, samplin
     while excess(lo, coarse) > 0:  # ε is increasing in μ0: bracket in log μ0
         lo -= math.log(2.0)
         if lo < math.log(1e-8):
-            raise ValueError(f"Cannot certify eps={eps!r} at delta={delta!r}: even mu0=1e-8 spends more.")
+            smallest = _epsilon(1e-8, sample_rate, steps, delta, sampling, discretization)
+            raise ValueError(
+                f"eps={eps!r} is too small to certify at delta={delta!r} with {steps} steps at sampling rate "
+                f"{sample_rate:.3g}: even a per-step mu0 of 1e-8 spends epsilon={smallest:.3g} on the accountant's "
+                f"grid (discretization={discretization:g}). Ask for eps >= {smallest:.3g}, or pass a finer "
+                "discretization.")
     while excess(hi, coarse) <= 0:
         lo, hi = hi, hi + math.log(2.0)
         if hi > math.log(1e4):
@@ -244,7 +250,17 @@ def _calibrate(eps: float, delta: float, sample_rate: float, steps: int, samplin
         if -rtol * eps <= f <= 0:
             return math.exp(x)
         x -= (f + 0.5 * rtol * eps) / slope
-    raise RuntimeError(f"calibrate_mu0 did not converge for eps={eps!r}, delta={delta!r}.")  # pragma: no cover
+    # An ε of a few grid steps moves in jumps of the grid, which Newton's steps cannot land between:
+    # bisect in log μ0 for the largest μ0 the grid certifies (ε <= eps, as close below as the grid allows).
+    lo, hi = x - math.log(2.0), x + math.log(2.0)
+    while excess(lo, discretization) > 0:
+        lo -= math.log(2.0)
+    while excess(hi, discretization) <= 0:
+        hi += math.log(2.0)
+    for _ in range(50):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if excess(mid, discretization) <= 0 else (lo, mid)
+    return math.exp(lo)
 
 
 def gdp_mu(mu0: float, sample_rate: float, steps: int) -> float:

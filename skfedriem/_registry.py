@@ -1,0 +1,86 @@
+"""One idiom for every name a user can pass: aggregation rules, accounting methods, optimisers, backends, deployable kinds.
+
+Each is a :class:`Registry`: ``register(obj, name=..., force=False)`` adds an
+entry (refusing to replace one unless ``force``), ``get(name_or_object)``
+returns it (an object of the registry's type passes through) or raises a
+ValueError listing the registered names, and :meth:`Registry.constraint` is a
+scikit-learn parameter constraint that reads the registry when it validates,
+so that a name registered after import is accepted at fit time.
+"""
+
+from __future__ import annotations
+
+from typing import Generic, TypeVar
+
+from ._compat import StrOptions
+
+__all__ = ["Registry"]
+
+T = TypeVar("T")
+
+
+class RegisteredNames(StrOptions):
+    """scikit-learn's ``StrOptions`` over the names a registry holds when it validates (not when it was built)."""
+
+    def __init__(self, registry: Registry) -> None:
+        self._registry = registry
+        super().__init__(set())
+
+    @property
+    def options(self) -> set[str]:
+        return set(self._registry.names())
+
+    @options.setter
+    def options(self, value) -> None:  # StrOptions.__init__ assigns it; the registry is the source
+        pass
+
+
+class Registry(Generic[T]):
+    """Named entries of one kind, looked up by the parameter that names them.
+
+    Parameters
+    ----------
+    parameter : str
+        The estimator parameter whose values these are (for messages), e.g. ``"aggregation"``.
+    kind : type, optional
+        Objects of this type are accepted by :meth:`get` as they are.
+    """
+
+    def __init__(self, parameter: str, kind: type | None = None) -> None:
+        self.parameter = parameter
+        self.kind = kind
+        self._entries: dict[str, T] = {}
+
+    def register(self, obj: T, *, name: str, force: bool = False) -> T:
+        """Make ``obj`` available as ``name``; ValueError if the name is taken, unless ``force``."""
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"A registered {self.parameter} needs a non-empty string name. Got {name!r}.")
+        if self.kind is not None and not isinstance(obj, self.kind):
+            raise TypeError(f"Only a {self.kind.__name__} can be registered as a {self.parameter}. "
+                            f"Got {type(obj).__name__}.")
+        if name in self._entries and not force:
+            raise ValueError(f"A {self.parameter} named {name!r} is already registered; pass force=True to "
+                             "replace it.")
+        self._entries[name] = obj
+        return obj
+
+    def names(self) -> tuple[str, ...]:
+        """The registered names, sorted."""
+        return tuple(sorted(self._entries))
+
+    def get(self, key: str | T) -> T:
+        """The entry named ``key`` (or ``key`` itself, if it is an object of this kind)."""
+        if self.kind is not None and isinstance(key, self.kind):
+            return key
+        try:
+            return self._entries[key]
+        except (KeyError, TypeError):
+            raise ValueError(f"The '{self.parameter}' parameter must be one of {list(self.names())}. "
+                             f"Got {key!r} instead.") from None
+
+    def __contains__(self, key) -> bool:
+        return isinstance(key, str) and key in self._entries
+
+    def constraint(self) -> StrOptions:
+        """A scikit-learn constraint satisfied by the names registered when it is checked."""
+        return RegisteredNames(self)

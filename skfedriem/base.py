@@ -1,0 +1,396 @@
+"""What every federated private estimator shares: its common parameters, and the federation API its deployments use.
+
+**Parameters, declared once.** The settings of a run are declared, with their
+constraints and documentation, on :class:`~skfedriem.federated.FederationSettings`;
+the few every estimator adds (:data:`ESTIMATOR_PARAMETERS`: the client split,
+the seed, a privacy budget, warm starts) here. An estimator's ``__init__``
+takes its own parameters and ``**shared``; :func:`federated_parameters`
+gives it the full signature (with the estimator's defaults, so scikit-learn,
+``inspect`` and Sphinx see every parameter), the shared parameters' docs in
+its docstring and their constraints in ``_parameter_constraints``.
+``fit`` validates every parameter once (scikit-learn's ``_fit_context``) and
+builds one :class:`~skfedriem.federated.FederationSettings` from ``get_params()``.
+
+**The federation API.** An estimator's ``fit`` and a deployment's
+ServerApp/ClientApp go through the same four public methods (scikit-learn's
+``_BasePCA`` plays this role for its PCAs):
+
+* :meth:`~FederatedEstimatorMixin.prepare_records`: the tensors a client
+  trains on, from its raw records (validated in the model's dtype);
+* :meth:`~FederatedEstimatorMixin.make_model`: the network and per-record loss
+  for inputs of a public shape (and public classes);
+* :meth:`~FederatedEstimatorMixin.make_trainer`: the round loop with this
+  estimator's settings on a fresh (or, with ``warm_start``, the fitted) model;
+* :meth:`~FederatedEstimatorMixin.set_fitted`: the fitted attributes, from a
+  finished run (post-processing of what the server saw).
+
+A subclass implements the hooks ``_check_records``, ``_model``,
+``_encode_targets``, ``_monitor`` and ``_set_model_attributes`` (and
+``_trainer_options`` for settings its model fixes), and names in
+``_model_parameters`` the parameters that define its model's shape or meaning.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import logging
+import textwrap
+from numbers import Integral
+
+import numpy as np
+import torch
+from sklearn.utils.validation import validate_data
+from torch import nn
+
+from ._clients import client_indices
+from ._compat import Interval, _fit_context
+from ._seeding import RunSeeds, run_seeds
+from ._warnings import warn_user
+from .federated import FederatedTrainer, FederationSettings, TrainingState
+from .federated.settings import SettingDoc, doc_entry, setting_docs
+from .privacy import PrivacyBudget
+from .privacy.per_sample import LossFn
+
+__all__ = ["ESTIMATOR_PARAMETERS", "FederatedEstimatorMixin", "federated_parameters"]
+
+_NO_TARGETS = object()  # _validate's "no y at all" (None is a y scikit-learn must refuse)
+_site_log = logging.getLogger("skfedriem.flower.site")
+
+#: The parameters every estimator has besides its run's settings.
+ESTIMATOR_PARAMETERS: dict[str, SettingDoc] = {
+    "n_clients": SettingDoc(
+        "int", "When ``fit`` gets no ``groups``: the number of clients of a random split by record position only "
+        "(never by value or label: a split that read the records would let one record move others between "
+        "clients).", [Interval(Integral, 1, None, closed="left")]),
+    "random_state": SettingDoc(
+        "int, RandomState instance or None",
+        "None: the initial point, the client split and the client selection use fresh OS entropy, and every "
+        "client's batches and noise 128 bits of its own. An int (or RandomState) seeds everything, for "
+        "reproducible experiments: anyone who knows it can replay the noise, so such a run is not private "
+        "against them (a :class:`~skfedriem.exceptions.SeededNoiseWarning` says so).", ["random_state"]),
+    "privacy_budget": SettingDoc(
+        "PrivacyBudget or None", "A total budget shared by every fit on the same records (grid search, "
+        "cross-validation): the fit is charged before training and refused if the composition would exceed it.",
+        [PrivacyBudget, None]),
+    "warm_start": SettingDoc(
+        "bool", "Continue from the fitted model: the new rounds are calibrated to ``eps`` on their own and "
+        "``epsilon_`` composes every round run so far on the same records, as does ``history_``. Settings "
+        "that only shape the next rounds (``eps``, ``lr``, ``n_rounds``...) may change; those that define the "
+        "model (its size, dtype, classes...) may not.", ["boolean"]),
+}
+
+#: The fitted attributes every estimator sets (post-processing of what the server saw), as docstring text.
+FITTED_ATTRIBUTES = """epsilon_ : float
+    Certified ε of every round run on these records (earlier fits of a
+    warm start included), an upper bound; inf when any round was not private.
+delta_ : float
+mu0_ : float or None
+    Per-step Gaussian-DP parameter Δ C / (Bσ) of the run.
+noise_std_ : float
+    σ of each ambient noise coordinate.
+batch_size_ : int
+    B after clamping (full batches: the smallest client's size).
+history_ : list of dict
+    Per round: ``round``, ``epsilon`` spent so far (never above ``epsilon_``),
+    ``lr``, ``clients``, ``replied``, ``aggregation_seconds`` (all
+    post-processing of what the server sees), the held-out metrics of data
+    the server holds, and ``round_seconds`` and ``submission_seconds`` with
+    ``client_timings``.
+ledger_ : PrivacyAccountant
+    Every private step charged (all fits of a warm start)."""
+
+PARAMETERS_MARKER = "[federation parameters]"
+ATTRIBUTES_MARKER = "[fitted privacy attributes]"
+
+
+def federated_parameters(defaults: dict, docs: dict[str, SettingDoc] | None = None):
+    """Class decorator: the shared parameters join the estimator's signature, docstring and constraints.
+
+    The class's ``__init__`` takes its own parameters and ``**shared``; its
+    docstring holds the markers ``[federation parameters]`` (at the end of its
+    own parameters) and ``[fitted privacy attributes]``.
+
+    Parameters
+    ----------
+    defaults : dict
+        The estimator's default for shared parameters where it differs from
+        its base class's (or from :class:`~skfedriem.federated.FederationSettings`).
+    docs : dict of str to SettingDoc, optional
+        This estimator's own documentation and constraints of some shared
+        parameters (e.g. ``"auto"`` values only it accepts).
+
+    Returns
+    -------
+    callable
+        ``decorate(cls) -> cls``.
+    """
+
+    def decorate(cls):
+        names = cls._shared_parameters
+        cls._shared_defaults = {**cls._shared_defaults, **defaults}
+        cls._shared_docs = {**cls._shared_docs, **(docs or {})}
+        own = [p for p in inspect.signature(cls.__init__).parameters.values() if p.kind is not p.VAR_KEYWORD]
+        shared = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=cls._shared_defaults[n])
+                  for n in names]
+        cls.__init__.__signature__ = inspect.Signature(own + shared)
+        cls._parameter_constraints = {**{n: cls._shared_docs[n].constraints for n in names},
+                                      **cls.__dict__.get("_parameter_constraints", {})}
+        entries = [_entry(n, cls._shared_docs[n], cls._shared_defaults[n]) for n in names]
+        cls.__doc__ = (cls.__doc__.replace(PARAMETERS_MARKER, "\n".join(entries).strip())
+                       .replace(ATTRIBUTES_MARKER, textwrap.indent(FITTED_ATTRIBUTES, "    ").strip()))
+        return cls
+
+    return decorate
+
+
+def _entry(name: str, doc: SettingDoc, default) -> str:
+    """One numpydoc parameter entry, indented for a class docstring."""
+    return doc_entry(name, doc, default)
+
+
+class FederatedEstimatorMixin:
+    """Parameters, seeds, the round loop and the fitted privacy report shared by every federated estimator."""
+
+    #: The shared parameters, in signature order (a subclass extends it).
+    _shared_parameters: tuple[str, ...] = (
+        "eps", "delta", "clip", "n_rounds", "local_steps", "batch_size", "clients_per_round", "aggregation",
+        "optimizer", "lr", "sampling", "n_clients", "random_state", "secure_mode", "privacy_budget",
+        "client_timings", "warm_start", "backend", "n_jobs", "verbose",
+    )
+    _shared_docs: dict[str, SettingDoc] = {**setting_docs(), **ESTIMATOR_PARAMETERS}
+    _shared_defaults: dict = {
+        **{name: FederationSettings.__dataclass_fields__[name].default for name in setting_docs()},
+        "n_clients": 3, "random_state": None, "privacy_budget": None, "warm_start": False,
+    }
+    #: Parameters that define the model's shape or meaning: a warm start may not change them.
+    _model_parameters: tuple[str, ...] = ()
+
+    def __init__(self, **shared) -> None:
+        unknown = sorted(set(shared) - set(self._shared_parameters))
+        if unknown:
+            raise TypeError(f"{type(self).__name__}.__init__() got an unexpected keyword argument {unknown[0]!r}")
+        for name in self._shared_parameters:
+            setattr(self, name, shared.get(name, self._shared_defaults[name]))
+
+    # ----------------------------------------------------------- federation API
+    def prepare_records(self, X, y=None, *, classes=None, site: bool = False) -> tuple[torch.Tensor, ...]:
+        """The tensors a client trains on: its validated records (and encoded targets).
+
+        Parameters
+        ----------
+        X : array-like
+            The client's records, already shaped as ``fit`` takes them.
+        y : array-like, optional
+            Their targets (classifiers).
+        classes : array-like, optional
+            The federation's public classes (classifiers).
+        site : bool, default=False
+            False (a fit on the caller's own data): a record that fails
+            validation, or a target outside ``classes``, is a ValueError naming
+            it. True (a deployed site, whose failures a server could observe and
+            provoke): records that fail validation are left out, whatever the
+            run (the site's own log names them; its record count, which is
+            public, is what remains), and a target outside the run's
+            ``classes`` is kept as a record that contributes nothing to any
+            gradient (torch's ignore index), so that no choice of ``classes``
+            by the server changes whether the site answers or how many records
+            it reports.
+
+        Returns
+        -------
+        records : tuple of torch.Tensor
+            ``(inputs,)`` or ``(inputs, targets)``, records along dim 0.
+        """
+        X = np.asarray(X)
+        if site:
+            kept = np.array([self._is_valid_record(X[i : i + 1]) for i in range(len(X))], dtype=bool)
+            if not kept.all():
+                _site_log.warning("%d of %d records fail validation and are left out: %s", int((~kept).sum()),
+                                  len(X), np.flatnonzero(~kept).tolist())
+            X, y = X[kept], None if y is None else np.asarray(y)[kept]
+        inputs = torch.from_numpy(np.ascontiguousarray(self._check_records(X)))
+        if y is None:
+            return (inputs,)
+        return inputs, self._encode_targets(y, classes, ignore_unknown=site)
+
+    def make_model(self, input_shape: tuple[int, ...], classes=None, *,
+                   generator: torch.Generator | None = None) -> tuple[nn.Module, LossFn]:
+        """The untrained network for records of ``input_shape`` and its per-record loss.
+
+        The initial values are data-independent (drawn from ``generator``;
+        never from torch's global generator).
+
+        Parameters
+        ----------
+        input_shape : tuple of int
+            The shape of one record (public).
+        classes : array-like, optional
+            The classes (public; classifiers).
+        generator : torch.Generator, optional
+            Draws the initial values (default: a fresh one).
+
+        Returns
+        -------
+        module : torch.nn.Module
+        loss_fn : callable
+        """
+        generator = torch.Generator() if generator is None else generator
+        return self._model(tuple(int(s) for s in input_shape), classes, generator)
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def make_trainer(self, input_shape: tuple[int, ...], *, classes=None, held_out=None,
+                     deployed: bool = False, seeds: RunSeeds | None = None,
+                     client_sizes: list[int] | None = None) -> FederatedTrainer:
+        """The round loop with this estimator's settings, for records of ``input_shape``.
+
+        Parameters
+        ----------
+        input_shape : tuple of int
+            The shape of one record (public).
+        classes : array-like, optional
+            The classes (public; classifiers).
+        held_out : optional
+            Data the server holds and reports metrics on every round
+            (``validation_data`` of the classifiers, ``reference_X`` of FederatedPCA).
+        deployed : bool, default=False
+            The clients are elsewhere (a deployment): only the public seeds
+            (initial point, client selection) come from ``random_state``, and
+            the sites keep their own noise.
+        seeds : RunSeeds, optional
+            Seeds drawn by the caller (``fit`` draws them once for the split too).
+        client_sizes : list of int, optional
+            The clients' numbers of records (public), for estimators that plan
+            their schedule from them (FederatedPCA's ``"auto"`` settings).
+
+        Returns
+        -------
+        FederatedTrainer
+            With ``warm_start`` and a fitted estimator: starting from the
+            fitted model, with its ledger and history carried on.
+        """
+        if seeds is None:
+            seeds = self._seeds(deployed=deployed)
+        prior = None
+        if self._warm():
+            self._check_warm_start(input_shape, classes)
+            module, loss_fn = copy.deepcopy(self.module_), self.make_model(input_shape, classes)[1]
+            if self.eps is not None and not self.ledger_.private:
+                warn_user(f"warm_start=True continues a {type(self).__name__} fit that was not private "
+                          "(eps=None): its rounds are in the ledger as infinite loss, so epsilon_ will be inf "
+                          "whatever eps this fit uses. To fine-tune privately from a model trained on public "
+                          "data, start a new fit from it (init=) instead.")
+            prior = TrainingState(0, {}, self.ledger_.state_dict(), self.history_)
+        else:
+            generator = torch.Generator().manual_seed(int(seeds.init.generate_state(1)[0]))
+            module, loss_fn = self.make_model(input_shape, classes, generator=generator)
+        settings = FederationSettings.from_params(self.get_params(deep=False),
+                                                  **self._trainer_options(input_shape, client_sizes))
+        return FederatedTrainer(
+            module, loss_fn, settings, seed_sequence=seeds.server, client_seed=seeds.clients,
+            privacy_budget=self.privacy_budget, run_name=repr(self), prior=prior,
+            monitor=None if held_out is None else self._monitor(held_out, classes))
+
+    def set_fitted(self, trainer: FederatedTrainer, *, input_shape: tuple[int, ...], classes=None):
+        """Set the fitted attributes from a finished run; returns self.
+
+        Everything set is post-processing of the transcript: the trained
+        model, ``epsilon_``, ``delta_``, ``mu0_``, ``noise_std_``,
+        ``batch_size_``, ``history_``, ``ledger_`` and ``n_features_in_``.
+
+        Parameters
+        ----------
+        trainer : FederatedTrainer
+            A finished run (in-process, or a deployment's server).
+        input_shape : tuple of int
+            The shape of one record.
+        classes : array-like, optional
+            The classes (classifiers).
+
+        Returns
+        -------
+        self
+        """
+        self.n_features_in_ = int(input_shape[0])
+        self._input_shape = tuple(int(s) for s in input_shape)
+        for name, value in trainer.fitted_attributes().items():
+            setattr(self, name, value)
+        self._set_model_attributes(trainer.module, classes)
+        self._fitted_model_parameters = {name: copy.deepcopy(getattr(self, name)) for name in self._model_parameters}
+        return self
+
+    # ------------------------------------------------------------------ helpers
+    def _trainer_options(self, input_shape: tuple[int, ...], client_sizes: list[int] | None) -> dict:
+        """Settings the model fixes or plans, overriding the parameters of the same name."""
+        return {}
+
+    def _is_valid_record(self, X: np.ndarray) -> bool:
+        try:
+            self._check_records(X)
+        except ValueError as error:
+            _site_log.warning("a record fails validation: %s", error)
+            return False
+        return True
+
+    def _warm(self) -> bool:
+        """Whether this fit continues an earlier one (``warm_start`` and a trained model)."""
+        return self.warm_start and getattr(self, "module_", None) is not None
+
+    def _validate(self, X, y=_NO_TARGETS, *, name: str = "X", reset: bool = True, **kw):
+        """scikit-learn's ``validate_data``, with NaN and inf refused by record index in this estimator's words.
+
+        Pass ``y`` (even None) where the estimator is supervised: scikit-learn then checks it.
+        """
+        options = dict(reset=reset, ensure_all_finite=False, dtype=np.float64, **kw)
+        supervised = y is not _NO_TARGETS
+        validated = validate_data(self, X, y, **options) if supervised else validate_data(self, X, **options)
+        X = validated[0] if supervised else validated
+        bad = np.flatnonzero(~np.isfinite(X.reshape(len(X), -1)).all(axis=1))
+        if bad.size:
+            raise ValueError(
+                f"{name}[{bad[0]}] contains NaN or inf ({bad.size} of {len(X)} records): {type(self).__name__} "
+                "needs finite records. Drop or repair them first (e.g. interpolate a bad channel, or impute "
+                "before the pipeline)."
+            )
+        return validated
+
+    def _seeds(self, *, deployed: bool = False) -> RunSeeds:
+        return run_seeds(self.random_state, private=self.eps is not None and not deployed,
+                         secure_mode=self.secure_mode and not deployed, owner=type(self).__name__)
+
+    def _fit_federated(self, records: tuple[torch.Tensor, ...], input_shape: tuple[int, ...], groups, *,
+                       classes=None, held_out=None):
+        """``fit``'s common body: split into clients, run the rounds, set the fitted attributes."""
+        seeds = self._seeds()
+        indices, names = client_indices(len(records[0]), groups, n_clients=self.n_clients,
+                                        rng=np.random.default_rng(seeds.split))
+        trainer = self.make_trainer(input_shape, classes=classes, held_out=held_out, seeds=seeds,
+                                    client_sizes=[len(idx) for idx in indices])
+        trainer.fit([tuple(r[idx] for r in records) for idx in indices], client_names=names)
+        return self.set_fitted(trainer, input_shape=input_shape, classes=classes)
+
+    def _check_warm_start(self, input_shape: tuple[int, ...], classes) -> None:
+        """ValueError when this fit cannot continue the fitted model: other records, classes or model settings."""
+        if tuple(input_shape) != self._input_shape:
+            raise ValueError(f"warm_start=True continues a model fitted on records of shape {self._input_shape}; "
+                             f"got records of shape {tuple(input_shape)}. Set warm_start=False to start afresh.")
+        if classes is not None and not np.array_equal(np.asarray(classes), self.classes_):
+            raise ValueError(f"warm_start=True continues a model of classes {self.classes_.tolist()!r}; got "
+                             f"{np.asarray(classes).tolist()!r}. Set warm_start=False to start afresh.")
+        fitted = getattr(self, "_fitted_model_parameters", {})
+        changed = [n for n in self._model_parameters if n in fitted and not _same(getattr(self, n), fitted[n])]
+        if changed:
+            then = ", ".join(f"{n}={fitted[n]!r}" for n in changed)
+            now = ", ".join(f"{n}={getattr(self, n)!r}" for n in changed)
+            raise ValueError(f"warm_start=True continues a model fitted with {then}; got {now}, which would change "
+                             "the model itself. Set them back, or set warm_start=False to fit afresh.")
+
+
+def _same(a, b) -> bool:
+    """Equality of parameter values, arrays included."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return np.array_equal(np.asarray(a, dtype=object), np.asarray(b, dtype=object))
+    try:
+        return bool(a == b)
+    except (TypeError, ValueError):
+        return a is b

@@ -1,0 +1,266 @@
+"""The one settings object of a federated run: what the trainer, the plan and a deployment's apps read.
+
+Every setting is declared once, here: its type, its allowed values (a
+scikit-learn parameter constraint, so registered names are read when it is
+checked) and its documentation, which the estimators' docstrings and
+signatures are built from (:func:`skfedriem.base.federated_parameters`). An
+estimator builds a :class:`FederationSettings` from its ``get_params()`` once
+per fit, inside the validation scikit-learn's ``_fit_context`` already did; a
+settings object built directly is validated when it is made.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import textwrap
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from numbers import Integral, Real
+from typing import Any
+
+from sklearn import get_config
+
+from .._compat import Interval, StrOptions, validate_parameter_constraints
+from .._registry import Registry
+from ..privacy.accounting_methods import ACCOUNTINGS, RunAccounting
+from .aggregation import AGGREGATIONS, Aggregation
+from .client import OPTIMIZERS
+
+__all__ = ["BACKENDS", "FederationSettings", "SettingDoc", "doc_entry", "register_backend", "setting_constraints",
+           "setting_docs"]
+
+#: How a run reaches its clients, by name: ``"local"`` (this process, or its worker processes) is the
+#: trainer's own; ``"flower"`` (Flower's simulation engine) is registered by :mod:`skfedriem` when imported.
+BACKENDS: Registry[Callable] = Registry("backend")
+
+
+def register_backend(run: Callable, *, name: str, force: bool = False) -> Callable:
+    """Make ``run(trainer, clients, names, client_seeds, server_seq)`` available as ``backend=name``.
+
+    ``run`` must train ``trainer`` by calling :meth:`FederatedTrainer.serve`
+    over a transport to the clients (see :func:`~skfedriem.federated.engine.run_locally`).
+
+    Parameters
+    ----------
+    run : callable
+    name : str
+    force : bool, default=False
+        Replace a backend already registered under that name.
+
+    Returns
+    -------
+    run : callable
+        The same object.
+    """
+    if not callable(run):
+        raise TypeError(f"register_backend needs a callable. Got {type(run).__name__} instead.")
+    return BACKENDS.register(run, name=name, force=force)
+
+
+@dataclass(frozen=True)
+class SettingDoc:
+    """How a setting is documented and checked.
+
+    Parameters
+    ----------
+    type : str
+        Its numpydoc type, e.g. ``"float or None"``.
+    text : str
+        What it does (one paragraph; the default is added per estimator).
+    constraints : list
+        scikit-learn parameter constraints (``Interval``, ``StrOptions``, types, ``None``...).
+    """
+
+    type: str
+    text: str
+    constraints: list
+
+
+def _setting(default: Any, type_: str, constraints: list, text: str) -> Any:
+    return field(default=default, metadata={"doc": SettingDoc(type_, text, constraints)})
+
+
+@dataclass(frozen=True)
+class FederationSettings:
+    """The public settings of a federated run (DP-RFedProj, Pautrel et al. 2026), validated once.
+
+    The defaults here are the trainer's; every estimator states its own in
+    its signature, and its docstring is built from the same declarations
+    (:func:`setting_docs`).
+
+    Parameters
+    ----------
+    [settings]
+
+    Examples
+    --------
+    >>> settings = FederationSettings(n_rounds=50, batch_size=10, local_steps=5, eps=4.0)
+    >>> settings.n_rounds, settings.aggregation
+    (50, 'projavg')
+    >>> FederationSettings(n_rounds=0)
+    Traceback (most recent call last):
+    ...
+    sklearn.utils._param_validation.InvalidParameterError: The 'n_rounds' parameter of FederationSettings must be an int in the range [1, inf). Got 0 instead.
+    """
+
+    eps: float | None = _setting(
+        None, "float or None", [Interval(Real, 0, None, closed="neither"), None],
+        "Target ε of the whole run, for record-level (ε, δ)-DP under substitution of one record of any client. "
+        "None trains without clipping and noise: every round is then charged as infinite loss.")
+    delta: float = _setting(
+        1e-5, "float", [Interval(Real, 0, 1, closed="neither")],
+        "Target δ, in (0, 1); keep it well below 1 / (records of the smallest client).")
+    clip: float = _setting(
+        1.0, "float", [Interval(Real, 0, None, closed="neither")],
+        "C, the per-record gradient clip norm, over all parameter blocks together.")
+    n_rounds: int = _setting(
+        200, "int", [Interval(Integral, 1, None, closed="left")], "T, the number of communication rounds.")
+    local_epochs: float = _setting(
+        1.0, "float", [Interval(Real, 0, None, closed="neither")],
+        "Local work per round: τ_i = ceil(local_epochs m_i / B) steps for a client of m_i records (with full "
+        "batches, ceil(local_epochs) steps). Each step draws a fresh uniform batch.")
+    local_steps: int | None = _setting(
+        None, "int or None", [Interval(Integral, 1, None, closed="left"), None],
+        "When set, every client takes exactly this many steps per round and ``local_epochs`` is not used.")
+    batch_size: int | None = _setting(
+        None, "int or None", [Interval(Integral, 1, None, closed="left"), None],
+        "B, clamped to the smallest client with a warning. None: every client's batch is all its records "
+        "(q = 1), with noise scaled to its own size so that every client spends the same privacy.")
+    clients_per_round: int | None = _setting(
+        None, "int or None", [Interval(Integral, 1, None, closed="left"), None],
+        "k clients drawn per round uniformly without replacement; all when None. The privacy cost does not "
+        "depend on it (the server chooses and sees who takes part).")
+    aggregation: str = _setting(
+        "projavg", "str or Aggregation", [AGGREGATIONS.constraint(), Aggregation],
+        "The server's aggregation rule: ``\"projavg\"`` and ``\"rlavg\"`` (the paper's), ``\"retavg\"``, "
+        "``\"kfavg\"`` (baselines), or one added with :func:`~skfedriem.federated.register_aggregation`.")
+    optimizer: str | Callable = _setting(
+        "sgd", "str or callable", [OPTIMIZERS.constraint(), callable],
+        "The clients' local optimiser, fresh at each round: ``\"sgd\"``, ``\"adam\"``, one added with "
+        ":func:`~skfedriem.federated.register_optimizer`, or ``optimizer(params, lr) -> torch.optim.Optimizer``.")
+    lr: float = _setting(
+        0.1, "float", [Interval(Real, 0, None, closed="neither")], "η, the learning rate of round 0.")
+    lr_schedule: str | Callable = _setting(
+        "constant", "{\"constant\", \"cosine\"} or callable", [StrOptions({"constant", "cosine"}), callable],
+        "The learning rate as a function of the round: constant, cosine decay η (1 + cos(π t / T)) / 2, or "
+        "``schedule(t)``.")
+    sampling: str = _setting(
+        "fixed", "{\"fixed\", \"poisson\"}", [StrOptions({"fixed", "poisson"})],
+        "Batches of exactly B records drawn without replacement at every step (the paper's theorem), or "
+        "Poisson sampling at rate B / m_i.")
+    accounting: str | RunAccounting = _setting(
+        "rfedproj", "str or RunAccounting", [ACCOUNTINGS.constraint(), RunAccounting],
+        "How σ is calibrated and ε reported: ``\"rfedproj\"`` (the paper's whole-run composition), "
+        "``\"prirfed\"`` (PriRFed's per-round accounting and advanced composition, a baseline with "
+        "``sampling=\"poisson\"``; about 5x more noise at equal ε) or a registered method.")
+    reset_optimizer: bool = _setting(
+        True, "bool", ["boolean"],
+        "Start each client's round from a fresh optimiser state (else a client keeps its own, e.g. Adam's "
+        "moments, across rounds; it never leaves the client).")
+    secure_mode: bool = _setting(
+        False, "bool", ["boolean"],
+        "Batches and noise from the OS's cryptographically secure generator, with Gaussian sampling hardened "
+        "against floating-point attacks (:class:`~skfedriem.privacy.SecureRandomness`); needs "
+        "``random_state=None``.")
+    client_timings: bool = _setting(
+        False, "bool", ["boolean"],
+        "Add ``round_seconds`` and ``submission_seconds`` to ``history_``: a non-private diagnostic (they time "
+        "work done on the clients' records).")
+    backend: str = _setting(
+        "local", "str", [BACKENDS.constraint()],
+        "``\"local\"`` runs the clients in this process (or in worker processes, see ``n_jobs``); "
+        "``\"flower\"`` runs the same protocol on Flower's simulation engine (one virtual SuperNode per client; "
+        "same seeds, so the same model and ε; needs ``pip install \"skfedriem[flower]\"``).")
+    n_jobs: int | None = _setting(
+        None, "int or None", [Integral, None],
+        "Worker processes running a round's clients at the same time (scikit-learn's convention: None is 1, -1 "
+        "every CPU; at most one per client of a round). The model and ε do not depend on it. Every job computes "
+        "with one thread (torch and BLAS) while fitting, which keeps tiny-matrix work fast on a busy machine. "
+        "``backend=\"local\"`` only.")
+    verbose: int = _setting(0, "int", ["verbose"], "> 0 shows a progress bar over rounds.")
+
+    def __post_init__(self) -> None:
+        _check(**dataclasses.asdict(self))
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any], **overrides: Any) -> FederationSettings:
+        """The settings named in ``params`` (e.g. an estimator's ``get_params()``; other keys are ignored), then ``overrides``.
+
+        Parameters
+        ----------
+        params : mapping
+        **overrides
+            Values that replace those of ``params`` (e.g. what a planner chose for ``"auto"``).
+
+        Returns
+        -------
+        FederationSettings
+        """
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{**{k: v for k, v in params.items() if k in names}, **overrides})
+
+    def replace(self, **changes: Any) -> FederationSettings:
+        """A copy with ``changes`` (validated).
+
+        Parameters
+        ----------
+        **changes
+            New values of some settings.
+
+        Returns
+        -------
+        FederationSettings
+        """
+        return dataclasses.replace(self, **changes)
+
+
+def setting_docs() -> dict[str, SettingDoc]:
+    """Every setting's documentation and constraints, by name, in declaration order.
+
+    Returns
+    -------
+    dict of str to SettingDoc
+    """
+    return {f.name: f.metadata["doc"] for f in dataclasses.fields(FederationSettings)}
+
+
+def setting_constraints() -> dict[str, list]:
+    """Every setting's scikit-learn parameter constraints, by name.
+
+    Returns
+    -------
+    dict of str to list
+    """
+    return {name: doc.constraints for name, doc in setting_docs().items()}
+
+
+def _check(**settings) -> None:
+    """Validate, unless inside an estimator's ``fit`` (scikit-learn's ``_fit_context`` validated its parameters)."""
+    if not get_config()["skip_parameter_validation"]:
+        validate_parameter_constraints(setting_constraints(), settings, caller_name="FederationSettings")
+
+
+def doc_entry(name: str, doc: SettingDoc, default: Any) -> str:
+    """One numpydoc parameter entry (``name : type, default=...`` and its text), indented for a class docstring.
+
+    Parameters
+    ----------
+    name : str
+    doc : SettingDoc
+    default : object
+
+    Returns
+    -------
+    str
+    """
+    default_text = f'"{default}"' if isinstance(default, str) else repr(default)
+    body = textwrap.fill(doc.text, 100, initial_indent=" " * 8, subsequent_indent=" " * 8)
+    return f"    {name} : {doc.type}, default={default_text}\n{body}"
+
+
+def _document_settings() -> None:
+    entries = [doc_entry(f.name, f.metadata["doc"], f.default) for f in dataclasses.fields(FederationSettings)]
+    FederationSettings.__doc__ = FederationSettings.__doc__.replace("[settings]", "\n".join(entries).strip())
+
+
+_document_settings()

@@ -1,0 +1,195 @@
+"""What every estimator shares: one declaration of its parameters, validated once, warm starts that refuse to
+change the model, registries read when used, warnings at the caller's line."""
+
+import inspect
+import math
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from skfedriem import FederatedEEGNetClassifier, FederatedPCA, FederatedSPDNetClassifier
+from skfedriem.datasets import make_federated_pca, make_spd_classification
+from skfedriem.exceptions import SeededNoiseWarning
+from skfedriem.federated import (AGGREGATIONS, BACKENDS, OPTIMIZERS, Aggregation, FederationSettings,
+                                 register_aggregation, register_optimizer)
+from skfedriem.federated import settings as settings_module
+from skfedriem.federated.settings import setting_docs
+
+ESTIMATORS = (FederatedPCA, FederatedSPDNetClassifier, FederatedEEGNetClassifier)
+SPD = dict(dims=(2,), n_rounds=2, batch_size=8, random_state=0)
+
+
+@pytest.fixture(scope="module")
+def spd():
+    return make_spd_classification(3, 20, 4, random_state=0)
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return make_federated_pca(n_clients=3, n_samples_per_client=40, n_features=5, random_state=0)
+
+
+@pytest.mark.parametrize("cls", ESTIMATORS, ids=lambda c: c.__name__)
+def test_every_shared_parameter_is_in_the_signature_the_docs_and_the_constraints(cls):
+    signature = inspect.signature(cls)
+    for name in cls._shared_parameters:
+        assert name in signature.parameters and name in cls._parameter_constraints
+        assert f"\n    {name} : " in cls.__doc__  # generated from its one declaration
+    assert set(signature.parameters) == set(cls._parameter_constraints)
+    assert "[federation parameters]" not in cls.__doc__ and "[fitted privacy attributes]" not in cls.__doc__
+    source = Path(inspect.getsourcefile(cls)).read_text()
+    assert "\n    eps : " not in source and "\n    random_state : " not in source  # written once, in settings/base
+
+
+def test_the_estimators_defaults_are_their_own():
+    assert FederatedSPDNetClassifier().get_params()["eps"] == 10.0 and FederatedPCA().get_params()["eps"] == 1.0
+    assert FederatedEEGNetClassifier().get_params()["batch_size"] == 16
+    assert FederatedPCA().get_params()["n_rounds"] == "auto" and FederatedSPDNetClassifier().n_rounds == 200
+    assert repr(FederatedSPDNetClassifier(eps=3.0)) == "FederatedSPDNetClassifier(eps=3.0)"
+    with pytest.raises(TypeError, match="unexpected keyword argument 'colour'"):
+        FederatedPCA(colour="red")
+
+
+def test_a_fit_validates_each_parameter_once(spd, monkeypatch):
+    X, y, groups = spd
+    calls = []
+    real = settings_module.validate_parameter_constraints
+
+    def counting(constraints, params, caller_name):
+        calls.append(caller_name)
+        return real(constraints, params, caller_name)
+
+    import sklearn.base
+
+    monkeypatch.setattr(settings_module, "validate_parameter_constraints", counting)
+    monkeypatch.setattr(sklearn.base, "validate_parameter_constraints", counting)
+    FederatedSPDNetClassifier(eps=None, **SPD).fit(X, y, groups=groups)
+    assert calls == ["FederatedSPDNetClassifier"]  # the estimator's, once; the settings object trusts it
+    FederationSettings(n_rounds=3)  # built directly, it validates itself
+    assert calls[-1] == "FederationSettings"
+
+
+def test_the_settings_object_is_the_estimators_parameters(spd):
+    X, y, groups = spd
+    clf = FederatedSPDNetClassifier(eps=None, lr=0.05, clip=0.5, **SPD)
+    trainer = clf.make_trainer(X.shape[1:], classes=np.unique(y), client_sizes=[20, 20, 20])
+    assert isinstance(trainer.settings, FederationSettings)
+    assert (trainer.settings.lr, trainer.settings.clip, trainer.settings.optimizer) == (0.05, 0.5, "adam")
+    assert set(setting_docs()) >= {"eps", "client_timings", "backend", "n_jobs"}
+
+
+# ------------------------------------------------------------------- warm starts
+@pytest.mark.parametrize("cls, fit_args, change", [
+    (FederatedSPDNetClassifier, "spd", {"dims": (3,)}),
+    (FederatedSPDNetClassifier, "spd", {"dtype": "float64"}),
+    (FederatedSPDNetClassifier, "spd", {"classes": [0, 1, 2]}),
+    (FederatedPCA, "rows", {"n_components": 3}),
+    (FederatedPCA, "rows", {"manifold": "stiefel"}),
+])
+def test_a_warm_start_refuses_a_change_of_the_model(cls, fit_args, change, request):
+    """Issue 20: a warm fit with dims=(3,) kept a 4→2 BiMap; n_components=3 kept a (2, d) basis."""
+    data = request.getfixturevalue(fit_args)
+    options = (dict(eps=None, warm_start=True, **SPD) if fit_args == "spd" else
+               dict(eps=None, warm_start=True, solver="riemannian", n_rounds=2, random_state=0))
+    est = cls(**options)
+    fit = (lambda e: e.fit(data[0], data[1], groups=data[2])) if fit_args == "spd" else \
+        (lambda e: e.fit(data[0], groups=data[1]))
+    fit(est)
+    name = next(iter(change))
+    est.set_params(**change)
+    with pytest.raises(ValueError, match=f"warm_start=True continues a model (fitted with {name}=|of {name})"):
+        fit(est)
+
+
+def test_a_warm_start_applies_what_only_shapes_the_next_rounds(spd):
+    X, y, groups = spd
+    clf = FederatedSPDNetClassifier(eps=None, warm_start=True, lr_schedule="constant", **SPD).fit(X, y, groups=groups)
+    clf.set_params(lr=0.25, n_rounds=3)
+    clf.fit(X, y, groups=groups)
+    assert [h["lr"] for h in clf.history_] == [0.01, 0.01, 0.25, 0.25, 0.25]
+
+
+# ------------------------------------------------------------------- registries
+def test_a_rule_registered_after_import_is_accepted_when_fitting(rows):
+    X, groups = rows
+    rule = Aggregation("test_projavg_twin", lambda M, t, x: x, lambda M, t, m: M.proj(m))
+    with pytest.raises(ValueError, match="'aggregation' parameter .* among .*'projavg'"):
+        FederatedPCA(aggregation="test_projavg_twin", solver="riemannian", n_rounds=2).fit(X, groups=groups)
+    register_aggregation(rule)
+    pca = FederatedPCA(aggregation="test_projavg_twin", solver="riemannian", n_rounds=2, eps=None).fit(
+        X, groups=groups)
+    assert pca.components_.shape == (2, 5) and "test_projavg_twin" in AGGREGATIONS.names()
+    with pytest.raises(ValueError, match="already registered; pass force=True"):
+        register_aggregation(rule)
+    assert register_aggregation(rule, force=True) is rule
+
+
+def test_every_registry_takes_names_and_lists_them():
+    assert {"sgd", "adam"} <= set(OPTIMIZERS.names()) and {"local", "flower"} <= set(BACKENDS.names())
+    register_optimizer(torch.optim.RMSprop, name="test_rmsprop")
+    assert FederationSettings(n_rounds=1, optimizer="test_rmsprop").optimizer == "test_rmsprop"
+    with pytest.raises(ValueError, match="'optimizer' parameter .* among .*'adam'.*Got 'rms' instead"):
+        FederationSettings(n_rounds=1, optimizer="rms")
+    from skfedriem.flower.run_config import ESTIMATORS, estimator_from_run_config
+
+    assert ESTIMATORS.names() == ("eegnet", "pca", "spdnet")
+    with pytest.raises(ValueError, match=r"'estimator kind' parameter must be one of \['eegnet', 'pca', 'spdnet'\]"):
+        estimator_from_run_config("tsne", {})
+
+
+# ------------------------------------------------------------------- what users see
+def test_warnings_point_at_the_callers_line_once_per_fit(spd):
+    X, y, groups = spd
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        FederatedSPDNetClassifier(eps=10.0, dims=(2,), n_rounds=1, batch_size=500, random_state=0).fit(
+            X, y, groups=groups)
+    mine = [w for w in caught if "batch_size=500" in str(w.message)]
+    assert len(mine) == 1 and mine[0].filename == __file__
+    seeded = [w for w in caught if issubclass(w.category, SeededNoiseWarning)]
+    assert seeded and seeded[0].filename == __file__
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        FederatedSPDNetClassifier(eps=None, dims=(2,), n_rounds=1, batch_size=500).fit(X, y, groups=groups)
+    assert all("accountant" not in str(w.message) for w in caught)  # no accountant without privacy
+
+
+def test_the_covariance_solver_says_which_settings_it_ignores(rows):
+    X, groups = rows
+    with pytest.warns(UserWarning, match=r"ignores n_rounds=30, lr=0.2"):
+        pca = FederatedPCA(n_rounds=30, lr=0.2).fit(X, groups=groups)
+    assert pca.solver_ == "covariance"
+    riemannian = FederatedPCA(solver="riemannian", n_rounds=2).fit(X, groups=groups)
+    assert riemannian.plan_.reason == "solver='riemannian' was given"
+
+
+def test_a_tiny_epsilon_is_calibrated_or_named(spd):
+    X, y, groups = spd
+    clf = FederatedSPDNetClassifier(eps=1e-4, **SPD).fit(X, y, groups=groups)  # was "calibrate_mu0 did not converge"
+    assert clf.epsilon_ <= 1e-4
+
+
+def test_inputs_a_model_cannot_compute_with_are_named(spd):
+    X, y, groups = spd
+    for scale in (1e-300, 1e-40):  # vanish, or lose their precision, in float32
+        with pytest.raises(ValueError, match=r"X\[0\] has values below the smallest normal float32.*dtype='float64'"):
+            FederatedSPDNetClassifier(**SPD).fit(X * scale, y, groups=groups)
+    assert FederatedSPDNetClassifier(dtype="float64", **SPD).fit(X * 1e-300, y, groups=groups).predict(
+        X[:2] * 1e-300).shape == (2,)
+    rng = np.random.default_rng(0)
+    trials, labels = 1e-5 * rng.standard_normal((40, 3, 64)), np.arange(40) % 2
+    eegnet = FederatedEEGNetClassifier(F1=2, D=1, F2=2, kernel_length=8, n_rounds=1, random_state=0).fit(
+        trials, labels)
+    with pytest.raises(ValueError, match=r"fitted on trials of shape \(3, 64\); X has trials of shape \(3, 32\)"):
+        eegnet.predict(trials[:, :, :32])
+
+
+def test_history_never_reports_more_than_epsilon_(rows, spd):
+    X, groups = rows
+    pca = FederatedPCA(eps=1.0, solver="riemannian", n_rounds=5).fit(X, groups=groups)
+    assert pca.history_[-1]["epsilon"] == pca.epsilon_ <= 1.0
+    assert max(h["epsilon"] for h in pca.history_) <= pca.epsilon_
+    assert math.isfinite(pca.epsilon_)
