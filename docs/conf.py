@@ -63,7 +63,8 @@ sphinx_gallery_conf = {
 
 
 def _skip_foreign_members(app, what, name, obj, skip, options):
-    """Document what skfedriem defines: not the methods classes inherit from scikit-learn or torch."""
+    """Document what skfedriem defines, inherited or not (a classifier's page lists fit and predict, which its base
+    class defines): not the methods classes inherit from scikit-learn or torch."""
     module = getattr(obj, "__module__", None) or getattr(getattr(obj, "__func__", None), "__module__", None)
     if what == "class" and module is not None and not module.startswith("skfedriem"):
         return True

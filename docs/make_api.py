@@ -8,6 +8,8 @@ from pathlib import Path
 
 SECTIONS = [
     ("Estimators", "skfedriem", "The scikit-learn estimators."),
+    ("Display", "skfedriem.display", "A fitted estimator's history, drawn."),
+    ("Estimator base", "skfedriem.base", "What every federated estimator shares: its parameters, declared once."),
     ("Classification base", "skfedriem.classification", "What every federated classifier shares."),
     ("PCA planning", "skfedriem.pca_planning", "FederatedPCA's solver and schedule, from public quantities only."),
     ("Manifolds", "skfedriem.manifolds", "Parameter geometries, and optimisers that keep parameters on them."),
@@ -23,6 +25,8 @@ SECTIONS = [
     ("Flower", "skfedriem.flower", "The protocol on Flower's Message API."),
     ("Flower deployment apps", "skfedriem.flower.apps", ""),
     ("Flower run configuration", "skfedriem.flower.run_config", ""),
+    ("Flower site client", "skfedriem.flower.site_client", "The light ClientApp a deployed site's SuperNode runs."),
+    ("Flower site worker", "skfedriem.flower.site_worker", "A deployed site's resident worker."),
     ("Flower certificates", "skfedriem.flower.certificates", ""),
     ("Flower loopback", "skfedriem.flower.loopback", ""),
     ("Flower simulation", "skfedriem.flower.simulation", ""),

@@ -21,6 +21,7 @@ from sklearn.model_selection import train_test_split
 
 from skfedriem import FederatedSPDNetClassifier
 from skfedriem.datasets import make_spd_classification
+from skfedriem.display import HistoryDisplay
 
 warnings.filterwarnings("ignore", category=FutureWarning)
 here = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
@@ -63,3 +64,6 @@ ax.axhline(0.5, color="grey", ls=":", label="chance")
 ax.set(xlabel="round", ylabel="held-out accuracy", title=source)
 ax.legend()
 fig.tight_layout()
+
+# The private fit's whole history: ε spent per round against its target, held-out loss and accuracy, and who replied.
+HistoryDisplay.from_estimator(results["ε = 10"])

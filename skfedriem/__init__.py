@@ -4,14 +4,32 @@ manifolds with record-level differential privacy.
 Implements DP-RFedProj of Pautrel, Bouchard, Ginolhac, Mian & Bellet,
 "Projection-Based Federated Learning on Compact Submanifolds with
 Geometry-Independent Differential Privacy" (arXiv 2610.33712, 2026).
+
+The estimators are imported when first used (``from skfedriem import
+FederatedPCA``): importing the package itself loads neither torch nor
+scikit-learn, which a deployed site's ClientApp, started for every message,
+relies on.
 """
 
-__version__ = "0.1.0"
+import importlib
 
-from . import baselines  # noqa: E402, F401 - registers accounting="prirfed"
-from .classification import FederatedEEGNetClassifier, FederatedSPDNetClassifier  # noqa: E402
-from .decomposition import FederatedPCA  # noqa: E402
-from .federated import register_backend  # noqa: E402
+from ._backends import register_backend
+
+__version__ = "0.1.0"
+__all__ = ["FederatedEEGNetClassifier", "FederatedPCA", "FederatedSPDNetClassifier", "__version__"]
+
+_ESTIMATORS = {"FederatedEEGNetClassifier": ".classification", "FederatedSPDNetClassifier": ".classification",
+               "FederatedPCA": ".decomposition"}
+
+
+def __getattr__(name: str):
+    if name in _ESTIMATORS:
+        return getattr(importlib.import_module(_ESTIMATORS[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
 
 
 def _flower_simulation(trainer, clients, names, client_seeds, server_seq) -> None:
@@ -22,5 +40,3 @@ def _flower_simulation(trainer, clients, names, client_seeds, server_seq) -> Non
 
 
 register_backend(_flower_simulation, name="flower")
-
-__all__ = ["FederatedEEGNetClassifier", "FederatedPCA", "FederatedSPDNetClassifier", "__version__"]

@@ -10,29 +10,37 @@ so that a name registered after import is accepted at fit time.
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Generic, TypeVar
-
-from ._compat import StrOptions
 
 __all__ = ["Registry"]
 
 T = TypeVar("T")
 
 
-class RegisteredNames(StrOptions):
-    """scikit-learn's ``StrOptions`` over the names a registry holds when it validates (not when it was built)."""
+@cache
+def _registered_names_type() -> type:
+    """scikit-learn's ``StrOptions`` over the names a registry holds when it validates (not when it was built).
 
-    def __init__(self, registry: Registry) -> None:
-        self._registry = registry
-        super().__init__(set())
+    Built on first use, so that importing a registry does not import
+    scikit-learn (a deployed site's ClientApp imports the backend registry).
+    """
+    from ._compat import StrOptions
 
-    @property
-    def options(self) -> set[str]:
-        return set(self._registry.names())
+    class RegisteredNames(StrOptions):
+        def __init__(self, registry: Registry) -> None:
+            self._registry = registry
+            super().__init__(set())
 
-    @options.setter
-    def options(self, value) -> None:  # StrOptions.__init__ assigns it; the registry is the source
-        pass
+        @property
+        def options(self) -> set[str]:
+            return set(self._registry.names())
+
+        @options.setter
+        def options(self, value) -> None:  # StrOptions.__init__ assigns it; the registry is the source
+            pass
+
+    return RegisteredNames
 
 
 class Registry(Generic[T]):
@@ -81,6 +89,6 @@ class Registry(Generic[T]):
     def __contains__(self, key) -> bool:
         return isinstance(key, str) and key in self._entries
 
-    def constraint(self) -> StrOptions:
-        """A scikit-learn constraint satisfied by the names registered when it is checked."""
-        return RegisteredNames(self)
+    def constraint(self):
+        """A scikit-learn constraint (``StrOptions``) satisfied by the names registered when it is checked."""
+        return _registered_names_type()(self)

@@ -43,6 +43,7 @@ import torch
 from sklearn.utils.validation import validate_data
 from torch import nn
 
+from . import baselines  # noqa: F401 - registers accounting="prirfed" for every estimator
 from ._clients import client_indices
 from ._compat import Interval, _fit_context
 from ._seeding import RunSeeds, run_seeds
@@ -150,7 +151,14 @@ def _entry(name: str, doc: SettingDoc, default) -> str:
 
 
 class FederatedEstimatorMixin:
-    """Parameters, seeds, the round loop and the fitted privacy report shared by every federated estimator."""
+    """Parameters, seeds, the round loop and the fitted privacy report shared by every federated estimator.
+
+    Parameters
+    ----------
+    **shared
+        The shared parameters (``_shared_parameters``), each stored under its
+        own name; those not given take the estimator's default.
+    """
 
     #: The shared parameters, in signature order (a subclass extends it).
     _shared_parameters: tuple[str, ...] = (

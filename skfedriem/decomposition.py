@@ -72,8 +72,12 @@ class FederatedPCA(FederatedEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Tra
 
     The data are **not centred**: a private mean would spend privacy budget.
     Centre them beforehand if you hold a public or separately privatised mean.
-    The order of ``components_`` does not follow explained variance, which
-    would need the private data; they are an orthonormal basis of the subspace.
+    With the one-shot release, ``components_`` are ordered by the eigenvalues
+    of the released (noisy, uncentred) mean second moment, which
+    ``explained_variance_`` reports: post-processing of the release, at no
+    privacy cost. The Riemannian solver releases no second moment: its
+    ``components_`` are an orthonormal basis of the subspace in no particular
+    order, and it sets no ``explained_variance_`` (that would need the records).
 
     Parameters
     ----------
@@ -112,6 +116,12 @@ class FederatedPCA(FederatedEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Tra
     module_ : PCAProjector or SecondMoment
         The trained torch module (``"covariance"``: the mean of the clients'
         noisy second moments, as the server received it).
+    explained_variance_ : ndarray of shape (n_components,)
+        ``"covariance"`` only: the released mean second moment along each
+        component (its top eigenvalues; uncentred, and noisy like the release).
+    explained_variance_ratio_ : ndarray of shape (n_components,)
+        ``"covariance"`` only: ``explained_variance_`` over the trace of the
+        released moment (noise can make a ratio's denominator small).
     [fitted privacy attributes]
 
     Examples
@@ -247,6 +257,12 @@ class FederatedPCA(FederatedEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Tra
         self.n_components_ = self.n_components
         self.plan_ = self._plan
         self.solver_ = self._plan.solver
+        for name in ("explained_variance_", "explained_variance_ratio_"):
+            self.__dict__.pop(name, None)  # a warm Riemannian continuation releases no moment
+        if isinstance(module, SecondMoment):  # post-processing of the released moment: no privacy cost
+            values = module.eigenvalues()
+            self.explained_variance_ = values[: self.n_components].copy()
+            self.explained_variance_ratio_ = self.explained_variance_ / values.sum()
 
     def _check_n_features(self, n_features: int) -> None:
         if self.n_components > n_features:

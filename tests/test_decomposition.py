@@ -313,3 +313,15 @@ def test_continuing_a_non_private_fit_reports_infinite_epsilon(data):
     with pytest.warns(UserWarning, match="was not private"):
         pca.fit(X, groups=groups)
     assert math.isinf(pca.epsilon_) and [h["epsilon"] for h in pca.history_] == [math.inf] * 4
+
+
+def test_the_one_shot_release_reports_its_explained_variance(data):
+    """Issue 22: the eigenvalues of the released moment are post-processing; the Riemannian solver has none."""
+    X, groups = data
+    pca = covariance(eps=None).fit(X, groups=groups)
+    moment = X.T @ X / len(X)  # full batches of equal clients, no noise: the pooled uncentred second moment
+    expected = np.linalg.eigvalsh(moment)[::-1]
+    np.testing.assert_allclose(pca.explained_variance_, expected[:2], rtol=1e-10)
+    np.testing.assert_allclose(pca.explained_variance_ratio_, expected[:2] / expected.sum(), rtol=1e-10)
+    assert np.all(np.diff(pca.explained_variance_) <= 0)
+    assert not hasattr(small(eps=None, n_rounds=2).fit(X, groups=groups), "explained_variance_")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -50,7 +51,13 @@ def load_moabb(dataset, paradigm, *, subjects=None, clients: str = "subject"):
     if clients not in _CLIENT_KEYS:
         raise ValueError(f"The 'clients' parameter must be one of {sorted(_CLIENT_KEYS)}. Got {clients!r} instead.")
     _require_moabb()
-    X, y, meta = paradigm.get_data(dataset, subjects=subjects)
+    import mne
+
+    # MNE logs every file it reads ("Used Annotations descriptions ...", 15 lines a subject) and MOABB
+    # warns of its own future: keep a load quiet, as the rest of skfedriem is (MNE's warnings still show).
+    with mne.utils.use_log_level("WARNING"), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=FutureWarning, module=r"(moabb|mne)(\.|$)")
+        X, y, meta = paradigm.get_data(dataset, subjects=subjects)
     parts = [meta["subject"].astype(str).radd("subject-")]
     if clients == "session":
         parts.append(meta["session"].astype(str).radd("session-"))

@@ -23,12 +23,15 @@ def main(argv: list[str] | None = None) -> None:
     eeg = commands.add_parser("eeg", help="the paper's EEG comparison (docs: user guide, EEG)",
                               description="Federated SPDNet (ProjAvg, RLAvg, RetAvg), PriRFed, EEGNet and "
                               "centralised references over ε, seeds and participation; resumable.")
-    eeg.add_argument("--dataset", choices=sorted(DATASETS), required=True)
-    eeg.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
+    eeg.add_argument("--dataset", choices=sorted(DATASETS), required=True, help="the MOABB dataset (FakeDataset: a "
+                     "dry run)")
+    eeg.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS), metavar="ARM",
+                     help=f"what to train, one row of the table each (default: all of {', '.join(ARMS)})")
     eeg.add_argument("--eps", nargs="+", type=_eps, default=[None, 20.0, 10.0, 5.0],
                      help="target ε values; 'none' is non-private (default: none 20 10 5)")
-    eeg.add_argument("--seeds", type=int, default=10)
-    eeg.add_argument("--participation", nargs="+", type=float, default=[1.0])
+    eeg.add_argument("--seeds", type=int, default=10, help="runs per arm and ε, each with its own seed (default: 10)")
+    eeg.add_argument("--participation", nargs="+", type=float, default=[1.0],
+                     help="fractions of the clients selected per round (default: 1.0)")
     eeg.add_argument("--rounds", type=int, default=None, help="override the dataset's number of rounds")
     eeg.add_argument("--out", default=None, help="output folder (default: results/<dataset>)")
     eeg.add_argument("--eegmmidb", default=None, help="local PhysioNet eegmmidb folder (PhysionetMI offline)")

@@ -52,7 +52,7 @@ def results_table(runs) -> str:
                     cells.append("")
                     continue
                 m, s, n = stats.loc[(a, e)]
-                text = f"{100 * m:.1f} ± {100 * (0 if np.isnan(s) else s):.1f} (n={int(n)})"
+                text = f"{100 * m:.1f} (n=1)" if int(n) == 1 else f"{100 * m:.1f} ± {100 * s:.1f} (n={int(n)})"
                 cells.append(f"**{text}**" if best.get(e) == a else text)
             lines.append(f"| {a} | " + " | ".join(cells) + " |")
         parts.append("\n".join(lines))
@@ -80,38 +80,44 @@ def write_report(out: str | Path) -> None:
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import MaxNLocator
     except ImportError:  # pragma: no cover - matplotlib is in the bench/eeg extras
         return
-    first = curves["participation"].iloc[0]
+    participations = sorted(set(curves["participation"]), reverse=True)
     eps_cols = _eps_order(curves["eps"].astype(str))
-    fig, axes = plt.subplots(1, len(eps_cols), figsize=(4 * len(eps_cols), 3.2), squeeze=False)
-    for ax, e in zip(axes[0], eps_cols):
-        sel = curves[(curves["eps"] == e) & (curves["participation"] == first)]
-        for arm, block in sel.groupby("arm"):
-            mean = block.groupby("round")["valid_accuracy"].mean()
-            ax.plot(mean.index, mean.values, label=arm)
-        ax.set_title(f"ε = {e}")
-        ax.set_xlabel("round")
-    axes[0][0].set_ylabel("validation accuracy")
+    fig, axes = plt.subplots(len(participations), len(eps_cols), figsize=(4 * len(eps_cols), 3.2 * len(participations)),
+                             squeeze=False)
+    for row, p in zip(axes, participations):
+        for ax, e in zip(row, eps_cols):
+            sel = curves[(curves["eps"] == e) & (curves["participation"] == p)]
+            for arm, block in sel.groupby("arm"):
+                mean = block.groupby("round")["valid_accuracy"].mean()
+                ax.plot(mean.index, mean.values, label=arm)
+            ax.set_title(f"ε = {e}, participation {p:g}")
+            ax.set_xlabel("round")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        row[0].set_ylabel("validation accuracy")
     axes[0][-1].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out / "learning_curves.png", dpi=110)
     plt.close(fig)
 
-    runs = runs[runs["participation"] == runs["participation"].iloc[0]]
     finite = sorted(float(e) for e in set(runs["eps"]) if e != "none")
     x_none = 2 * max(finite) if finite else 1.0
-    fig, ax = plt.subplots(figsize=(5, 3.5))
-    for arm, block in runs.groupby("arm"):
-        stats = block.groupby("eps")["test_accuracy"].agg(["mean", "std"])
-        xs = [x_none if e == "none" else float(e) for e in stats.index]
-        order = np.argsort(xs)
-        ax.errorbar(np.array(xs)[order], stats["mean"].values[order], yerr=stats["std"].fillna(0).values[order],
-                    marker="o", capsize=3, label=arm)
-    ax.set_xscale("log")
-    ax.set_xlabel("ε (rightmost: non-private)")
-    ax.set_ylabel("test accuracy")
-    ax.legend(fontsize=7)
+    fig, axes = plt.subplots(1, len(participations), figsize=(5 * len(participations), 3.5), squeeze=False)
+    for ax, p in zip(axes[0], participations):
+        for arm, block in runs[runs["participation"] == p].groupby("arm"):
+            stats = block.groupby("eps")["test_accuracy"].agg(["mean", "std"])
+            xs = [x_none if e == "none" else float(e) for e in stats.index]
+            order = np.argsort(xs)
+            ax.errorbar(np.array(xs)[order], stats["mean"].values[order], yerr=stats["std"].fillna(0).values[order],
+                        marker="o", capsize=3, label=arm)
+        ax.set_xscale("log")
+        ticks = finite + ([x_none] if "none" in set(runs["eps"]) else [])
+        ax.set_xticks(ticks, [f"{t:g}" for t in finite] + (["non-private"] if "none" in set(runs["eps"]) else []))
+        ax.minorticks_off()
+        ax.set(xlabel="ε", ylabel="test accuracy", title=f"participation {p:g}")
+    axes[0][0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out / "privacy_utility.png", dpi=110)
     plt.close(fig)

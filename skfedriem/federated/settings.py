@@ -20,42 +20,14 @@ from typing import Any
 
 from sklearn import get_config
 
+from .._backends import BACKENDS, register_backend
 from .._compat import Interval, StrOptions, validate_parameter_constraints
-from .._registry import Registry
 from ..privacy.accounting_methods import ACCOUNTINGS, RunAccounting
 from .aggregation import AGGREGATIONS, Aggregation
 from .client import OPTIMIZERS
 
 __all__ = ["BACKENDS", "FederationSettings", "SettingDoc", "doc_entry", "register_backend", "setting_constraints",
            "setting_docs"]
-
-#: How a run reaches its clients, by name: ``"local"`` (this process, or its worker processes) is the
-#: trainer's own; ``"flower"`` (Flower's simulation engine) is registered by :mod:`skfedriem` when imported.
-BACKENDS: Registry[Callable] = Registry("backend")
-
-
-def register_backend(run: Callable, *, name: str, force: bool = False) -> Callable:
-    """Make ``run(trainer, clients, names, client_seeds, server_seq)`` available as ``backend=name``.
-
-    ``run`` must train ``trainer`` by calling :meth:`FederatedTrainer.serve`
-    over a transport to the clients (see :func:`~skfedriem.federated.engine.run_locally`).
-
-    Parameters
-    ----------
-    run : callable
-    name : str
-    force : bool, default=False
-        Replace a backend already registered under that name.
-
-    Returns
-    -------
-    run : callable
-        The same object.
-    """
-    if not callable(run):
-        raise TypeError(f"register_backend needs a callable. Got {type(run).__name__} instead.")
-    return BACKENDS.register(run, name=name, force=force)
-
 
 @dataclass(frozen=True)
 class SettingDoc:

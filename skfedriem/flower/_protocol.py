@@ -176,6 +176,39 @@ class NodeDirectory:
         return back
 
 
+#: Seconds between two pulls of the replies (Flower's own ``Grid.send_and_receive`` waits 3 s).
+PULL_INTERVAL = 0.1
+#: Seconds between two looks at which SuperNodes the SuperLink still counts online.
+ONLINE_INTERVAL = 2.0
+
+
+def _send_and_receive(grid, messages: list[Message], timeout: float | None) -> list[Message]:
+    """Push ``messages``, then pull their replies until each came or its node is gone (or ``timeout`` passed).
+
+    A round follows the deployment's state rather than a fixed wait: a site
+    whose SuperNode the SuperLink still counts online (its heartbeat is alive)
+    is waited for, however long its ClientApp takes to start on a busy
+    machine, up to ``timeout``; a site whose node went offline is not waited
+    for. Replies are pulled every :data:`PULL_INTERVAL` seconds.
+    """
+    node_of = dict(zip(grid.push_messages(messages), (m.metadata.dst_node_id for m in messages)))
+    waiting = set(node_of)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    replies: list[Message] = []
+    looked = time.monotonic()
+    while waiting:
+        pulled = list(grid.pull_messages(list(waiting)))
+        replies.extend(pulled)
+        waiting -= {reply.metadata.reply_to_message_id for reply in pulled}
+        if time.monotonic() - looked > ONLINE_INTERVAL:
+            online, looked = set(grid.get_node_ids()), time.monotonic()
+            waiting = {m for m in waiting if node_of[m] in online}  # a node that is gone will not answer
+        if not waiting or (deadline is not None and time.monotonic() >= deadline):
+            break
+        time.sleep(PULL_INTERVAL)
+    return replies
+
+
 class FlowerTransport:
     """Runs a round's selected clients by messages through a Flower Grid.
 
@@ -213,10 +246,14 @@ class FlowerTransport:
         online = set(grid.get_node_ids())
         weights = encode_arrays(theta)
         nodes = {i: self.directory.node_of.get(self.names[i]) for i in selected}
+        if not any(nodes[i] in online for i in selected):
+            raise RuntimeError(f"Round {t + 1}: none of the selected sites {[self.names[i] for i in selected]} is "
+                               f"online (the SuperLink counts {len(online)} SuperNode(s) online). Check that the sites' "
+                               "SuperNodes run and reach the SuperLink; resume=true continues from this round.")
         sent = {i: Message(RecordDict({"theta": weights, "instructions": encode_instructions(instructions[i])}),
                            dst_node_id=nodes[i], message_type="train", group_id=str(t + 1))
                 for i in selected if nodes[i] in online}
-        replies = grid.send_and_receive(list(sent.values()), timeout=self.timeout)
+        replies = _send_and_receive(grid, list(sent.values()), self.timeout)
         # the grid set each message's id when pushing it; an error reply may come from the SuperLink itself
         client_of = {message.metadata.message_id: i for i, message in sent.items()}
         out, failures = {}, {i: "offline" for i in selected if i not in sent}

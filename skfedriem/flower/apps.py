@@ -61,6 +61,7 @@ from ..federated import ClientRecipe, TrainingState
 from ._client_app import DEFAULT_MAX_EPSILON, ClientSetup, SiteGuard, make_client_app
 from ._protocol import FlowerTransport, NodeDirectory
 from .run_config import ESTIMATORS, classes_from_run_config, estimator_from_run_config, load_site_records
+from .site_client import default_ledger_path
 
 __all__ = ["APP_DIRS", "client_apps", "server_apps", "site_setup"]
 
@@ -107,7 +108,7 @@ def site_setup(kind: str, context: Context) -> ClientSetup:
         module, loss_fn = est.make_model(X.shape[1:], classes)
         _SITES[key] = records, ClientRecipe(module, loss_fn, est.optimizer)
     records, recipe = _SITES[key]
-    guard = SiteGuard(ledger_path=str(node.get("ledger-path", path + ".privacy-ledger.json")),
+    guard = SiteGuard(ledger_path=default_ledger_path(node),
                       max_epsilon=float(node.get("max-epsilon", DEFAULT_MAX_EPSILON)),
                       delta=float(node.get("delta", 1e-5)), allow_non_private=_flag(node, "non-private"))
     return ClientSetup(name=str(node.get("name", Path(path).stem)), data=records, recipe=recipe,
@@ -158,26 +159,20 @@ def _write_results(est, kind: str, out: Path, names: list[str], sizes: list[int]
     (out / "result.json").write_text(json.dumps(result, indent=1))
     with (out / "estimator.pkl").open("wb") as f:
         pickle.dump(est, f)
-    _plot_learning_curve(est.history_, out / "learning_curve.png")
+    _plot_learning_curve(est, out / "learning_curve.png")
 
 
-def _plot_learning_curve(history: list[dict], path: Path) -> None:
+def _plot_learning_curve(est, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rounds = [h["round"] for h in history]
-    metric = next((m for m in ("valid_accuracy", "optimality_gap") if m in history[0]), None)
-    fig, axes = plt.subplots(1, 2 if metric else 1, figsize=(9 if metric else 4.5, 3.2), squeeze=False)
-    axes[0, 0].plot(rounds, [h["epsilon"] for h in history])
-    axes[0, 0].set(xlabel="round", ylabel="certified ε spent")
-    if metric:
-        axes[0, 1].plot(rounds, [h[metric] for h in history])
-        axes[0, 1].set(xlabel="round", ylabel=metric.replace("_", " "))
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    from ..display import HistoryDisplay
+
+    display = HistoryDisplay.from_estimator(est)
+    display.figure_.savefig(path, dpi=100)
+    plt.close(display.figure_)
 
 
 def _serve(kind: str, grid: Grid, context: Context) -> None:
@@ -237,13 +232,11 @@ def _make_server_app(kind: str) -> ServerApp:
     return app
 
 
-#: The ServerApp and ClientApp of each estimator kind ("pca", "spdnet", "eegnet").
+#: The ServerApp of each estimator kind, and the ClientApp of its sites as it runs in the site's process.
 server_apps = {kind: _make_server_app(kind) for kind in APP_DIRS}
 client_apps = {kind: make_client_app(lambda context, kind=kind: site_setup(kind, context)) for kind in APP_DIRS}
-# one plain assignment each: Flower finds the apps its projects name by reading this file
+# one plain assignment each: Flower finds the apps its projects name by reading this file (the sites' ClientApps
+# are the light ones of skfedriem.flower.site_client, which hand each message to a worker running client_apps[kind])
 pca_server_app = server_apps["pca"]
-pca_client_app = client_apps["pca"]
 spdnet_server_app = server_apps["spdnet"]
-spdnet_client_app = client_apps["spdnet"]
 eegnet_server_app = server_apps["eegnet"]
-eegnet_client_app = client_apps["eegnet"]

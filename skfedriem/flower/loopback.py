@@ -26,11 +26,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import tomllib
@@ -142,7 +144,9 @@ class LoopbackFederation:
             + security)
         # the SuperLink and SuperNodes start flower-superexec / flwr-serverapp / flwr-clientapp by name
         bin_dir = str(Path(_executable("flower-superlink")).parent)
-        self.env = {**os.environ, "FLWR_HOME": str(home), "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
+        # Flower's SuperExec polls for work every second by default: every message waits for it, twice a round
+        self.env = {**os.environ, "FLWR_HOME": str(home), "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
+                    "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": os.environ.get("FLWR_SUPEREXEC_TASK_POLL_INTERVAL", "0.1")}
         try:
             self.superlink = self._spawn([_executable("flower-superlink"), *link_args, "--port", str(self.port)],
                                          "superlink.log")
@@ -314,6 +318,19 @@ class LoopbackFederation:
         self.close()
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _printer():
+    """``print`` for Flower's output lines: their colour codes only where the output is a terminal."""
+    terminal = sys.stdout.isatty()
+
+    def show(line: str) -> None:
+        print(line if terminal else _ANSI.sub("", line), flush=True)
+
+    return show
+
+
 def site_files(estimator: str, out: Path, *, sites: int, records: int, features: int) -> tuple[list[Path], dict]:
     """Synthetic records for each site (and the server's validation file), and the run settings they need."""
     from ..datasets import make_federated_pca, make_spd_classification
@@ -385,10 +402,13 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a run-config value (a TOML literal: 64, 1e-3, \"text\")")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds for each flwr run")
-    parser.add_argument("--out", default="skfedriem-loopback")
+    parser.add_argument("--out", default=None, help="where the sites' files, logs and results go (default: a fresh "
+                                                        "temporary folder, printed)")
     args = parser.parse_args(argv)
 
-    out = Path(args.out).absolute()
+    out = Path(args.out).absolute() if args.out else Path(tempfile.mkdtemp(prefix="skfedriem-loopback-"))
+    print(f"skfedriem.loopback: files, logs and results in {out}", flush=True)
+    show = _printer()
     paths, settings = site_files(args.estimator, out, sites=args.sites, records=args.records,
                                  features=args.features)
     sites = []
@@ -415,7 +435,7 @@ def main(argv: list[str] | None = None) -> dict:
             intruder = federation.add_site({"data-path": str(paths[0]), "name": "intruder"}, register=False)
 
         def watch(line: str) -> bool:
-            print(line, flush=True)
+            show(line)
             if "skfedriem: round " not in line:
                 return False
             done = int(line.split("skfedriem: round ")[1].split("/")[0])
@@ -438,7 +458,7 @@ def main(argv: list[str] | None = None) -> dict:
             if not events["server_killed"]:
                 raise RuntimeError("The ServerApp was not killed as asked; the run ended on its own.")
             federation.run(APP_DIRS[args.estimator], {**run_config, "resume": True}, timeout=args.timeout,
-                           on_line=print)
+                           on_line=show)
         if not args.insecure:
             extra.update(federation.check_transport_security())
         if intruder is not None:

@@ -64,6 +64,8 @@ _NONE_IF_ZERO = {"clients_per_round", "local_steps"}
 def _convert(name: str, value):
     if name == "eps" and isinstance(value, str) and value.lower() in ("none", "inf"):
         return None
+    if name == "random_state" and value == "":  # no seed: the public seeds are fresh OS entropy
+        return None
     if name in _NONE_IF_ZERO and value == 0:
         return None
     if name == "dims" and isinstance(value, str):  # "" keeps the estimator's default

@@ -75,6 +75,16 @@ class SecondMoment(nn.Module):
         """
         return _OuterProducts(X)
 
+    def eigenvalues(self):
+        """The eigenvalues of sym(A), decreasing.
+
+        Returns
+        -------
+        ndarray of shape (n_features,)
+        """
+        A = self.weight.detach()
+        return torch.linalg.eigvalsh((A + A.T) / 2).flip(-1).numpy()
+
     def components(self, n_components: int) -> torch.Tensor:
         """The top ``n_components`` eigenvectors of sym(A), by decreasing eigenvalue, shape (n_components, d)."""
         A = self.weight.detach()

@@ -1,5 +1,6 @@
 """MOABB loaders: FakeDataset always, the real PhysioNet files when ../shared/data is present."""
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -71,7 +72,7 @@ def test_use_local_eegmmidb_links_files_without_touching_the_source(tmp_path, mo
 
 @pytest.mark.slow
 @pytest.mark.skipif(not EEGMMIDB.is_dir(), reason="real PhysioNet files (../shared/data/eegmmidb) not present")
-def test_real_physionet_beats_chance_non_privately(tmp_path, monkeypatch):
+def test_real_physionet_beats_chance_non_privately(tmp_path, monkeypatch, capfd):
     from moabb.datasets import PhysionetMI
     from scipy.stats import binomtest
 
@@ -80,7 +81,13 @@ def test_real_physionet_beats_chance_non_privately(tmp_path, monkeypatch):
     use_local_eegmmidb(EEGMMIDB, tmp_path)
     dataset = PhysionetMI(imagined=True)
     dataset.feet_runs = []
-    X, y, groups = load_moabb(dataset, LeftRightImagery(fmin=8, fmax=32, resample=128), subjects=[1, 2, 3, 4, 5])
+    capfd.readouterr()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        X, y, groups = load_moabb(dataset, LeftRightImagery(fmin=8, fmax=32, resample=128), subjects=[1, 2, 3, 4, 5])
+    printed = capfd.readouterr()
+    assert "Used Annotations" not in printed.out + printed.err  # a load is quiet (issue 22)
+    assert not [w for w in caught if issubclass(w.category, FutureWarning)]
     assert X.shape[0] == 225 and len(np.unique(groups)) == 5
     covs = Covariances("oas").fit_transform(X)
     # hold out a third of every subject's trials (stratified), 5 subjects = 5 clients

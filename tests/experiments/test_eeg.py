@@ -1,4 +1,5 @@
 import csv
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -87,3 +88,35 @@ def test_runner_end_to_end_is_consistent_and_resumable(tmp_path):
 def test_cli_rejects_bad_eps():
     with pytest.raises(SystemExit):
         main(["eeg", "--dataset", "FakeDataset", "--eps", "-1"])
+
+
+def test_the_report_says_what_it_measured(tmp_path):
+    """One seed is no spread; non-private is named on the ε axis; every participation is drawn."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import pandas as pd
+
+    from skfedriem.experiments import report
+
+    runs = pd.DataFrame({"dataset": "d", "arm": "projavg", "eps": ["none", "10", "10", "none"], "seed": [0, 0, 0, 0],
+                         "participation": [1.0, 1.0, 0.5, 0.5], "test_accuracy": [0.8, 0.6, 0.55, 0.75]})
+    table = report.results_table(runs)
+    assert "80.0 (n=1)" in table and "± 0.0" not in table
+    runs.to_csv(tmp_path / "runs.csv", index=False)
+    curves = runs.loc[runs.index.repeat(2)].assign(round=[1, 2] * 4, valid_accuracy=0.5)
+    curves.to_csv(tmp_path / "curves.csv", index=False)
+    drawn = []
+    saved = matplotlib.figure.Figure.savefig
+
+    def keep(fig, path, **kw):
+        drawn.append((Path(path).name, fig))
+        return saved(fig, path, **kw)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(matplotlib.figure.Figure, "savefig", keep)
+        report.write_report(tmp_path)
+    figures = dict(drawn)
+    assert len(figures["learning_curves.png"].axes) == 2 * 2  # two participations x two ε
+    utility = figures["privacy_utility.png"].axes
+    assert len(utility) == 2 and [t.get_text() for t in utility[0].get_xticklabels()] == ["10", "non-private"]

@@ -27,7 +27,8 @@ def test_pca_deployment_refuses_an_intruder_and_survives_sites_that_leave_or_res
     summary = main(["--estimator", "pca", "--sites", "3", "--rounds", "3", "--eps", "2.0", "--intruder",
                     "--kill-site-after-round", "1", "--restart-site-after-round", "1", "--round-timeout", "30",
                     "--kill-server-after-round", "2", "--site-max-epsilon", "5.0", "--timeout", "420",
-                    "--out", str(tmp_path)])
+                    "--set", 'solver="riemannian"', "--set", "local-steps=5", "--set", "batch-size=50",
+                    "--set", "lr=0.2", "--out", str(tmp_path)])
     out = capsys.readouterr().out
     assert "killed site-0's SuperNode" in out and "restarted site-2's SuperNode" in out
     # the server crashed after round 2 and resumed without site-0, which is gone for good
@@ -60,8 +61,8 @@ def test_pca_deployment_refuses_an_intruder_and_survives_sites_that_leave_or_res
 
 def test_spdnet_deployment_resumes_after_a_server_crash_and_equals_the_in_process_fit(tmp_path):
     summary = main(["--estimator", "spdnet", "--sites", "2", "--rounds", "2", "--eps", "none", "--records", "40",
-                    "--set", "batch-size=40", "--set", "local-steps=2", "--kill-server-after-round", "1",
-                    "--timeout", "420", "--out", str(tmp_path)])
+                    "--set", "batch-size=40", "--set", "local-steps=2", "--set", "seed=0",
+                    "--kill-server-after-round", "1", "--timeout", "420", "--out", str(tmp_path)])
     assert summary["rounds"] == 2 and summary["tls_verified"]
     with (tmp_path / "server" / "estimator.pkl").open("rb") as f:
         deployed = pickle.load(f)
@@ -71,7 +72,7 @@ def test_spdnet_deployment_resumes_after_a_server_crash_and_equals_the_in_proces
                                       random_state=0).fit(X, y, groups=np.repeat([0, 1], 40))
     # noise off, full batches: the crash and the resume changed nothing
     np.testing.assert_allclose(deployed.predict_proba(X), local.predict_proba(X), atol=1e-4)
-    assert deployed.classes_.tolist() == [0, 1] and len(deployed.history_) == 2
+    assert deployed.classes_.tolist() == [0, 1] and len(deployed.history_) == 2 and deployed.random_state == 0
     assert all("valid_accuracy" in h for h in deployed.history_)  # on the server's own validation file
 
 
@@ -81,6 +82,7 @@ def test_eegnet_deployment_writes_a_working_estimator_and_its_learning_curve(tmp
     assert summary["epsilon"] <= 8.0 and summary["replied"] == [[0, 1]]
     with (tmp_path / "server" / "estimator.pkl").open("rb") as f:
         est = pickle.load(f)
+    assert est.random_state is None  # the run set no seed (issue 22)
     X, _ = site_data(tmp_path, 1, True)[0]
     assert est.predict(X).shape == (len(X),) and (tmp_path / "server" / "learning_curve.png").stat().st_size > 0
 

@@ -1,0 +1,59 @@
+"""A deployed site's light ClientApp and its resident worker: the same answers as the site app, a fraction of the cost."""
+
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("flwr")
+
+from flwr.app import Context, Message, RecordDict
+from flwr.supercore.task_identity import TaskIdentity
+
+from skfedriem.flower import site_client
+from skfedriem.flower.apps import client_apps
+from skfedriem.models import PCAProjector
+from skfedriem.privacy import PrivacyBudget
+
+from .test_client_app import records, theta_of, train_message
+
+
+@pytest.fixture(autouse=True)
+def task_identity():
+    saved = TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id
+    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 1
+    yield
+    TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = saved
+
+
+def test_the_sites_clientapp_imports_neither_torch_nor_the_estimators():
+    code = "import sys, skfedriem.flower.site_client; print(sorted({'torch', 'sklearn'} & set(sys.modules)))"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True).stdout.strip() == "[]"
+
+
+def test_the_worker_answers_as_the_site_app_and_keeps_its_state_in_the_context(tmp_path, monkeypatch):
+    monkeypatch.setattr(site_client, "IDLE_SECONDS", 5.0)  # the worker stops soon after the test
+    data = tmp_path / "site.npy"
+    np.save(data, records().numpy())
+    node, run = {"data-path": str(data)}, {"solver": "riemannian"}
+    query = Message(RecordDict(), dst_node_id=1, message_type="query")
+    described = site_client.exchange("pca", query, Context(run_id=1, node_id=1, node_config=node, state=RecordDict(), run_config=run))
+    local = client_apps["pca"](query, Context(run_id=1, node_id=1, node_config=node, state=RecordDict(), run_config=run))
+    assert dict(described.content["client"]) == dict(local.content["client"]) == {
+        "name": "site", "n_records": 50, "input_shape": [6]}
+
+    context = Context(run_id=1, node_id=1, node_config=node, state=RecordDict(), run_config=run)
+    theta = theta_of(PCAProjector(6, 2, "grassmann"))
+    started = time.perf_counter()
+    first = site_client.exchange("pca", train_message(theta)[0], context)
+    second = site_client.exchange("pca", train_message(theta, lr=0.2)[0], context)
+    elapsed = time.perf_counter() - started
+    assert not first.has_error() and not second.has_error() and "skfedriem" in context.state.config_records
+    fits = PrivacyBudget(np.inf, path=str(data) + ".privacy-ledger.json").fits  # the site's own ledger file
+    assert len(fits) == 2
+    refused = site_client.exchange("pca", train_message(theta, noise_std=0.0)[0], context)
+    assert refused.has_error() and refused.error.reason == "refused by the site's privacy ledger"
+    assert elapsed < 60  # torch and the records are loaded once, not per message
