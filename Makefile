@@ -8,8 +8,10 @@ SHELL := /bin/bash
 .SHELLFLAGS := -eo pipefail -c
 # pip's notes about package folders this machine's configuration lists but lacks: not errors
 QUIET := 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }
+# setuptools' banner on every editable install ("Please be careful with folders..."): not news
+EDITABLE := PYTHONWARNINGS="ignore:Editable installation"
 
-.PHONY: setup demo test docs bench bench-smoke
+.PHONY: setup demo test test-deployment docs bench bench-smoke
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -17,7 +19,7 @@ $(PY):
 setup: $(PY)
 	$(PY) -m pip install --quiet --upgrade pip $(QUIET)
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install --quiet torch==2.13.0 $(QUIET)
-	$(PY) -m pip install --quiet -e ".[test,eeg,flower]" $(QUIET)
+	$(EDITABLE) $(PY) -m pip install --quiet -e ".[test,eeg,flower]" $(QUIET)
 
 demo: setup
 	$(PY) examples/demo.py
@@ -25,8 +27,12 @@ demo: setup
 test: setup
 	$(PY) -m pytest skfedriem tests README.md -q
 
+# the real secured Flower deployments (a SuperLink and SuperNodes on 127.0.0.1): a few minutes, run by CI
+test-deployment: setup
+	$(PY) -m pytest tests/flower -q -m deployment
+
 docs: setup
-	$(PY) -m pip install --quiet -e ".[docs]" $(QUIET)
+	$(EDITABLE) $(PY) -m pip install --quiet -e ".[docs]" $(QUIET)
 	$(PY) -m sphinx -W --keep-going -b html docs docs/_build/html
 	@echo "The site is in docs/_build/html/index.html"
 

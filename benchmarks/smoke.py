@@ -19,6 +19,7 @@ HERE = Path(__file__).resolve().parent
 SMOKE_ARGS: dict[str, list[str] | str] = {
     "accounting": ["--epsilons", "1", "--rounds", "20"],
     "aggregation_cost": [],
+    "classifier_planning": ["--seeds", "1", "--rounds", "2", "--eps", "10"],
     "flower_overhead": ["--rounds", "2", "--deployment-rounds", "0"],
     "noise_ratio": [],
     "pca_privacy_cost": ["--rounds", "2", "--seeds", "1", "--clients", "10", "--records", "1000",

@@ -16,10 +16,11 @@ import importlib
 from ._backends import register_backend
 
 __version__ = "0.1.0"
-__all__ = ["FederatedEEGNetClassifier", "FederatedPCA", "FederatedSPDNetClassifier", "__version__"]
+__all__ = ["FederatedEEGNetClassifier", "FederatedPCA", "FederatedSPDNetClassifier", "FederatedTangentSpaceClassifier",
+           "__version__"]
 
 _ESTIMATORS = {"FederatedEEGNetClassifier": ".classification", "FederatedSPDNetClassifier": ".classification",
-               "FederatedPCA": ".decomposition"}
+               "FederatedTangentSpaceClassifier": ".classification", "FederatedPCA": ".decomposition"}
 
 
 def __getattr__(name: str):

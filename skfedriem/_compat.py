@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 from sklearn.base import _fit_context
 from sklearn.utils._param_validation import (
+    HasMethods,
     Interval,
     InvalidParameterError,
     StrOptions,
@@ -24,7 +25,7 @@ from sklearn.utils._param_validation import (
     validate_params,
 )
 
-__all__ = ["DP_ACCOUNTING_VERSIONS", "DensePMF", "Interval", "InvalidParameterError", "StrOptions", "_fit_context",
+__all__ = ["DP_ACCOUNTING_VERSIONS", "DensePMF", "HasMethods", "Interval", "InvalidParameterError", "StrOptions", "_fit_context",
            "dense_pmfs", "validate_estimator_params", "validate_parameter_constraints", "validate_params"]
 
 #: The dp-accounting releases whose PMF internals :func:`dense_pmfs` reads (pyproject.toml pins the same range).

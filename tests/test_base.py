@@ -135,8 +135,8 @@ def test_every_registry_takes_names_and_lists_them():
         FederationSettings(n_rounds=1, optimizer="rms")
     from skfedriem.flower.run_config import ESTIMATORS, estimator_from_run_config
 
-    assert ESTIMATORS.names() == ("eegnet", "pca", "spdnet")
-    with pytest.raises(ValueError, match=r"'estimator kind' parameter must be one of \['eegnet', 'pca', 'spdnet'\]"):
+    assert ESTIMATORS.names() == ("eegnet", "pca", "spdnet", "tangent")
+    with pytest.raises(ValueError, match=r"'estimator kind' parameter must be one of \['eegnet', 'pca', 'spdnet', 'tangent'\]"):
         estimator_from_run_config("tsne", {})
 
 

@@ -3,5 +3,6 @@
 from ._base import FederatedClassifier
 from ._eegnet import FederatedEEGNetClassifier
 from ._spdnet import FederatedSPDNetClassifier
+from ._tangent_space import FederatedTangentSpaceClassifier
 
-__all__ = ["FederatedClassifier", "FederatedEEGNetClassifier", "FederatedSPDNetClassifier"]
+__all__ = ["FederatedClassifier", "FederatedEEGNetClassifier", "FederatedSPDNetClassifier", "FederatedTangentSpaceClassifier"]

@@ -13,7 +13,7 @@ parameters that ``GridSearchCV`` can tune.
 from __future__ import annotations
 
 from abc import ABCMeta, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 import numpy as np
@@ -24,9 +24,12 @@ from sklearn.preprocessing import LabelEncoder
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_array, check_is_fitted
 
-from .._compat import StrOptions, _fit_context
+from .._compat import HasMethods, StrOptions, _fit_context
 from ..base import FederatedEstimatorMixin
 from ..federated.settings import SettingDoc
+from ..federated.client import iterate_tolerance
+from ..manifolds import manifold_of
+from ..privacy.per_sample import trainable_parameters
 
 __all__ = ["CLASSIFIER_PARAMETERS", "FederatedClassifier"]
 
@@ -67,6 +70,17 @@ CLASSIFIER_PARAMETERS: dict[str, SettingDoc] = {
         "The public label set. None: the labels found in ``y``, which treats the set of labels present in the "
         "clients' trials as public (replacing one trial could remove a class, and the network's output width "
         "with it). Set it for a private fit whose label set is known beforehand.", ["array-like", None]),
+    "init": SettingDoc(
+        "fitted classifier, torch.nn.Module, state dict or None",
+        "A model trained on *public* records (other subjects, another dataset) to start from: a fitted "
+        "classifier of the same architecture, its ``module_``, or a ``state_dict()``. Its weights are "
+        "public (nothing is charged for them); the private rounds fine-tune them, and ``epsilon_`` covers "
+        "those rounds only. The trained blocks must have this model's names and shapes (and lie on its "
+        "manifolds); a fitted classifier's ``classes_`` must be this fit's. Inside ``GridSearchCV`` or "
+        "``cross_val_score``, pass ``fitted.module_``: scikit-learn's ``clone`` unfits estimator-valued "
+        "parameters. None: the model's own data-independent initialisation. Not used when ``warm_start`` "
+        "continues a fitted model.",
+        [None, Mapping, torch.nn.Module, HasMethods(["fit", "predict"])]),
     "dtype": SettingDoc(
         '{"float32", "float64"}', "Precision of the network; inputs are validated in it (a trial that "
         "overflows or underflows float32 is refused by index).", [StrOptions(set(DTYPES))]),
@@ -89,10 +103,10 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
     """
 
     _shared_parameters = (*FederatedEstimatorMixin._shared_parameters, "local_epochs", "lr_schedule",
-                          "accounting", "classes", "dtype")
+                          "accounting", "classes", "init", "dtype")
     _shared_docs = {**FederatedEstimatorMixin._shared_docs, **CLASSIFIER_PARAMETERS}
     _shared_defaults = {**FederatedEstimatorMixin._shared_defaults, "eps": 10.0, "batch_size": 64,
-                        "optimizer": "adam", "lr": 1e-2, "lr_schedule": "cosine", "classes": None,
+                        "optimizer": "adam", "lr": 1e-2, "lr_schedule": "cosine", "classes": None, "init": None,
                         "dtype": "float32"}
 
     @abstractmethod
@@ -219,7 +233,46 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
 
     def _model(self, input_shape, classes, generator):
         module = self._build_module(input_shape, len(classes), generator, DTYPES[self.dtype])
+        if self.init is not None:
+            self._start_from_init(module, classes)
         return module, per_record_cross_entropy
+
+    def _start_from_init(self, module: torch.nn.Module, classes) -> None:
+        """Copy the public ``init`` weights into ``module``, or a ValueError saying why they do not fit it."""
+        source, name = self.init, type(self).__name__
+        if isinstance(source, BaseEstimator):
+            if getattr(source, "module_", None) is None:
+                raise ValueError(f"The 'init' parameter of {name} is an unfitted {type(source).__name__} (note that "
+                                 "scikit-learn's clone unfits estimator-valued parameters: pass init=fitted.module_ "
+                                 "or fitted.module_.state_dict() inside GridSearchCV or cross_val_score).")
+            if hasattr(source, "classes_") and not np.array_equal(np.asarray(source.classes_), np.asarray(classes)):
+                raise ValueError(f"The 'init' parameter of {name} was fitted on classes "
+                                 f"{np.asarray(source.classes_).tolist()!r}; this fit has classes "
+                                 f"{np.asarray(classes).tolist()!r}. Pass classes= to match them.")
+            source = source.module_
+        state = source.state_dict() if isinstance(source, torch.nn.Module) else dict(source)
+        params = trainable_parameters(module)
+        known = set(params) | {n for n, _ in module.named_buffers()}
+        missing, unexpected = sorted(set(params) - set(state)), sorted(set(state) - known)
+        if missing or unexpected:
+            raise ValueError(f"The 'init' parameter of {name} does not fit this model: it has blocks {sorted(state)}, "
+                             f"the model {sorted(params)} (missing {missing}, unexpected {unexpected}).")
+        with torch.no_grad():
+            for block, param in params.items():
+                value = torch.as_tensor(state[block]).detach().to(param.dtype)
+                if tuple(value.shape) != tuple(param.shape):
+                    raise ValueError(f"The 'init' parameter of {name} has {block!r} of shape {tuple(value.shape)}; "
+                                     f"this model's is {tuple(param.shape)} (other channels, classes or sizes?).")
+                ok, reason = manifold_of(param).check_point(value, atol=iterate_tolerance(param.dtype), explain=True)
+                if not ok:
+                    raise ValueError(f"The 'init' parameter of {name} has {block!r} off the model's manifold "
+                                     f"{manifold_of(param)!r}: {reason}.")
+                param.copy_(value)
+        for block, buffer in module.named_buffers():
+            if block in state and not torch.equal(torch.as_tensor(state[block]).to(buffer), buffer):
+                raise ValueError(f"The 'init' parameter of {name} was built with another {block!r} than this model "
+                                 f"(its weights only mean something with its own): set this estimator's {block!r} "
+                                 "to the one the public model used.")
 
     def _monitor(self, validation: tuple[torch.Tensor, torch.Tensor], classes):
         inputs, targets = validation

@@ -240,3 +240,4 @@ client_apps = {kind: make_client_app(lambda context, kind=kind: site_setup(kind,
 pca_server_app = server_apps["pca"]
 spdnet_server_app = server_apps["spdnet"]
 eegnet_server_app = server_apps["eegnet"]
+tangent_server_app = server_apps["tangent"]

@@ -344,10 +344,12 @@ def site_files(estimator: str, out: Path, *, sites: int, records: int, features:
         for i, g in enumerate(np.unique(groups)):
             np.save(paths[i], X[groups == g])
         return paths, {}
-    if estimator == "spdnet":
+    if estimator in ("spdnet", "tangent"):
         X, y, groups = make_spd_classification(n_clients=sites + 1, n_matrices_per_client=records,
                                                n_channels=features, random_state=0)
-        settings = {"dims": str(max(2, features // 2)), "batch-size": 16, "local-steps": 3}
+        settings = {"batch-size": 16, "local-steps": 3}
+        if estimator == "spdnet":
+            settings["dims"] = str(max(2, features // 2))
     else:
         rng = np.random.default_rng(0)
         n, t = (sites + 1) * records, np.arange(64) / 64

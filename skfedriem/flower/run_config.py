@@ -19,7 +19,7 @@ from sklearn.utils import check_array
 from .._compat import validate_estimator_params
 from .._registry import Registry
 from ..base import FederatedEstimatorMixin
-from ..classification import FederatedEEGNetClassifier, FederatedSPDNetClassifier
+from ..classification import FederatedEEGNetClassifier, FederatedSPDNetClassifier, FederatedTangentSpaceClassifier
 from ..decomposition import FederatedPCA
 
 __all__ = ["DEPLOYMENT_KEYS", "ESTIMATORS", "classes_from_run_config", "estimator_from_run_config", "register_deployable",
@@ -53,6 +53,7 @@ def register_deployable(estimator: type[BaseEstimator], *, kind: str, force: boo
 register_deployable(FederatedPCA, kind="pca")
 register_deployable(FederatedSPDNetClassifier, kind="spdnet")
 register_deployable(FederatedEEGNetClassifier, kind="eegnet")
+register_deployable(FederatedTangentSpaceClassifier, kind="tangent")
 
 #: Run-configuration keys of the deployment itself, not estimator parameters.
 DEPLOYMENT_KEYS = {"n-clients", "output", "round-timeout", "resume", "classes", "validation-path"}
@@ -68,6 +69,8 @@ def _convert(name: str, value):
         return None
     if name in _NONE_IF_ZERO and value == 0:
         return None
+    if name == "reference" and isinstance(value, str):  # "": the identity; else a public .npy file on every machine
+        return np.load(value) if value.strip() else None
     if name == "dims" and isinstance(value, str):  # "" keeps the estimator's default
         return tuple(int(d) for d in value.replace(" ", "").split(",") if d) or None
     return value
@@ -78,7 +81,7 @@ def estimator_from_run_config(kind: str, config) -> BaseEstimator:
 
     Parameters
     ----------
-    kind : {"pca", "spdnet", "eegnet"}
+    kind : {"pca", "spdnet", "eegnet", "tangent"}
         Which estimator.
     config : mapping
         The run configuration (``pyproject.toml``'s ``[tool.flwr.app.config]``,

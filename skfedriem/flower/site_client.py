@@ -159,7 +159,7 @@ def make_site_client_app(kind: str) -> ClientApp:
     Parameters
     ----------
     kind : str
-        The deployable kind (``"pca"``, ``"spdnet"``, ``"eegnet"`` or one registered).
+        The deployable kind (``"pca"``, ``"spdnet"``, ``"eegnet"``, ``"tangent"`` or one registered).
 
     Returns
     -------
@@ -182,3 +182,4 @@ def make_site_client_app(kind: str) -> ClientApp:
 pca_client_app = make_site_client_app("pca")
 spdnet_client_app = make_site_client_app("spdnet")
 eegnet_client_app = make_site_client_app("eegnet")
+tangent_client_app = make_site_client_app("tangent")

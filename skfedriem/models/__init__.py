@@ -5,6 +5,7 @@ from .pca import PCAProjector
 from .second_moment import SecondMoment
 from .spdnet import BiMap, LogEig, LogReEig, ReEig, SPDNet, TraceNormalize, Vech
 from .spectral import log_eig, log_re_eig, re_eig, spectral_function
+from .tangent_space import TangentSpace, TangentSpaceLogistic
 
 __all__ = [
     "BiMap",
@@ -15,6 +16,8 @@ __all__ = [
     "ReEig",
     "SPDNet",
     "SecondMoment",
+    "TangentSpace",
+    "TangentSpaceLogistic",
     "TraceNormalize",
     "TrialStandardize",
     "Vech",

@@ -1,4 +1,3 @@
-import pickle
 import warnings
 
 import numpy as np
@@ -6,7 +5,6 @@ import pytest
 import sklearn
 import torch
 from pyriemann.estimation import Covariances
-from sklearn.base import clone
 from sklearn.model_selection import GridSearchCV, GroupKFold, StratifiedKFold, cross_val_score
 from sklearn.pipeline import Pipeline
 from sklearn.utils.estimator_checks import parametrize_with_checks
@@ -14,6 +12,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 from skfedriem import FederatedSPDNetClassifier
 from skfedriem.datasets import make_spd_classification
 
+from .contract import check_contract_on_spd_input
 from .expected_failures import run_check
 
 FAST = dict(dims=(3,), n_rounds=8, batch_size=16, lr=3e-2, random_state=0)
@@ -90,35 +89,7 @@ def test_same_seed_same_model_and_global_rngs_untouched(spd_data):
 
 def test_sklearn_contract_on_spd_input(spd_data):
     """What the excused sklearn checks test, on valid SPD input."""
-    X, y, groups = spd_data
-    clf = FederatedSPDNetClassifier(eps=10.0, **FAST)
-    params = clf.get_params()
-    assert clf.fit(X, y, groups=groups) is clf  # fit returns self
-    assert clf.get_params() == params  # parameters not overwritten
-    pred = clf.predict(X)
-    # idempotent fit, sample-order and subset invariance of predictions
-    np.testing.assert_array_equal(clone(clf).fit(X, y, groups=groups).predict(X), pred)
-    order = np.random.default_rng(0).permutation(len(X))
-    np.testing.assert_array_equal(clf.predict(X[order]), pred[order])
-    np.testing.assert_array_equal(clf.predict(X[::-1]), pred[::-1])  # negative strides
-    np.testing.assert_array_equal(clf.predict(X[:7]), pred[:7])
-    # dtypes, lists, read-only and Fortran-ordered input
-    np.testing.assert_array_equal(clf.predict(X.astype(np.float32)), clf.predict(X.astype(np.float32).astype(float)))
-    np.testing.assert_array_equal(clf.predict(X.tolist()), pred)
-    frozen = X.copy()
-    frozen.setflags(write=False)
-    np.testing.assert_array_equal(clf.predict(np.asfortranarray(frozen)), pred)
-    # labels of any type; y as a column vector warns like sklearn
-    names = np.array(["a", "b", "c"])[y]
-    assert set(FederatedSPDNetClassifier(eps=10.0, **FAST).fit(X, names, groups=groups).predict(X)) <= set(names)
-    with pytest.warns(sklearn.exceptions.DataConversionWarning):
-        FederatedSPDNetClassifier(eps=10.0, **FAST).fit(X, y[:, None], groups=groups)
-    # pickle round trip
-    again = pickle.loads(pickle.dumps(clf))
-    np.testing.assert_array_equal(again.predict(X), pred)
-    # wrong number of channels at predict
-    with pytest.raises(ValueError, match="features"):
-        clf.predict(X[:, :5, :5])
+    check_contract_on_spd_input(lambda: FederatedSPDNetClassifier(eps=10.0, **FAST), *spd_data)
 
 
 def test_two_classes_decision_function_is_a_logit_difference(spd_data):

@@ -23,6 +23,7 @@ def site_data(tmp_path, n, targets):
                               targets=targets) for i in range(n)]
 
 
+@pytest.mark.deployment
 def test_pca_deployment_refuses_an_intruder_and_survives_sites_that_leave_or_restart(tmp_path, capsys):
     summary = main(["--estimator", "pca", "--sites", "3", "--rounds", "3", "--eps", "2.0", "--intruder",
                     "--kill-site-after-round", "1", "--restart-site-after-round", "1", "--round-timeout", "30",
@@ -59,6 +60,7 @@ def test_pca_deployment_refuses_an_intruder_and_survives_sites_that_leave_or_res
     np.testing.assert_allclose(est.components_ @ est.components_.T, np.eye(2), atol=1e-8)
 
 
+@pytest.mark.deployment
 def test_spdnet_deployment_resumes_after_a_server_crash_and_equals_the_in_process_fit(tmp_path):
     summary = main(["--estimator", "spdnet", "--sites", "2", "--rounds", "2", "--eps", "none", "--records", "40",
                     "--set", "batch-size=40", "--set", "local-steps=2", "--set", "seed=0",
@@ -76,6 +78,7 @@ def test_spdnet_deployment_resumes_after_a_server_crash_and_equals_the_in_proces
     assert all("valid_accuracy" in h for h in deployed.history_)  # on the server's own validation file
 
 
+@pytest.mark.deployment
 def test_eegnet_deployment_writes_a_working_estimator_and_its_learning_curve(tmp_path):
     summary = main(["--estimator", "eegnet", "--sites", "2", "--rounds", "1", "--eps", "8.0", "--features", "4",
                     "--timeout", "420", "--out", str(tmp_path)])
@@ -117,7 +120,7 @@ def test_site_data_is_checked(tmp_path):
 NOT_IN_RUN_CONFIG = {"backend", "n_jobs", "privacy_budget", "secure_mode", "verbose", "warm_start", "init"}
 
 
-@pytest.mark.parametrize("kind", ["pca", "spdnet", "eegnet"])
+@pytest.mark.parametrize("kind", ["pca", "spdnet", "eegnet", "tangent"])
 def test_every_estimator_parameter_can_be_set_in_a_deployment(kind):
     # flwr refuses a --run-config key its App project does not declare (as solver was, at first)
     project = Path(__file__).parents[2] / "skfedriem" / "flower" / "projects" / kind / "pyproject.toml"

@@ -1,0 +1,109 @@
+"""Which schedule a private classifier needs: a grid over optimiser settings, per federation and ε.
+
+For each federation (synthetic, the sizes of our users' studies) and each ε, every candidate
+setting of each classifier is trained on the training trials and scored on held-out trials of
+the same clients (accuracy; chance is 1 / n_classes). The table gives, per classifier and ε, the
+grid's best candidate, the estimator's default and their accuracy above chance; the JSON line
+holds every score. This is a study of settings, scored on held-out data the way a paper tunes:
+the search itself is not private, which is why its conclusions become public defaults rather
+than something a user re-runs on private records.
+
+* ``small-clients``: 20 clients × 50 trials (40 to train), 8 channels, 2 classes, a subject
+  effect (the cross-subject regime: each subject a client).
+* ``bnci``: 3 clients × 1300 trials (1000 to train), 22 channels, 4 classes (BNCI2014_001 size).
+
+    python benchmarks/classifier_planning.py --federations small-clients --seeds 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import warnings
+
+import numpy as np
+
+from skfedriem import FederatedSPDNetClassifier, FederatedTangentSpaceClassifier
+from skfedriem.datasets import make_spd_classification
+
+FEDERATIONS = {
+    "small-clients": dict(n_clients=20, n_matrices_per_client=50, n_channels=8, n_classes=2, heterogeneity=0.5),
+    "bnci": dict(n_clients=3, n_matrices_per_client=1300, n_channels=22, n_classes=4, heterogeneity=0.5),
+}
+TEST_SHARE = {"small-clients": 0.2, "bnci": 300 / 1300}
+
+#: Candidate settings per classifier; the first is the estimator's default (None: the estimator's own).
+CANDIDATES = {
+    "tangent": (FederatedTangentSpaceClassifier, {
+        "default": {},
+        "sgd lr=0.1": dict(optimizer="sgd", lr=0.1, lr_schedule="constant"),
+        "sgd lr=0.5": dict(optimizer="sgd", lr=0.5, lr_schedule="constant"),
+        "sgd lr=2": dict(optimizer="sgd", lr=2.0, lr_schedule="constant"),
+        "sgd lr=2 cosine": dict(optimizer="sgd", lr=2.0, lr_schedule="cosine"),
+        "adam lr=1e-2": dict(optimizer="adam", lr=1e-2, lr_schedule="cosine"),
+        "adam lr=5e-2": dict(optimizer="adam", lr=5e-2, lr_schedule="cosine"),
+    }),
+    "spdnet": (FederatedSPDNetClassifier, {
+        "default": {},
+        "sgd lr=0.5 dims=(4,)": dict(optimizer="sgd", lr=0.5, lr_schedule="constant", dims=(4,)),
+        "sgd lr=0.5": dict(optimizer="sgd", lr=0.5, lr_schedule="constant"),
+        "adam lr=1e-2 dims=(4,)": dict(optimizer="adam", lr=1e-2, dims=(4,)),
+    }),
+}
+
+
+def split(name: str, seed: int):
+    X, y, groups = make_spd_classification(**FEDERATIONS[name], class_sep=0.3, scale=1e-10, random_state=seed)
+    rng = np.random.default_rng(seed)
+    test = np.zeros(len(y), dtype=bool)
+    for g in np.unique(groups):
+        idx = np.flatnonzero(groups == g)
+        test[rng.choice(idx, size=round(TEST_SHARE[name] * len(idx)), replace=False)] = True
+    return (X[~test], y[~test], groups[~test]), (X[test], y[test])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--federations", nargs="+", choices=sorted(FEDERATIONS), default=["small-clients"])
+    parser.add_argument("--models", nargs="+", choices=sorted(CANDIDATES), default=sorted(CANDIDATES))
+    parser.add_argument("--eps", nargs="+", default=["1", "4", "10", "none"], help="ε values ('none': non-private)")
+    parser.add_argument("--seeds", type=int, default=2, help="federations (and runs) per setting")
+    parser.add_argument("--rounds", type=int, default=None, help="n_rounds (default: the estimator's)")
+    args = parser.parse_args()
+    epsilons = [None if e == "none" else float(e) for e in args.eps]
+    scores: dict = {}
+    started = time.perf_counter()
+    for federation in args.federations:
+        n_classes = FEDERATIONS[federation]["n_classes"]
+        data = [split(federation, seed) for seed in range(args.seeds)]
+        for model in args.models:
+            cls, candidates = CANDIDATES[model]
+            for eps in epsilons:
+                for label, params in candidates.items():
+                    accuracies = []
+                    for seed, ((X, y, groups), (Xt, yt)) in enumerate(data):
+                        extra = {} if args.rounds is None else {"n_rounds": args.rounds}
+                        est = cls(eps=eps, random_state=seed, **params, **extra)
+                        with warnings.catch_warnings():
+                            warnings.simplefilter("ignore")
+                            accuracies.append(float(est.fit(X, y, groups=groups).score(Xt, yt)))
+                    scores[f"{federation}|{model}|{eps}|{label}"] = accuracies
+                    print(f"{federation:13} {model:8} eps={eps!s:5} {label:24} "
+                          f"{np.mean(accuracies):.3f} ({time.perf_counter() - started:.0f} s)", flush=True)
+        print()
+        print(f"{federation}: accuracy above chance (1/{n_classes}), mean of {args.seeds} seeds")
+        print(f"{'model':8} {'eps':>5} {'default':>8} {'best':>8}  best setting")
+        for model in args.models:
+            for eps in epsilons:
+                rows = {label: np.mean(scores[f"{federation}|{model}|{eps}|{label}"]) - 1 / n_classes
+                        for label in CANDIDATES[model][1]}
+                best = max(rows, key=rows.get)
+                print(f"{model:8} {eps!s:>5} {rows['default']:>8.3f} {rows[best]:>8.3f}  {best}")
+        print()
+    print(json.dumps({"benchmark": "classifier_planning", "seeds": args.seeds, "rounds": args.rounds,
+                      "seconds": round(time.perf_counter() - started, 1), "accuracy": scores}))
+
+
+if __name__ == "__main__":
+    main()
