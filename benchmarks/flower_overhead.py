@@ -123,9 +123,12 @@ def measure_ours(sites: int, poll: float, args) -> dict:
         loopback(["--estimator", "pca", "--sites", str(sites), "--records", str(args.records), "--features",
                   str(args.features), "--rounds", str(args.deployment_rounds), "--eps", "2.0",
                   "--site-max-epsilon", "50", "--set", f"local-steps={args.local_steps}",
-                  "--set", f"batch-size={args.batch_size}", "--set", "client-timings=true", "--out", folder])
+                  "--set", f"batch-size={args.batch_size}", "--set", 'solver="riemannian"',  # one round a step
+                  "--set", "client-timings=true", "--out", folder])
         total = time.perf_counter() - started
         history = json.loads((Path(folder) / "server" / "result.json").read_text())["history"]
+    if len(history) != args.deployment_rounds:
+        raise RuntimeError(f"The deployment ran {len(history)} rounds, not {args.deployment_rounds}.")
     rounds = [h["round_seconds"] for h in history]
     return {"deployment": "ours", "sites": sites, "poll_s": poll, "total_s": total,
             "median_round_s": float(np.median(rounds[1:])), "first_round_s": rounds[0]}

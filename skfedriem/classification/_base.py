@@ -25,6 +25,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_array, check_is_fitted
 
 from .._compat import HasMethods, StrOptions, _fit_context
+from .._warnings import warn_user
 from ..base import FederatedEstimatorMixin
 from ..federated.settings import SettingDoc
 from ..federated.client import iterate_tolerance
@@ -75,7 +76,9 @@ CLASSIFIER_PARAMETERS: dict[str, SettingDoc] = {
         "A model trained on *public* records (other subjects, another dataset) to start from: a fitted "
         "classifier of the same architecture, its ``module_``, or a ``state_dict()``. Its weights are "
         "public (nothing is charged for them); the private rounds fine-tune them, and ``epsilon_`` covers "
-        "those rounds only. The trained blocks must have this model's names and shapes (and lie on its "
+        "those rounds only: a fitted classifier's own privacy loss is not included (a warning says so); if it "
+        "was trained on any of these clients' records, continue it with ``warm_start`` or count both fits in "
+        "one ``PrivacyBudget``. The trained blocks must have this model's names and shapes (and lie on its "
         "manifolds); a fitted classifier's ``classes_`` must be this fit's. Inside ``GridSearchCV`` or "
         "``cross_val_score``, pass ``fitted.module_``: scikit-learn's ``clone`` unfits estimator-valued "
         "parameters. None: the model's own data-independent initialisation. Not used when ``warm_start`` "
@@ -240,6 +243,9 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
     def _start_from_init(self, module: torch.nn.Module, classes) -> None:
         """Copy the public ``init`` weights into ``module``, or a ValueError saying why they do not fit it."""
         source, name = self.init, type(self).__name__
+        if source is self:
+            raise ValueError(f"The 'init' parameter of {name} is the estimator itself: continue a fit with "
+                             "warm_start=True, which keeps its privacy ledger.")
         if isinstance(source, BaseEstimator):
             if getattr(source, "module_", None) is None:
                 raise ValueError(f"The 'init' parameter of {name} is an unfitted {type(source).__name__} (note that "
@@ -249,6 +255,11 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
                 raise ValueError(f"The 'init' parameter of {name} was fitted on classes "
                                  f"{np.asarray(source.classes_).tolist()!r}; this fit has classes "
                                  f"{np.asarray(classes).tolist()!r}. Pass classes= to match them.")
+            if hasattr(source, "epsilon_"):
+                warn_user(f"init: the weights of the fitted {type(source).__name__} are treated as public; its own "
+                          f"privacy loss (epsilon_={source.epsilon_:.4g}) is not part of this fit's epsilon_. If it "
+                          "was trained on any of these clients' records, continue it with warm_start=True (which "
+                          "composes its ledger) or count both fits in one PrivacyBudget.")
             source = source.module_
         state = source.state_dict() if isinstance(source, torch.nn.Module) else dict(source)
         params = trainable_parameters(module)
@@ -269,7 +280,12 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
                                      f"{manifold_of(param)!r}: {reason}.")
                 param.copy_(value)
         for block, buffer in module.named_buffers():
-            if block in state and not torch.equal(torch.as_tensor(state[block]).to(buffer), buffer):
+            if block not in state:
+                raise ValueError(f"The 'init' parameter of {name} has no {block!r}: its weights cannot be checked "
+                                 "against this model's (pass the public model's full state_dict()).")
+            given = torch.as_tensor(state[block]).detach().double()
+            resolution = 100 * torch.finfo(buffer.dtype).eps * float(buffer.abs().max())
+            if given.shape != buffer.shape or not torch.allclose(given, buffer.double(), rtol=0, atol=resolution):
                 raise ValueError(f"The 'init' parameter of {name} was built with another {block!r} than this model "
                                  f"(its weights only mean something with its own): set this estimator's {block!r} "
                                  "to the one the public model used.")

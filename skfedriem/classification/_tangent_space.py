@@ -15,7 +15,7 @@ __all__ = ["FederatedTangentSpaceClassifier"]
 
 
 @federated_parameters(
-    {"optimizer": "sgd", "lr": 0.5, "lr_schedule": "constant"},
+    {"optimizer": "sgd", "lr": 0.1, "lr_schedule": "constant"},
 )
 class FederatedTangentSpaceClassifier(FederatedClassifier):
     """Tangent space + logistic regression of covariance matrices, trained by the same private protocol.
@@ -35,6 +35,11 @@ class FederatedTangentSpaceClassifier(FederatedClassifier):
     on every other trial, which record-level privacy forbids. Pass a mean of
     *public* matrices (other subjects, another session released for it) as
     ``reference``.
+
+    Its defaults (plain SGD at a constant 0.1) are the best of the settings
+    ``benchmarks/classifier_planning.py`` tried on many small clients and on
+    BNCI-size clients at ε from 1 to 10; Adam, which normalises a gradient
+    that is mostly noise, did worse.
 
     Parameters
     ----------
@@ -86,4 +91,8 @@ class FederatedTangentSpaceClassifier(FederatedClassifier):
                                  f"Got {reference.shape} instead.")
             check_spd(reference[None], name="reference")
             reference = torch.from_numpy(reference)
-        return TangentSpaceLogistic(input_shape[0], n_classes, reference, dtype=dtype)
+        try:
+            return TangentSpaceLogistic(input_shape[0], n_classes, reference, dtype=dtype)
+        except ValueError as error:  # the model's own check, in its dtype
+            raise ValueError(f"The 'reference' parameter of {type(self).__name__} is not usable in dtype="
+                             f"{self.dtype!r}: {error}") from None

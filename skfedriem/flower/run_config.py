@@ -69,11 +69,21 @@ def _convert(name: str, value):
         return None
     if name in _NONE_IF_ZERO and value == 0:
         return None
-    if name == "reference" and isinstance(value, str):  # "": the identity; else a public .npy file on every machine
-        return np.load(value) if value.strip() else None
+    if name == "reference" and isinstance(value, str):  # "": the identity; else the matrix itself, row by row
+        return _matrix_from_text(value) if value.strip() else None
     if name == "dims" and isinstance(value, str):  # "" keeps the estimator's default
         return tuple(int(d) for d in value.replace(" ", "").split(",") if d) or None
     return value
+
+
+def _matrix_from_text(text: str) -> np.ndarray:
+    # The run config carries the reference point's values, never a path: a path would have every site load a file
+    # the server names from its own disk (a matrix computed from its records, say) into the features.
+    values = np.array([float(v) for v in text.replace(",", " ").split()])
+    size = int(round(np.sqrt(values.size)))
+    if size * size != values.size:
+        raise ValueError(f"{values.size} values do not make a square matrix")
+    return values.reshape(size, size)
 
 
 def estimator_from_run_config(kind: str, config) -> BaseEstimator:

@@ -9,7 +9,8 @@ from skfedriem import FederatedSPDNetClassifier, FederatedTangentSpaceClassifier
 from skfedriem.datasets import make_spd_classification
 
 
-pytestmark = pytest.mark.filterwarnings("ignore:batch_size=64 is larger")
+pytestmark = [pytest.mark.filterwarnings("ignore:batch_size=64 is larger"),
+              pytest.mark.filterwarnings("ignore:init. the weights")]
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +67,17 @@ def test_init_that_does_not_fit_the_model_is_refused(pretrained, public_and_priv
         make(dims=(3,), init=off).fit(X, y, groups=groups)
     with pytest.raises(ValueError, match="'init' parameter"):
         make(init="model.pt").fit(X, y, groups=groups)
+    itself = make(dims=(3,))
+    with pytest.raises(ValueError, match="'init' .*the estimator itself.*warm_start"):
+        itself.set_params(init=itself).fit(X, y, groups=groups)
+
+
+def test_a_fitted_init_warns_that_its_own_privacy_loss_is_not_counted(pretrained, public_and_private):
+    _, (X, y, groups) = public_and_private
+    clf = FederatedSPDNetClassifier(eps=1.0, dims=(3,), n_rounds=2, init=pretrained, random_state=0)
+    with pytest.warns(UserWarning, match=r"treated as public; its own privacy loss \(epsilon_=inf\).*warm_start"):
+        clf.fit(X, y, groups=groups)
+    assert clf.epsilon_ <= 1.0  # the warning is the whole story: the start is not charged
 
 
 def test_the_tangent_space_start_must_share_its_reference(public_and_private):
@@ -75,6 +87,13 @@ def test_the_tangent_space_start_must_share_its_reference(public_and_private):
     public.fit(X, y, groups=groups)
     with pytest.raises(ValueError, match="'init' .*another 'features.reference'"):
         FederatedTangentSpaceClassifier(eps=1.0, init=public, random_state=0).fit(Xp, yp, groups=gp)
+    weights_only = {k: v for k, v in public.module_.state_dict().items() if k != "features.reference"}
+    with pytest.raises(ValueError, match="'init' .*has no 'features.reference'"):
+        FederatedTangentSpaceClassifier(eps=1.0, init=weights_only, random_state=0).fit(Xp, yp, groups=gp)
+    in_float64 = FederatedTangentSpaceClassifier(eps=None, n_rounds=2, reference=reference, dtype="float64",
+                                                 random_state=0).fit(X, y, groups=groups)
+    FederatedTangentSpaceClassifier(eps=None, n_rounds=1, init=in_float64.module_, reference=reference,
+                                    random_state=0).fit(Xp, yp, groups=gp)  # the same point in another dtype
     ok = FederatedTangentSpaceClassifier(eps=1.0, init=public, reference=reference, random_state=0)
     assert 0 < ok.fit(Xp, yp, groups=gp).epsilon_ <= 1.0
 

@@ -68,6 +68,8 @@ def test_a_public_reference_point_is_used_and_checked(spd_data):
         FederatedTangentSpaceClassifier(reference=-np.eye(6), **FAST).fit(X, y, groups=groups)
     with pytest.raises(ValueError, match="reference.*NaN"):
         FederatedTangentSpaceClassifier(reference=np.full((6, 6), np.nan), **FAST).fit(X, y, groups=groups)
+    with pytest.raises(ValueError, match=r"'reference' .*dtype='float32'.*condition number"):
+        FederatedTangentSpaceClassifier(reference=np.diag([1, 1, 1, 1, 1, 1e-9]), **FAST).fit(X, y, groups=groups)
     clf.set_params(warm_start=True, reference=np.eye(6))
     with pytest.raises(ValueError, match="reference="):
         clf.fit(X, y, groups=groups)

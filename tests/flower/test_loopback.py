@@ -100,6 +100,14 @@ def test_run_config_is_validated():
     est = estimator_from_run_config("spdnet", {"eps": "none", "dims": "8,4", "clients-per-round": 0, "seed": 3})
     assert est.eps is None and est.dims == (8, 4) and est.clients_per_round is None and est.random_state == 3
     assert estimator_from_run_config("eegnet", {"f1": 4, "kernel-length": 32}).F1 == 4
+    # the reference point travels as its values, never as a path a site would load from its own disk
+    np.testing.assert_array_equal(estimator_from_run_config("tangent", {"reference": "2 0, 0 1"}).reference,
+                                  [[2, 0], [0, 1]])
+    assert estimator_from_run_config("tangent", {"reference": ""}).reference is None
+    with pytest.raises(ValueError, match="'reference' = '/site/mean.npy' is not valid"):
+        estimator_from_run_config("tangent", {"reference": "/site/mean.npy"})
+    with pytest.raises(ValueError, match="'reference' = '1 2 3' is not valid"):
+        estimator_from_run_config("tangent", {"reference": "1 2 3"})
 
 
 def test_site_data_is_checked(tmp_path):

@@ -47,3 +47,15 @@ def test_starts_at_zero_without_touching_the_global_generator_and_has_per_record
 def test_a_reference_of_another_size_is_refused():
     with pytest.raises(ValueError, match=r"shape \(4, 4\)"):
         TangentSpaceLogistic(4, 2, torch.eye(3))
+
+
+@pytest.mark.parametrize("reference, match", [
+    (torch.full((3, 3), float("nan")), "non-finite"),
+    (torch.tensor([[1.0, 0.5, 0], [0, 1, 0], [0, 0, 1]]), "not symmetric"),
+    (-torch.eye(3), r"eigenvalues span \[-1"),
+    (torch.diag(torch.tensor([1.0, 1.0, 1e-9])), r"condition number at most 2.9e\+03 in torch.float32"),
+])
+def test_a_reference_that_cannot_whiten_the_inputs_is_refused(reference, match):
+    with pytest.raises(ValueError, match=match):
+        TangentSpace(reference)
+    TangentSpace(torch.diag(torch.tensor([1.0, 1.0, 1e-6], dtype=torch.float64)))  # fine in float64
