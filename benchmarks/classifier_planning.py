@@ -37,7 +37,7 @@ TEST_SHARE = {"small-clients": 0.2, "bnci": 300 / 1300}
 CANDIDATES = {
     "tangent": (FederatedTangentSpaceClassifier, {
         "default": {},
-        "sgd lr=0.1": dict(optimizer="sgd", lr=0.1, lr_schedule="constant"),
+        "sgd lr=0.02": dict(optimizer="sgd", lr=0.02, lr_schedule="constant"),
         "sgd lr=0.5": dict(optimizer="sgd", lr=0.5, lr_schedule="constant"),
         "sgd lr=2": dict(optimizer="sgd", lr=2.0, lr_schedule="constant"),
         "sgd lr=2 cosine": dict(optimizer="sgd", lr=2.0, lr_schedule="cosine"),

@@ -1,5 +1,6 @@
 """Sphinx configuration of skfedriem's documentation (``make docs``; built offline, warnings are errors)."""
 
+import inspect
 import os
 import sys
 import warnings
@@ -30,13 +31,18 @@ extensions = [
 templates_path = ["_templates"]
 exclude_patterns = ["_build", "auto_examples/*.ipynb", "auto_examples/*.py", "auto_examples/*.zip"]
 autosummary_generate = True
-autodoc_default_options = {"members": True, "inherited-members": False}
+# No "inherited-members" default here: a non-string default replaces the directive's own option (Sphinx merges them so),
+# and the class template asks for inherited members (a classifier's fit and predict are its base class's).
+autodoc_default_options = {"members": True}
 numpydoc_show_class_members = False
+toc_object_entries_show_parents = "hide"  # the page's table of contents lists fit(), not FederatedTangentSpaceClassifier.fit()
 numpydoc_class_members_toctree = False
 numpydoc_xref_param_type = False
 default_role = "literal"
 
 html_theme = "pydata_sphinx_theme"
+html_static_path = ["_static"]
+html_css_files = ["skfedriem.css"]
 html_title = f"skfedriem {release}"
 html_theme_options = {
     "navigation_with_keys": False,
@@ -67,6 +73,9 @@ def _skip_foreign_members(app, what, name, obj, skip, options):
     class defines): not the methods classes inherit from scikit-learn or torch."""
     module = getattr(obj, "__module__", None) or getattr(getattr(obj, "__func__", None), "__module__", None)
     if what == "class" and module is not None and not module.startswith("skfedriem"):
+        return True
+    if what == "class" and module is None and (inspect.isroutine(obj) or inspect.isgetsetdescriptor(obj)
+                                               or inspect.ismemberdescriptor(obj)):  # torch.Tensor's C members
         return True
     return skip
 

@@ -126,14 +126,22 @@ class NodeDirectory:
         self._pending = {message: node for message, node in self._pending.items() if node in online}
         self._ask(sorted(online - self._asked), self.query_timeout if timeout is None else timeout)
 
-    def _wait(self, done, timeout: float) -> bool:
-        """Refresh until ``done()`` or ``timeout`` seconds have passed; whether it is done."""
-        deadline = time.monotonic() + timeout
+    def _wait(self, done, timeout: float, starting: float = 0.0) -> bool:
+        """Refresh until ``done()`` or ``timeout`` seconds have passed; whether it is done.
+
+        Past ``timeout``, keep waiting, up to ``starting`` seconds in all, while a
+        node the SuperLink counts online (its heartbeat is alive) has not answered
+        yet: its ClientApp is still starting on a busy machine, it is not gone.
+        """
+        started = time.monotonic()
+        deadline, limit = started + timeout, started + max(timeout, starting)
         while True:
-            self.refresh(timeout=max(1.0, min(self.query_timeout, deadline - time.monotonic())))
+            end = limit if self._pending else deadline
+            self.refresh(timeout=max(1.0, min(self.query_timeout, end - time.monotonic())))
             if done():
                 return True
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if now > deadline and (not self._pending or now > limit):
                 return False
             time.sleep(0.2)
 
@@ -161,14 +169,15 @@ class NodeDirectory:
         names = list(order) if order is not None else sorted(self.clients)[:n_clients]
         return names, [self.clients[n].n_records for n in names], [self.clients[n].input_shape for n in names]
 
-    def rejoin(self, names: list[str], *, timeout: float) -> list[str]:
+    def rejoin(self, names: list[str], *, timeout: float, starting: float = 120.0) -> list[str]:
         """Wait up to ``timeout`` seconds for the clients of a resumed run; return those that came back.
 
         A resumed run knows its clients from its checkpoint, so a site that left
-        for good does not stop it: it is skipped like any offline site. Raises
-        when none of them came back.
+        for good does not stop it: it is skipped like any offline site. A node
+        that is online but still starting its ClientApp is waited for up to
+        ``starting`` seconds. Raises when none of them came back.
         """
-        self._wait(lambda: all(n in self.clients for n in names), timeout)
+        self._wait(lambda: all(n in self.clients for n in names), timeout, starting)
         back = [n for n in names if n in self.clients]
         if not back:
             raise RuntimeError(f"None of the run's clients {names} described themselves within {timeout:g} s "
