@@ -11,7 +11,7 @@ QUIET := 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || 
 # setuptools' banner on every editable install ("Please be careful with folders..."): not news
 EDITABLE := PYTHONWARNINGS="ignore:Editable installation"
 
-.PHONY: setup demo test test-deployment docs bench bench-smoke
+.PHONY: setup demo test test-slow docs bench bench-smoke
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -27,9 +27,10 @@ demo: setup
 test: setup
 	$(PY) -m pytest skfedriem tests README.md -q
 
-# the real secured Flower deployments (a SuperLink and SuperNodes on 127.0.0.1): a few minutes, run by CI
-test-deployment: setup
-	$(PY) -m pytest tests/flower -q -m deployment
+# the empirical privacy audits, the studies on real data and the real secured Flower deployments (a SuperLink and
+# SuperNodes on 127.0.0.1): about ten minutes, run by CI after make test
+test-slow: setup
+	$(PY) -m pytest skfedriem tests -q -m "slow or deployment"
 
 docs: setup
 	$(EDITABLE) $(PY) -m pip install --quiet -e ".[docs]" $(QUIET)

@@ -15,8 +15,6 @@ from skfedriem.flower.loopback import main
 from skfedriem.flower.run_config import ESTIMATORS, estimator_from_run_config, load_site_records
 from skfedriem.privacy import PrivacyBudget
 
-pytestmark = pytest.mark.slow
-
 
 def site_data(tmp_path, n, targets):
     return [load_site_records(tmp_path / f"site-{i}" / ("records.npz" if targets else "records.npy"),

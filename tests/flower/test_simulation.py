@@ -10,8 +10,6 @@ from skfedriem import FederatedPCA
 from skfedriem.classification import FederatedSPDNetClassifier
 from skfedriem.datasets import make_federated_pca, make_spd_classification
 
-pytestmark = pytest.mark.slow
-
 
 def test_pca_flower_simulation_matches_local_without_noise():
     X, groups = make_federated_pca(n_clients=3, n_samples_per_client=150, n_features=8, random_state=0)
