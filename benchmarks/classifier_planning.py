@@ -11,6 +11,12 @@ than something a user re-runs on private records.
 * ``small-clients``: 20 clients × 50 trials (40 to train), 8 channels, 2 classes, a subject
   effect (the cross-subject regime: each subject a client).
 * ``bnci``: 3 clients × 1300 trials (1000 to train), 22 channels, 4 classes (BNCI2014_001 size).
+* ``many-10``, ``many-30``, ``many-100``: 10, 30 or 100 clients × 45 trials (36 to train), 8 channels,
+  2 classes (PhysionetMI-like subjects as clients).
+
+"default" is the estimator's own (planned) schedule; ``sgd lr=X/tau`` a step of X per round over the
+run's τ local steps; ``planned walk=W`` the planner's step at another noise walk W
+(:func:`skfedriem.classifier_planning.plan_classifier`).
 
     python benchmarks/classifier_planning.py --federations small-clients --seeds 2
 """
@@ -25,13 +31,19 @@ import warnings
 import numpy as np
 
 from skfedriem import FederatedSPDNetClassifier, FederatedTangentSpaceClassifier
+from skfedriem.classifier_planning import plan_classifier
 from skfedriem.datasets import make_spd_classification
 
 FEDERATIONS = {
     "small-clients": dict(n_clients=20, n_matrices_per_client=50, n_channels=8, n_classes=2, heterogeneity=0.5),
     "bnci": dict(n_clients=3, n_matrices_per_client=1300, n_channels=22, n_classes=4, heterogeneity=0.5),
+    **{f"many-{n}": dict(n_clients=n, n_matrices_per_client=45, n_channels=8, n_classes=2, heterogeneity=0.5)
+       for n in (10, 30, 100)},
 }
-TEST_SHARE = {"small-clients": 0.2, "bnci": 300 / 1300}
+TEST_SHARE = {"small-clients": 0.2, "bnci": 300 / 1300, **{f"many-{n}": 9 / 45 for n in (10, 30, 100)}}
+
+#: A learning rate of X per round ("X/tau"): η = X / τ, τ the run's local steps per round (one epoch at B = 64).
+PER_ROUND = "0.5/tau"
 
 #: Candidate settings per classifier; the first is the estimator's default (None: the estimator's own).
 CANDIDATES = {
@@ -40,17 +52,31 @@ CANDIDATES = {
         "sgd lr=0.02": dict(optimizer="sgd", lr=0.02, lr_schedule="constant"),
         "sgd lr=0.5": dict(optimizer="sgd", lr=0.5, lr_schedule="constant"),
         "sgd lr=2": dict(optimizer="sgd", lr=2.0, lr_schedule="constant"),
+        "sgd lr=0.5/tau": dict(optimizer="sgd", lr=PER_ROUND, lr_schedule="constant"),
         "sgd lr=2 cosine": dict(optimizer="sgd", lr=2.0, lr_schedule="cosine"),
         "adam lr=1e-2": dict(optimizer="adam", lr=1e-2, lr_schedule="cosine"),
         "adam lr=5e-2": dict(optimizer="adam", lr=5e-2, lr_schedule="cosine"),
     }),
     "spdnet": (FederatedSPDNetClassifier, {
         "default": {},
+        "adam lr=1e-2 cosine (before planning)": dict(optimizer="adam", lr=1e-2, lr_schedule="cosine"),
         "sgd lr=0.5 dims=(4,)": dict(optimizer="sgd", lr=0.5, lr_schedule="constant", dims=(4,)),
         "sgd lr=0.5": dict(optimizer="sgd", lr=0.5, lr_schedule="constant"),
+        "sgd lr=0.5/tau": dict(optimizer="sgd", lr=PER_ROUND, lr_schedule="constant"),
+        "sgd lr=0.1": dict(optimizer="sgd", lr=0.1, lr_schedule="constant"),
+        "sgd lr=0.2/tau": dict(optimizer="sgd", lr="0.2/tau", lr_schedule="constant"),
+        "sgd lr=0.1/tau": dict(optimizer="sgd", lr="0.1/tau", lr_schedule="constant"),
+        **{f"planned walk={w:g}": {"noise_walk": w} for w in (0.1, 0.2, 0.4, 0.8, 1.6)},
         "adam lr=1e-2 dims=(4,)": dict(optimizer="adam", lr=1e-2, dims=(4,)),
     }),
 }
+
+
+def steps_per_round(groups: np.ndarray, batch_size: int = 64) -> int:
+    """τ of a one-epoch round at ``batch_size`` (clamped to the smallest client), as the trainer plans it."""
+    sizes = np.unique(groups, return_counts=True)[1]
+    batch = min(batch_size, int(sizes.min()))
+    return int(max(np.ceil(sizes / batch)))
 
 
 def split(name: str, seed: int):
@@ -70,6 +96,7 @@ def main() -> None:
     parser.add_argument("--eps", nargs="+", default=["1", "4", "10", "none"], help="ε values ('none': non-private)")
     parser.add_argument("--seeds", type=int, default=2, help="federations (and runs) per setting")
     parser.add_argument("--rounds", type=int, default=None, help="n_rounds (default: the estimator's)")
+    parser.add_argument("--candidates", nargs="+", default=None, help="only these candidate labels")
     args = parser.parse_args()
     epsilons = [None if e == "none" else float(e) for e in args.eps]
     scores: dict = {}
@@ -81,10 +108,19 @@ def main() -> None:
             cls, candidates = CANDIDATES[model]
             for eps in epsilons:
                 for label, params in candidates.items():
+                    if args.candidates is not None and label not in args.candidates:
+                        continue
                     accuracies = []
                     for seed, ((X, y, groups), (Xt, yt)) in enumerate(data):
                         extra = {} if args.rounds is None else {"n_rounds": args.rounds}
-                        est = cls(eps=eps, random_state=seed, **params, **extra)
+                        if isinstance(params.get("lr"), str):  # "X/tau"
+                            extra["lr"] = float(params["lr"].split("/")[0]) / steps_per_round(groups)
+                        if "noise_walk" in params:  # the planner's η at another noise walk
+                            sizes = np.unique(groups, return_counts=True)[1].tolist()
+                            extra["lr"] = plan_classifier(model=model, client_sizes=sizes, eps=eps,
+                                                          noise_walk=params["noise_walk"]).lr
+                        est = cls(eps=eps, random_state=seed,
+                                  **{**{k: v for k, v in params.items() if k != "noise_walk"}, **extra})
                         with warnings.catch_warnings():
                             warnings.simplefilter("ignore")
                             accuracies.append(float(est.fit(X, y, groups=groups).score(Xt, yt)))
@@ -97,7 +133,7 @@ def main() -> None:
         for model in args.models:
             for eps in epsilons:
                 rows = {label: np.mean(scores[f"{federation}|{model}|{eps}|{label}"]) - 1 / n_classes
-                        for label in CANDIDATES[model][1]}
+                        for label in CANDIDATES[model][1] if f"{federation}|{model}|{eps}|{label}" in scores}
                 best = max(rows, key=rows.get)
                 print(f"{model:8} {eps!s:>5} {rows['default']:>8.3f} {rows[best]:>8.3f}  {best}")
         print()

@@ -42,7 +42,7 @@ def physionet():
     dataset.feet_runs = []  # only the left/right imagery runs are on disk
     X, y, groups = load_moabb(dataset, LeftRightImagery(fmin=8, fmax=32, resample=128), subjects=[1, 2, 3, 4, 5])
     covs = Covariances("oas").fit_transform(X)
-    settings = dict(dims=(32,), n_rounds=100, batch_size=16, lr=1e-2)
+    settings = dict(dims=(32,), n_rounds=100, batch_size=16, optimizer="adam", lr=1e-2)
     return "PhysioNet MI, 5 subjects as clients", covs, y, groups, settings
 
 
@@ -51,7 +51,7 @@ def synthetic():
         n_clients=3, n_matrices_per_client=400, n_channels=22, n_classes=4, class_sep=0.3, noise=2.0,
         heterogeneity=0.3, scale=1e-10, random_state=0,
     )
-    settings = dict(dims=(16,), n_rounds=60, batch_size=32, lr=1e-2)
+    settings = dict(dims=(16,), n_rounds=60, batch_size=32, optimizer="adam", lr=1e-2)
     return "synthetic: 3 sites, 22 channels, 4 classes", X, y, groups, settings
 
 

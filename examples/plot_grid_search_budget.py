@@ -7,7 +7,8 @@ cross-validation fits 10 times (9 folds and the refit), and the privacy of all 1
 :class:`~skfedriem.privacy.PrivacyBudget` passed to the estimator is charged by every fit
 (scikit-learn's clones share it), composes their privacy-loss distributions, which is much
 tighter than adding their ε, and refuses, before training, a fit that would take it past its
-total.
+total. Planned for the search's 10 fits (``n_fits=10``), it gives each fit with ``eps="budget"``
+its share, so the refit, which gives you the model, is never the fit refused.
 """
 
 import matplotlib.pyplot as plt
@@ -21,8 +22,8 @@ from skfedriem.privacy import PrivacyAccountant, PrivacyBudget
 
 X, y, _ = make_spd_classification(n_clients=3, n_matrices_per_client=80, n_channels=8, class_sep=1.0,
                                   random_state=0)
-budget = PrivacyBudget(epsilon=25.0, delta=1e-5)
-clf = FederatedSPDNetClassifier(eps=5.0, n_rounds=10, batch_size=16, privacy_budget=budget)
+budget = PrivacyBudget(epsilon=25.0, delta=1e-5, n_fits=3 * 3 + 1)
+clf = FederatedSPDNetClassifier(eps="budget", n_rounds=10, batch_size=16, optimizer="adam", privacy_budget=budget)
 search = GridSearchCV(clf, {"lr": [3e-3, 1e-2, 3e-2]}, cv=3).fit(X, y)
 print(f"best lr {search.best_params_['lr']}, cv accuracy {search.best_score_:.3f}")
 
@@ -36,8 +37,10 @@ for f in fits:
     running.append(replay.spent())
 print(f"{len(fits)} fits, each eps <= {max(alone):.2f}; composed {budget.spent():.2f}, summed {sum(alone):.2f}")
 
+# %%
+# The budget is used: one more fit, even a small one, is refused before it trains.
 try:
-    FederatedSPDNetClassifier(eps=5.0, n_rounds=10, batch_size=16, privacy_budget=budget).fit(X, y)
+    FederatedSPDNetClassifier(eps=1.0, n_rounds=10, batch_size=16, privacy_budget=budget).fit(X, y)
 except PrivacyBudgetExceeded as refused:
     print("refused:", refused)
 

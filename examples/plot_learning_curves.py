@@ -19,7 +19,8 @@ from skfedriem.display import HistoryDisplay
 X, y, groups = make_spd_classification(n_clients=3, n_matrices_per_client=360, n_channels=22, n_classes=4,
                                        class_sep=0.6, noise=1.0, heterogeneity=0.3, scale=1e-10, random_state=0)
 train, valid = train_test_split(np.arange(len(y)), test_size=1 / 6, stratify=groups, random_state=0)
-clf = FederatedSPDNetClassifier(eps=8.0, n_rounds=60, batch_size=32, clients_per_round=2, lr=1e-2)
+clf = FederatedSPDNetClassifier(eps=8.0, n_rounds=60, batch_size=32, clients_per_round=2, optimizer="adam",
+                                lr=1e-2)
 clf.fit(X[train], y[train], groups=groups[train], validation_data=(X[valid], y[valid]))
 history = clf.history_
 print(sorted(history[-1]))

@@ -52,7 +52,7 @@ print(source, X.shape)
 
 results = {}
 for eps in (None, 10.0):
-    clf = FederatedSPDNetClassifier(eps=eps, dims=(16,), n_rounds=60, batch_size=16, lr=1e-2)
+    clf = FederatedSPDNetClassifier(eps=eps, dims=(16,), n_rounds=60, batch_size=16, optimizer="adam", lr=1e-2)
     clf.fit(X[train], y[train], groups=groups[train], validation_data=(X[test], y[test]))
     results["non-private" if eps is None else f"ε = {eps:g}"] = clf
     print(f"eps={eps}: held-out accuracy {clf.score(X[test], y[test]):.3f}, certified eps {clf.epsilon_:.3f}")

@@ -45,7 +45,7 @@ from torch import nn
 
 from . import baselines  # noqa: F401 - registers accounting="prirfed" for every estimator
 from ._clients import client_indices
-from ._compat import Interval, _fit_context
+from ._compat import Interval, StrOptions, _fit_context
 from ._seeding import RunSeeds, run_seeds
 from ._warnings import warn_user
 from .federated import FederatedTrainer, FederationSettings, TrainingState
@@ -60,6 +60,12 @@ _site_log = logging.getLogger("skfedriem.flower.site")
 
 #: The parameters every estimator has besides its run's settings.
 ESTIMATOR_PARAMETERS: dict[str, SettingDoc] = {
+    "eps": SettingDoc(
+        'float, "budget" or None',
+        setting_docs()["eps"].text + " ``\"budget\"``: this fit's share of ``privacy_budget`` (a "
+        ":class:`~skfedriem.privacy.PrivacyBudget` planned for ``n_fits`` fits), the largest ε that leaves room "
+        "for the remaining planned fits: the recipe for a search whose refit must not be refused.",
+        [*setting_docs()["eps"].constraints, StrOptions({"budget"})]),
     "n_clients": SettingDoc(
         "int", "When ``fit`` gets no ``groups``: the number of clients of a random split by record position only "
         "(never by value or label: a split that read the records would let one record move others between "
@@ -292,12 +298,31 @@ class FederatedEstimatorMixin:
         else:
             generator = torch.Generator().manual_seed(int(seeds.init.generate_state(1)[0]))
             module, loss_fn = self.make_model(input_shape, classes, generator=generator)
-        settings = FederationSettings.from_params(self.get_params(deep=False),
-                                                  **self._trainer_options(input_shape, client_sizes))
+        eps = self.eps
+        if eps == "budget":
+            eps = self._budget_share(module, loss_fn, input_shape, client_sizes)
+        settings = FederationSettings.from_params(self.get_params(deep=False), eps=eps,
+                                                  **self._trainer_options(input_shape, client_sizes, eps))
         return FederatedTrainer(
             module, loss_fn, settings, seed_sequence=seeds.server, client_seed=seeds.clients,
             privacy_budget=self.privacy_budget, run_name=repr(self), prior=prior,
             monitor=None if held_out is None else self._monitor(held_out, classes))
+
+    def _budget_share(self, module, loss_fn, input_shape, client_sizes) -> float:
+        """``eps="budget"``: the ε this fit may target (:meth:`~skfedriem.privacy.PrivacyBudget.share`)."""
+        name = type(self).__name__
+        if self.privacy_budget is None:
+            raise ValueError(f"{name}(eps='budget') takes its ε from privacy_budget, which is None: pass a "
+                             "PrivacyBudget(epsilon=..., n_fits=...).")
+        if client_sizes is None:
+            raise ValueError(f"{name}.make_trainer needs client_sizes to plan eps='budget'.")
+
+        def release_at(eps: float):
+            settings = FederationSettings.from_params(self.get_params(deep=False), eps=eps,
+                                                      **self._trainer_options(input_shape, client_sizes, eps))
+            return FederatedTrainer(module, loss_fn, settings).planned_release(list(client_sizes))
+
+        return self.privacy_budget.share(release_at, label=repr(self))
 
     def set_fitted(self, trainer: FederatedTrainer, *, input_shape: tuple[int, ...], classes=None):
         """Set the fitted attributes from a finished run; returns self.
@@ -328,9 +353,22 @@ class FederatedEstimatorMixin:
         return self
 
     # ------------------------------------------------------------------ helpers
-    def _trainer_options(self, input_shape: tuple[int, ...], client_sizes: list[int] | None) -> dict:
-        """Settings the model fixes or plans, overriding the parameters of the same name."""
+    def _trainer_options(self, input_shape: tuple[int, ...], client_sizes: list[int] | None,
+                         eps: float | None) -> dict:
+        """Settings the model fixes or plans (for the run's target ``eps``), overriding the parameters of the same name."""
         return {}
+
+    def client_optimizer(self):
+        """The optimiser every client runs, as a deployed site resolves it from the run's settings alone.
+
+        A site knows no other client's size, so this never depends on them.
+
+        Returns
+        -------
+        str or callable
+            A registered optimiser's name, or ``optimizer(params, lr)``.
+        """
+        return self.optimizer
 
     def _is_valid_record(self, X: np.ndarray) -> bool:
         try:

@@ -211,7 +211,7 @@ class FederatedPCA(FederatedEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Tra
                               basis=self._initial_basis(n_features))
         return module, identity_loss
 
-    def _trainer_options(self, input_shape, client_sizes) -> dict:
+    def _trainer_options(self, input_shape, client_sizes, eps) -> dict:
         """The solver and schedule planned from public quantities (:func:`~skfedriem.pca_planning.plan_pca`)."""
         if client_sizes is None:
             raise ValueError("FederatedPCA.make_trainer needs client_sizes (the clients' public numbers of records) "
@@ -219,7 +219,7 @@ class FederatedPCA(FederatedEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Tra
         (n_features,) = input_shape
         self._check_n_features(n_features)
         self._plan = plan = plan_pca(
-            eps=self.eps, delta=self.delta, client_sizes=list(client_sizes), n_features=n_features,
+            eps=eps, delta=self.delta, client_sizes=list(client_sizes), n_features=n_features,
             n_components=self.n_components, clip=self.clip, manifold=self.manifold, solver=self.solver,
             n_rounds=self.n_rounds, local_steps=self.local_steps, batch_size=self.batch_size, lr=self.lr,
             continues=self.warm_start, public_init=not isinstance(self.init, str))

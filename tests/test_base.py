@@ -46,8 +46,9 @@ def test_every_shared_parameter_is_in_the_signature_the_docs_and_the_constraints
 
 def test_the_estimators_defaults_are_their_own():
     assert FederatedSPDNetClassifier().get_params()["eps"] == 10.0 and FederatedPCA().get_params()["eps"] == 1.0
-    assert FederatedEEGNetClassifier().get_params()["batch_size"] == 16
-    assert FederatedPCA().get_params()["n_rounds"] == "auto" and FederatedSPDNetClassifier().n_rounds == 200
+    assert FederatedEEGNetClassifier().get_params()["batch_size"] == "auto"  # planned: 16 for EEGNet
+    assert FederatedPCA().get_params()["n_rounds"] == "auto" == FederatedSPDNetClassifier().n_rounds
+    assert FederatedPCA().get_params()["optimizer"] == "sgd"  # the settings' own default where nothing is planned
     assert repr(FederatedSPDNetClassifier(eps=3.0)) == "FederatedSPDNetClassifier(eps=3.0)"
     with pytest.raises(TypeError, match="unexpected keyword argument 'colour'"):
         FederatedPCA(colour="red")
@@ -77,7 +78,7 @@ def test_the_settings_object_is_the_estimators_parameters(spd):
     clf = FederatedSPDNetClassifier(eps=None, lr=0.05, clip=0.5, **SPD)
     trainer = clf.make_trainer(X.shape[1:], classes=np.unique(y), client_sizes=[20, 20, 20])
     assert isinstance(trainer.settings, FederationSettings)
-    assert (trainer.settings.lr, trainer.settings.clip, trainer.settings.optimizer) == (0.05, 0.5, "adam")
+    assert (trainer.settings.lr, trainer.settings.clip, trainer.settings.optimizer) == (0.05, 0.5, "sgd")  # planned
     assert set(setting_docs()) >= {"eps", "client_timings", "backend", "n_jobs"}
 
 
@@ -106,7 +107,8 @@ def test_a_warm_start_refuses_a_change_of_the_model(cls, fit_args, change, reque
 
 def test_a_warm_start_applies_what_only_shapes_the_next_rounds(spd):
     X, y, groups = spd
-    clf = FederatedSPDNetClassifier(eps=None, warm_start=True, lr_schedule="constant", **SPD).fit(X, y, groups=groups)
+    clf = FederatedSPDNetClassifier(eps=None, warm_start=True, lr=0.01, lr_schedule="constant", **SPD).fit(
+        X, y, groups=groups)
     clf.set_params(lr=0.25, n_rounds=3)
     clf.fit(X, y, groups=groups)
     assert [h["lr"] for h in clf.history_] == [0.01, 0.01, 0.25, 0.25, 0.25]

@@ -15,6 +15,7 @@ from __future__ import annotations
 from abc import ABCMeta, abstractmethod
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from numbers import Integral, Real
 
 import numpy as np
 import torch
@@ -24,11 +25,12 @@ from sklearn.preprocessing import LabelEncoder
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_array, check_is_fitted
 
-from .._compat import HasMethods, StrOptions, _fit_context
+from .._compat import HasMethods, Interval, StrOptions, _fit_context
 from .._warnings import warn_user
 from ..base import FederatedEstimatorMixin
+from ..classifier_planning import planned_optimizer, plan_classifier
+from ..federated.client import OPTIMIZERS, iterate_tolerance
 from ..federated.settings import SettingDoc
-from ..federated.client import iterate_tolerance
 from ..manifolds import manifold_of
 from ..privacy.per_sample import trainable_parameters
 
@@ -90,6 +92,40 @@ CLASSIFIER_PARAMETERS: dict[str, SettingDoc] = {
 }
 
 
+_AUTO = StrOptions({"auto"})
+_PLANNED = (" ``\"auto\"``: chosen by :func:`~skfedriem.classifier_planning.plan_classifier` from public "
+            "quantities only (the model's kind, ε, δ, C, the clients' sizes, B); ``plan_`` says what and why.")
+
+#: The schedule settings a classifier plans when they are "auto" (their default).
+PLANNED_PARAMETERS: dict[str, SettingDoc] = {
+    "n_rounds": SettingDoc('int or "auto"', "T, the number of communication rounds (\"auto\": 200).",
+                           [Interval(Integral, 1, None, closed="left"), _AUTO]),
+    "batch_size": SettingDoc(
+        'int, None or "auto"', "B, clamped to the smallest client with a warning. None: every client's batch is "
+        "all its records (q = 1), with noise scaled to its own size so that every client spends the same privacy "
+        "(\"auto\": 64; 16 for EEGNet).", [Interval(Integral, 1, None, closed="left"), None, _AUTO]),
+    "local_epochs": SettingDoc(
+        'float or "auto"', "Local work per round: τ_i = ceil(local_epochs m_i / B) steps for a client of m_i "
+        "records (\"auto\": 1). Each step draws a fresh uniform batch.",
+        [Interval(Real, 0, None, closed="neither"), _AUTO]),
+    "optimizer": SettingDoc(
+        'str, callable or "auto"', "The clients' local optimiser, fresh at each round: ``\"sgd\"``, "
+        "``\"adam\"``, one added with :func:`~skfedriem.federated.register_optimizer`, or "
+        "``optimizer(params, lr) -> torch.optim.Optimizer``." + _PLANNED + " SGD for SPDNet and the tangent-space "
+        "model (Adam normalises a gradient that is mostly noise under DP), Adam for EEGNet.",
+        [OPTIMIZERS.constraint(), callable, _AUTO]),
+    "lr": SettingDoc(
+        'float or "auto"', "η, the learning rate of round 0." + _PLANNED + " SPDNet with SGD: "
+        "η = min(0.5 / τ, 0.4 / (σ̄ √(T τ))) for τ local steps per round and σ̄ the noise std of the server's mean "
+        "(a bounded step per round and a bounded random walk of the noise); the tangent-space model 0.1; "
+        "Adam 1e-2 (1e-3 for EEGNet); another optimiser needs "        "an explicit η.", [Interval(Real, 0, None, closed="neither"), _AUTO]),
+    "lr_schedule": SettingDoc(
+        '{"constant", "cosine"}, callable or "auto"', "The learning rate as a function of the round: constant, "
+        "cosine decay η (1 + cos(π t / T)) / 2, or ``schedule(t)`` (\"auto\": constant with SGD, cosine "
+        "otherwise).", [StrOptions({"constant", "cosine", "auto"}), callable]),
+}
+
+
 class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimator, metaclass=ABCMeta):
     """Base of the federated private classifiers; subclasses say what X is and which network to train.
 
@@ -107,10 +143,12 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
 
     _shared_parameters = (*FederatedEstimatorMixin._shared_parameters, "local_epochs", "lr_schedule",
                           "accounting", "classes", "init", "dtype")
-    _shared_docs = {**FederatedEstimatorMixin._shared_docs, **CLASSIFIER_PARAMETERS}
-    _shared_defaults = {**FederatedEstimatorMixin._shared_defaults, "eps": 10.0, "batch_size": 64,
-                        "optimizer": "adam", "lr": 1e-2, "lr_schedule": "cosine", "classes": None, "init": None,
-                        "dtype": "float32"}
+    _shared_docs = {**FederatedEstimatorMixin._shared_docs, **PLANNED_PARAMETERS, **CLASSIFIER_PARAMETERS}
+    _shared_defaults = {**FederatedEstimatorMixin._shared_defaults, "eps": 10.0, "n_rounds": "auto",
+                        "batch_size": "auto", "local_epochs": "auto", "optimizer": "auto", "lr": "auto",
+                        "lr_schedule": "auto", "classes": None, "init": None, "dtype": "float32"}
+    #: The model's kind, as :func:`~skfedriem.classifier_planning.plan_classifier` knows it.
+    _plan_kind: str
 
     @abstractmethod
     def _check_inputs(self, X: np.ndarray, name: str = "X") -> np.ndarray:
@@ -290,6 +328,22 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
                                  f"(its weights only mean something with its own): set this estimator's {block!r} "
                                  "to the one the public model used.")
 
+    def _trainer_options(self, input_shape, client_sizes, eps) -> dict:
+        """The schedule planned from public quantities (:func:`~skfedriem.classifier_planning.plan_classifier`)."""
+        if client_sizes is None:
+            raise ValueError(f"{type(self).__name__}.make_trainer needs client_sizes (the clients' public numbers "
+                             "of records) to plan its 'auto' settings.")
+        self._plan = plan_classifier(
+            model=self._plan_kind, client_sizes=list(client_sizes), eps=eps, delta=self.delta, clip=self.clip,
+            sampling=self.sampling, accounting=self.accounting, clients_per_round=self.clients_per_round,
+            optimizer=self.optimizer, lr=self.lr,
+            lr_schedule=self.lr_schedule, n_rounds=self.n_rounds, batch_size=self.batch_size,
+            local_epochs=self.local_epochs, local_steps=self.local_steps)
+        return self._plan.settings()
+
+    def client_optimizer(self):
+        return planned_optimizer(self._plan_kind, self.optimizer)
+
     def _monitor(self, validation: tuple[torch.Tensor, torch.Tensor], classes):
         inputs, targets = validation
 
@@ -305,6 +359,7 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
     def _set_model_attributes(self, module, classes) -> None:
         self.module_ = module.eval()
         self.classes_ = np.asarray(classes)
+        self.plan_ = self._plan
 
     def _logits(self, X) -> np.ndarray:
         check_is_fitted(self)

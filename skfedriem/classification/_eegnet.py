@@ -14,7 +14,7 @@ from ._base import FederatedClassifier
 __all__ = ["FederatedEEGNetClassifier"]
 
 
-@federated_parameters({"batch_size": 16, "lr": 1e-3})
+@federated_parameters({})
 class FederatedEEGNetClassifier(FederatedClassifier):
     """EEGNet on raw EEG trials, trained across clients with record-level (ε, δ)-DP.
 
@@ -58,6 +58,7 @@ class FederatedEEGNetClassifier(FederatedClassifier):
         "F2": [Interval(Integral, 1, None, closed="left")],
         "kernel_length": [Interval(Integral, 1, None, closed="left")],
     }
+    _plan_kind = "eegnet"
     _model_parameters = ("F1", "D", "F2", "kernel_length", "dtype", "classes")
 
     def __init__(self, *, F1=8, D=2, F2=16, kernel_length=64, **shared) -> None:

@@ -65,6 +65,7 @@ class FederatedSPDNetClassifier(FederatedClassifier):
         "dims": [tuple, list, None],
         "reeig_eps": [Interval(Real, 0, None, closed="neither")],
     }
+    _plan_kind = "spdnet"
     _model_parameters = ("dims", "reeig_eps", "dtype", "classes")
 
     def __init__(self, *, dims=None, reeig_eps=1e-4, **shared) -> None:

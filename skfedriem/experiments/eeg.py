@@ -16,7 +16,9 @@ Protocol, per run (dataset, arm, ε, seed, participation):
   accounting, RetAvg); ``eegnet`` (federated EEGNet, FedAvg); and the
   centralised references ``central-spdnet``, ``central-eegnet`` (all training
   trials in one place: trained with skorch when non-private, as one private
-  client otherwise).
+  client otherwise); ``planned`` (federated SPDNet, ProjAvg, with the schedule
+  its ``"auto"`` settings plan instead of the paper's) and ``tangent``
+  (:class:`~skfedriem.FederatedTangentSpaceClassifier`, planned settings).
 * participation p: k = max(1, round(p n)) clients per round.
 
 Outputs in ``out``: ``runs.csv`` (one row per finished run, the resume key),
@@ -38,7 +40,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..classification import FederatedEEGNetClassifier, FederatedSPDNetClassifier
+from ..classification import FederatedEEGNetClassifier, FederatedSPDNetClassifier, FederatedTangentSpaceClassifier
 
 __all__ = ["ARMS", "ARM_SPECS", "Arm", "DATASETS", "DatasetConfig", "load_dataset", "run_study", "split_trials"]
 
@@ -51,23 +53,28 @@ class Arm:
     ----------
     name : str
         The arm's label in tables and figures.
-    network : {"spdnet", "eegnet"}
-        SPDNet trains on the trials' covariance matrices, EEGNet on the raw trials.
+    network : {"spdnet", "tangent", "eegnet"}
+        SPDNet and the tangent-space classifier train on the trials' covariance
+        matrices, EEGNet on the raw trials.
     central : bool, default=False
         All training trials in one client (the centralised reference); else
         one client per group of subjects, with the study's participation.
     settings : dict, default={}
         Extra estimator parameters (aggregation, sampling, accounting).
+    paper_schedule : bool, default=True
+        Train with the dataset's paper settings (lr, batch size, rounds); else
+        with the estimator's planned ``"auto"`` schedule.
     """
 
     name: str
     network: str
     central: bool = False
     settings: dict = field(default_factory=dict)
+    paper_schedule: bool = True
 
     @property
     def takes_covariances(self) -> bool:
-        return self.network == "spdnet"
+        return self.network in ("spdnet", "tangent")
 
 
 ARM_SPECS: dict[str, Arm] = {arm.name: arm for arm in (
@@ -78,6 +85,8 @@ ARM_SPECS: dict[str, Arm] = {arm.name: arm for arm in (
     Arm("eegnet", "eegnet"),
     Arm("central-spdnet", "spdnet", central=True),
     Arm("central-eegnet", "eegnet", central=True),
+    Arm("planned", "spdnet", settings={"aggregation": "projavg"}, paper_schedule=False),
+    Arm("tangent", "tangent", paper_schedule=False),
 )}
 ARMS = tuple(ARM_SPECS)
 RUN_FIELDS = ["dataset", "arm", "eps", "seed", "participation", "test_accuracy", "epsilon_certified",
@@ -233,14 +242,18 @@ def make_estimator(arm: str, eps: float | None, seed: int, config: DatasetConfig
     if arm not in ARM_SPECS:
         raise ValueError(f"Unknown arm {arm!r}; choose from {ARMS}.")
     spec = ARM_SPECS[arm]
-    settings = dict(config.spdnet if spec.takes_covariances else config.eegnet)
+    settings = {}
+    if spec.paper_schedule:  # the paper trains both networks with Adam at these steps
+        settings = dict(optimizer="adam", **(config.spdnet if spec.takes_covariances else config.eegnet))
     if n_rounds is not None:
         settings["n_rounds"] = n_rounds
     k = None if spec.central else max(1, int(round(participation * n_clients)))
     common = dict(eps=eps, delta=1e-5, clients_per_round=k, random_state=seed, client_timings=True, **settings,
                   **spec.settings)
-    if not spec.takes_covariances:
+    if spec.network == "eegnet":
         return FederatedEEGNetClassifier(**common)
+    if spec.network == "tangent":
+        return FederatedTangentSpaceClassifier(**common)
     return FederatedSPDNetClassifier(**common, dims=config.dims, reeig_eps=config.reeig_eps)
 
 
@@ -354,7 +367,7 @@ def _fit_arm(spec: Arm, eps, seed: int, config: DatasetConfig, n_clients: int, p
         est.fit(X_train, y_train, groups=g_train, validation_data=(X_valid, y_valid))
     summary = dict(test_accuracy=est.score(X_test, y_test), epsilon_certified=est.epsilon_,
                    noise_std=est.noise_std_, batch_size=est.batch_size_, clients_per_round=est.clients_per_round,
-                   n_rounds=est.n_rounds, seconds=time.perf_counter() - t0,
+                   n_rounds=est.plan_.n_rounds, seconds=time.perf_counter() - t0,
                    aggregation_ms_per_round=1e3 * float(np.mean([h["aggregation_seconds"] + h["submission_seconds"]
                                                                   for h in est.history_])))
     return summary, est.history_

@@ -245,6 +245,31 @@ class FederatedTrainer:
         return plan_run(client_sizes, client_names, self.settings, accounting=self.accounting,
                         diameter=clipped_gradient_diameter(self.module))
 
+    def planned_release(self, client_sizes: list[int], client_names: list | None = None) -> PrivacyAccountant:
+        """The whole run as its ledger will be charged, before any round: what a privacy budget is charged.
+
+        Parameters
+        ----------
+        client_sizes : list of int
+            m_i of every client (public).
+        client_names : list, optional
+            For messages (default: 0 .. n−1).
+
+        Returns
+        -------
+        PrivacyAccountant
+        """
+        names = list(range(len(client_sizes))) if client_names is None else list(client_names)
+        self.plan_ = self.plan(client_sizes, names)
+        self._client_sizes = [int(m) for m in client_sizes]
+        return self._whole_run()
+
+    def _whole_run(self) -> PrivacyAccountant:
+        planned = PrivacyAccountant()
+        for t in range(self.n_rounds):
+            planned.extend(self.round_release(self._lr(t)))
+        return planned
+
     def _lr(self, t: int) -> float:
         return lr_at_round(self.settings.lr, self.settings.lr_schedule, t, self.n_rounds)
 
@@ -308,10 +333,7 @@ class FederatedTrainer:
         if resume is not None:
             self._check_resume(resume)
         if self.privacy_budget is not None and resume is None:
-            planned = PrivacyAccountant()
-            for t in range(self.n_rounds):
-                planned.extend(self.round_release(self._lr(t)))
-            self.privacy_budget.charge(planned, label=self.run_name or type(self.module).__name__)
+            self.privacy_budget.charge(self._whole_run(), label=self.run_name or type(self.module).__name__)
         server_rng = np.random.default_rng(server_seq)
         params = trainable_parameters(self.module)
         start, prior = 0, self.prior if self.prior is not None else TrainingState.empty()

@@ -106,7 +106,7 @@ def site_setup(kind: str, context: Context) -> ClientSetup:
         X, y = load_site_records(path, targets=is_classifier(est))
         records = est.prepare_records(X, y, classes=classes, site=True)
         module, loss_fn = est.make_model(X.shape[1:], classes)
-        _SITES[key] = records, ClientRecipe(module, loss_fn, est.optimizer)
+        _SITES[key] = records, ClientRecipe(module, loss_fn, est.client_optimizer())
     records, recipe = _SITES[key]
     guard = SiteGuard(ledger_path=default_ledger_path(node),
                       max_epsilon=float(node.get("max-epsilon", DEFAULT_MAX_EPSILON)),

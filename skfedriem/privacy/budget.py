@@ -26,7 +26,8 @@ import threading
 import uuid
 import weakref
 from datetime import datetime, timezone
-from numbers import Real
+from collections.abc import Callable
+from numbers import Integral, Real
 from pathlib import Path
 
 from .._compat import Interval, validate_params
@@ -70,6 +71,13 @@ class PrivacyBudget:
     discretization : float, default=DISCRETIZATION
         Grid of the privacy-loss distributions (coarser is faster and still an
         upper bound).
+    n_fits : int or None, default=None
+        The number of fits planned on these records, e.g. folds × candidates
+        + 1 for a ``GridSearchCV`` and its refit. An estimator with
+        ``eps="budget"`` then targets its share (:meth:`share`): the largest ε
+        that leaves room for the remaining planned fits, each assumed like
+        it, so the last fit (the refit) is calibrated to what is left rather
+        than refused.
 
     Attributes
     ----------
@@ -92,11 +100,13 @@ class PrivacyBudget:
 
     @validate_params(
         {"epsilon": [Interval(Real, 0, None, closed="right")], "delta": [Interval(Real, 0, 1, closed="neither")],
-         "path": [str, os.PathLike, None], "discretization": [Interval(Real, 0, None, closed="neither")]},
+         "path": [str, os.PathLike, None], "discretization": [Interval(Real, 0, None, closed="neither")],
+         "n_fits": [Interval(Integral, 1, None, closed="left"), None]},
         prefer_skip_nested_validation=True,
     )
     def __init__(self, epsilon: float, delta: float = 1e-5, *, path: str | os.PathLike | None = None,
-                 discretization: float = DISCRETIZATION) -> None:
+                 discretization: float = DISCRETIZATION, n_fits: int | None = None) -> None:
+        self.n_fits = None if n_fits is None else int(n_fits)
         self.epsilon = float(epsilon)
         self.delta = float(delta)
         self.path = None if path is None else str(Path(path).absolute())
@@ -121,6 +131,97 @@ class PrivacyBudget:
         if any(math.isinf(f["epsilon"]) for f in fits):
             return math.inf
         return _composition(fits).get_epsilon(self.delta, discretization=self.discretization)
+
+    def share(self, release_at: Callable[[float], PrivacyAccountant], *, label: str = "this fit") -> float:
+        """The largest ε a fit may target so that it and every remaining planned fit, each like it, fit the budget.
+
+        With ``n_fits`` planned and k of them charged, the fit's share is the
+        largest ε such that the composition of the charged fits and n − k
+        copies of ``release_at(ε)`` stays within ``epsilon`` at ``delta``
+        (the same composition :meth:`charge` checks, so the fit is then
+        accepted). A search's fits differ a little (fold sizes,
+        candidates); each one plans for the rest from its own shape, and the
+        last one takes what is left.
+
+        Parameters
+        ----------
+        release_at : callable
+            ``release_at(eps) -> PrivacyAccountant``: the fit's whole planned
+            run when calibrated to ``eps`` (what :meth:`charge` will get).
+        label : str, default="this fit"
+            For messages.
+
+        Returns
+        -------
+        float
+            The ε the fit should target, in (0, ``epsilon``].
+
+        Raises
+        ------
+        ValueError
+            Without ``n_fits``, or when every planned fit was charged already.
+        PrivacyBudgetExceeded
+            When the budget is spent (or a non-private fit was charged).
+        """
+        if self.n_fits is None:
+            raise ValueError(f"{label} asks for its share (eps='budget'), but this PrivacyBudget plans no number of "
+                             "fits: create it with n_fits= (e.g. folds x candidates + 1 for a grid search and its "
+                             "refit).")
+        fits = self.fits
+        remaining = self.n_fits - len(fits)
+        if remaining < 1:
+            raise ValueError(f"{label} asks for its share, but all n_fits={self.n_fits} planned fits were charged "
+                             f"already ({len(fits)} fits). Plan more fits, or give this one its own eps.")
+        spent = self.spent()
+        if math.isinf(self.epsilon):
+            return math.inf
+        if spent >= self.epsilon:
+            raise PrivacyBudgetExceeded(f"{label} cannot run: this budget is spent ({spent:.4g} of epsilon="
+                                        f"{self.epsilon:g}).")
+
+        base = _composition(fits)
+
+        def composed(release: PrivacyAccountant, discretization: float) -> float:
+            total = PrivacyAccountant.from_state_dict(base.state_dict())
+            for _ in range(remaining):
+                total.extend(release)
+            return total.get_epsilon(self.delta, discretization=discretization)
+
+        # The fit's shape (rates, steps) at a first guess (its share by basic composition); another target
+        # scales every μ0 of it. Bisect on that scale on a coarse grid (pessimistic, so what it finds fits) to
+        # 1%, then check the real fit at the ε found, on the budget's own grid, as charge() will.
+        coarse = 10 * self.discretization
+        reference = release_at((self.epsilon - spent) / remaining)
+
+        def scaled(scale: float) -> PrivacyAccountant:
+            return PrivacyAccountant.from_state_dict({"history": [
+                {**e, "mu0": e["mu0"] * scale} for e in reference.state_dict()["history"]]})
+
+        def fits_in(scale: float) -> bool:
+            return composed(scaled(scale), coarse) <= self.epsilon
+
+        low, high = 1.0, 1.0
+        if fits_in(1.0):
+            while fits_in(high * 2) and high < 1e6:
+                high *= 2
+            low, high = high, high * 2
+        else:
+            while not fits_in(low):
+                if low < 1e-6:
+                    raise PrivacyBudgetExceeded(f"{label} cannot run: no ε leaves room for the {remaining - 1} "
+                                                f"remaining planned fit(s) within epsilon={self.epsilon:g} "
+                                                f"({spent:.4g} spent).")
+                low, high = low / 2, low
+        while high - low > 1e-2 * low:
+            middle = math.sqrt(low * high)
+            low, high = (middle, high) if fits_in(middle) else (low, middle)
+        eps = min(self.epsilon, scaled(low).get_epsilon(self.delta, discretization=self.discretization))
+        for _ in range(20):  # a fit whose shape moves with its target (e.g. a planned T) is checked as it is
+            if composed(release_at(eps), self.discretization) <= self.epsilon:
+                return eps
+            eps *= 0.98
+        raise PrivacyBudgetExceeded(f"{label} cannot run: no ε leaves room for the {remaining - 1} remaining "
+                                    f"planned fit(s) within epsilon={self.epsilon:g} ({spent:.4g} spent).")
 
     def charge(self, release: PrivacyAccountant | None, *, label: str) -> float:
         """Record ``release`` (a fit's whole planned run), or refuse it before it happens.
@@ -193,19 +294,20 @@ class PrivacyBudget:
     def __reduce__(self):
         fits = None if self.path is not None else self._fits
         return _restore_budget, (self._id, self._owner_pid, self.epsilon, self.delta, self.path,
-                                 self.discretization, fits)
+                                 self.discretization, fits, self.n_fits)
 
     def __repr__(self) -> str:
         where = f", path={self.path!r}" if self.path is not None else ""
-        return f"PrivacyBudget(epsilon={self.epsilon:g}, delta={self.delta:g}{where})"
+        planned = f", n_fits={self.n_fits}" if self.n_fits is not None else ""
+        return f"PrivacyBudget(epsilon={self.epsilon:g}, delta={self.delta:g}{where}{planned})"
 
 
-def _restore_budget(budget_id, owner_pid, epsilon, delta, path, discretization, fits) -> PrivacyBudget:
+def _restore_budget(budget_id, owner_pid, epsilon, delta, path, discretization, fits, n_fits=None) -> PrivacyBudget:
     """Unpickling: the live budget of the same id in this process, else a copy bound to its origin."""
     live = _LIVE.get(budget_id)
     if live is not None and os.getpid() == owner_pid:
         return live
-    budget = PrivacyBudget(epsilon, delta, path=path, discretization=discretization)
+    budget = PrivacyBudget(epsilon, delta, path=path, discretization=discretization, n_fits=n_fits)
     budget._id, budget._owner_pid = budget_id, owner_pid
     budget._fits = list(fits or [])
     _LIVE[budget_id] = budget

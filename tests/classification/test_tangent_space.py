@@ -52,7 +52,7 @@ def test_private_fit_certifies_eps_and_learns(spd_data):
     X, y, groups = spd_data
     clf = FederatedTangentSpaceClassifier(eps=4.0, random_state=0).fit(X, y, groups=groups,
                                                                       validation_data=(X[::5], y[::5]))
-    assert 0 < clf.epsilon_ <= 4.0 and clf.noise_std_ > 0 and len(clf.history_) == clf.n_rounds
+    assert 0 < clf.epsilon_ <= 4.0 and clf.noise_std_ > 0 and len(clf.history_) == clf.plan_.n_rounds
     assert clf.score(X, y) > 0.6  # three classes: chance is 1/3
 
 

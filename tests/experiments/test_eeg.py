@@ -41,6 +41,12 @@ def test_arms_map_to_the_right_estimators():
     eegnet = make_estimator("eegnet", 10.0, 0, config, 3, 1.0, None)
     assert type(eegnet).__name__ == "FederatedEEGNetClassifier" and eegnet.batch_size == 16 and eegnet.n_rounds == 300
     assert make_estimator("central-spdnet", 10.0, 0, config, 3, 0.5, None).clients_per_round is None
+    assert prirfed.optimizer == eegnet.optimizer == "adam"  # the paper's schedule
+    planned = make_estimator("planned", 4.0, 0, config, 3, 1.0, None)
+    assert type(planned).__name__ == "FederatedSPDNetClassifier" and planned.dims == (16,)
+    assert planned.optimizer == planned.lr == planned.n_rounds == "auto"
+    tangent = make_estimator("tangent", 4.0, 0, config, 3, 1.0, 9)
+    assert type(tangent).__name__ == "FederatedTangentSpaceClassifier" and tangent.n_rounds == 9
     with pytest.raises(ValueError, match="Unknown arm"):
         make_estimator("fedprox", 1.0, 0, config, 3, 1.0, None)
 

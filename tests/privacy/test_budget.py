@@ -15,7 +15,7 @@ from sklearn.model_selection import GridSearchCV
 from skfedriem import FederatedPCA, FederatedSPDNetClassifier
 from skfedriem.datasets import make_federated_pca, make_spd_classification
 from skfedriem.exceptions import PrivacyBudgetExceeded
-from skfedriem.privacy import PrivacyAccountant, PrivacyBudget
+from skfedriem.privacy import PrivacyAccountant, PrivacyBudget, calibrate_mu0
 
 from .prv_reference import SymmetrisedSubsampledGaussian
 
@@ -68,6 +68,60 @@ def test_grid_search_under_a_budget_charges_every_fit_and_matches_a_direct_compo
                                max_self_compositions=counts).compute_epsilon(1e-5, counts)
     assert low <= budget.spent() <= up * 1.01
     assert budget.spent() < sum(f["epsilon"] for f in fits) / 2  # far below the sum of the fits' epsilons
+
+
+def _search(budget, eps):
+    Xs, y, _ = make_spd_classification(n_clients=1, n_matrices_per_client=60, n_channels=4, random_state=0)
+    est = FederatedSPDNetClassifier(eps=eps, dims=(2,), n_rounds=2, batch_size=8, n_clients=2, privacy_budget=budget)
+    return GridSearchCV(est, {"lr": [3e-2]}, cv=2, error_score="raise").fit(Xs, y)
+
+
+def test_a_planned_search_calibrates_every_fit_to_its_share_and_the_refit_runs():
+    """The issue's user: GridSearchCV under PrivacyBudget(20) spent the budget on the folds and the refit was refused."""
+    with pytest.raises(PrivacyBudgetExceeded, match="refit|would take"):  # unplanned: fits at eps = 15 each
+        _search(PrivacyBudget(epsilon=20.0), eps=15.0)
+    budget = PrivacyBudget(epsilon=20.0, n_fits=1 * 2 + 1)  # candidates x folds + the refit
+    search = _search(budget, eps="budget")
+    fits = budget.fits
+    assert len(fits) == 3 and search.best_estimator_.epsilon_ == pytest.approx(fits[-1]["epsilon"], rel=1e-6)
+    assert 19.5 < budget.spent() <= 20.0  # the budget is used, and never passed
+    first = fits[0]["epsilon"]
+    assert all(abs(f["epsilon"] - first) < 0.05 * first for f in fits[:-1])  # equal shares for equal folds
+    assert fits[-1]["epsilon"] >= 0.99 * first  # the refit takes what is left: at least a share
+    # an independent composition of the recorded steps agrees (prv-accountant)
+    steps = [s for f in fits for s in f["steps"]]
+    prvs = [SymmetrisedSubsampledGaussian(s["sample_rate"], s["mu0"]) for s in steps]
+    counts = [s["steps"] for s in steps]
+    low, _, up = PRVAccountant(prvs, eps_error=1e-2, delta_error=1e-8,
+                               max_self_compositions=counts).compute_epsilon(1e-5, counts)
+    assert low <= 20.0 and low <= budget.spent() <= up * 1.01
+
+
+def test_a_share_leaves_room_for_the_planned_fits_and_the_last_takes_what_is_left():
+    budget = PrivacyBudget(epsilon=4.0, n_fits=3)
+
+    def release_at(eps):  # a fit calibrated to eps: the same shape, μ0 scaled to reach eps
+        return release(mu0=calibrate_mu0(eps, 1e-5, 0.1, 200), q=0.1, steps=200)
+
+    shares = []
+    for _ in range(3):
+        eps = budget.share(release_at)
+        shares.append(eps)
+        budget.charge(release_at(eps), label="fit")
+    assert shares[0] == pytest.approx(shares[1], rel=0.01) and shares[2] >= shares[1]
+    assert 3.95 < budget.spent() <= 4.0
+    with pytest.raises(ValueError, match="all n_fits=3 planned fits were charged"):
+        budget.share(release_at)
+
+
+def test_eps_budget_needs_a_planned_budget():
+    Xs, y, groups = make_spd_classification(n_clients=2, n_matrices_per_client=20, n_channels=4, random_state=0)
+    with pytest.raises(ValueError, match="eps='budget'.*privacy_budget, which is None"):
+        FederatedSPDNetClassifier(eps="budget", n_rounds=1).fit(Xs, y, groups=groups)
+    with pytest.raises(ValueError, match="plans no number of fits: create it with n_fits="):
+        FederatedSPDNetClassifier(eps="budget", n_rounds=1, privacy_budget=PrivacyBudget(5.0)).fit(Xs, y, groups=groups)
+    budget = PrivacyBudget(5.0, n_fits=2)
+    assert "n_fits=2" in repr(budget) and pickle.loads(pickle.dumps(budget)).n_fits == 2
 
 
 def test_copies_and_clones_are_the_same_ledger():

@@ -1,0 +1,100 @@
+"""The classifiers' planner: public quantities in, a schedule out, explicit settings kept."""
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from skfedriem import FederatedEEGNetClassifier, FederatedSPDNetClassifier, FederatedTangentSpaceClassifier
+from skfedriem.classifier_planning import NOISE_WALK, ROUND_STEP, TANGENT_LR, plan_classifier, planned_optimizer
+from skfedriem.datasets import make_spd_classification
+from skfedriem.federated import FederationSettings
+from skfedriem.federated.plan import plan_run
+
+
+def _spd(seed, n_clients=4, per_client=30, channels=5):
+    return make_spd_classification(n_clients, per_client, channels, random_state=seed)
+
+
+def test_the_plan_depends_on_public_quantities_only():
+    """Two federations with the same client sizes and different records get the same plan; sizes move it."""
+    (X1, y1, g1), (X2, y2, _) = _spd(0), _spd(1)
+    rng = np.random.default_rng(2)
+    y2 = rng.permutation(y2)  # other records and other labels, same sizes
+    for cls in (FederatedSPDNetClassifier, FederatedTangentSpaceClassifier):
+        plans = [cls(eps=4.0, n_rounds=3, random_state=0).fit(X, y, groups=g1).plan_ for X, y in ((X1, y1), (X2, y2))]
+        assert plans[0] == plans[1]
+        bigger = cls(eps=4.0, n_rounds=3, random_state=0).fit(
+            np.concatenate([X1, X1]), np.concatenate([y1, y1]), groups=np.concatenate([g1, g1])).plan_
+        assert bigger != plans[0]  # twice the records per client: less noise per step, a longer step
+
+
+@pytest.mark.parametrize("sizes, eps", [([1000] * 3, 1.0), ([40] * 20, 4.0), ([36] * 100, 10.0), ([24, 30, 50], 1.0)])
+def test_the_planned_sgd_step_bounds_the_step_per_round_and_the_noise_walk(sizes, eps):
+    plan = plan_classifier(model="spdnet", client_sizes=sizes, eps=eps)
+    assert (plan.optimizer, plan.lr_schedule, plan.n_rounds) == ("sgd", "constant", 200)
+    settings = FederationSettings(eps=eps, batch_size=plan.batch_size, n_rounds=plan.n_rounds)
+    privacy = plan_run(sizes, list(range(len(sizes))), settings)  # the trainer's own calibration
+    assert plan.steps_per_round == privacy.steps_per_round
+    sigma_bar = math.sqrt(np.mean([privacy.client_noise_std(i) ** 2 for i in range(len(sizes))]) / len(sizes))
+    walk = plan.lr * sigma_bar * math.sqrt(plan.n_rounds * plan.steps_per_round)
+    assert plan.lr * plan.steps_per_round <= ROUND_STEP * (1 + 1e-12)
+    assert walk <= NOISE_WALK * (1 + 1e-9)
+    assert walk == pytest.approx(NOISE_WALK) or plan.lr * plan.steps_per_round == pytest.approx(ROUND_STEP)
+
+
+def test_the_regimes_get_the_steps_the_grid_found():
+    """Large clients (τ = 16): a step of 0.5 per round; many small ones: a smaller step as the budget shrinks."""
+    large = plan_classifier(model="spdnet", client_sizes=[1000] * 3, eps=10.0)
+    assert (large.steps_per_round, large.lr) == (16, pytest.approx(ROUND_STEP / 16))
+    small = [plan_classifier(model="spdnet", client_sizes=[36] * 30, eps=eps).lr for eps in (1.0, 4.0, 10.0, None)]
+    assert small == sorted(small) and small[-1] == ROUND_STEP
+    assert plan_classifier(model="spdnet", client_sizes=[36] * 100, eps=1.0).lr > small[0]  # averaging over more
+
+
+def test_explicit_settings_are_kept_and_the_rest_planned_around_them():
+    plan = plan_classifier(model="spdnet", client_sizes=[200] * 3, eps=10.0, batch_size=20, n_rounds=50,
+                           lr_schedule="cosine")
+    assert (plan.batch_size, plan.n_rounds, plan.lr_schedule, plan.steps_per_round) == (20, 50, "cosine", 10)
+    assert plan.lr <= ROUND_STEP / 10
+    adam = plan_classifier(model="spdnet", client_sizes=[200] * 3, eps=10.0, optimizer="adam")
+    assert (adam.optimizer, adam.lr, adam.lr_schedule) == ("adam", 1e-2, "cosine")
+    tangent = plan_classifier(model="tangent", client_sizes=[1000] * 3, eps=1.0)
+    assert (tangent.optimizer, tangent.lr, tangent.lr_schedule) == ("sgd", TANGENT_LR, "constant")
+    given = plan_classifier(model="tangent", client_sizes=[200] * 3, eps=10.0, lr=0.3, optimizer="sgd")
+    assert given.lr == 0.3
+    with pytest.raises(ValueError, match="optimizer=.*needs an explicit lr"):
+        plan_classifier(model="spdnet", client_sizes=[200] * 3,
+                        optimizer=lambda params, lr: torch.optim.SGD(params, lr))
+
+
+def test_auto_batches_are_clamped_silently_and_eegnet_keeps_its_paper_settings():
+    plan = plan_classifier(model="spdnet", client_sizes=[40, 50], eps=4.0)
+    assert plan.batch_size == 40 and plan.steps_per_round == 2
+    eegnet = plan_classifier(model="eegnet", client_sizes=[100] * 3, eps=4.0)
+    assert (eegnet.optimizer, eegnet.lr, eegnet.lr_schedule, eegnet.batch_size) == ("adam", 1e-3, "cosine", 16)
+    X, y, groups = _spd(0, per_client=20)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "batch_size=64 is larger than client ..." for a planned B
+        FederatedSPDNetClassifier(eps=4.0, n_rounds=2).fit(X, y, groups=groups)
+
+
+def test_a_site_resolves_the_optimizer_as_the_server_plans_it():
+    """A deployed site knows no other client's size: the planned optimiser depends on the model's kind alone."""
+    for cls, kind in ((FederatedSPDNetClassifier, "spdnet"), (FederatedTangentSpaceClassifier, "tangent"),
+                      (FederatedEEGNetClassifier, "eegnet")):
+        est = cls()
+        for sizes in ([30] * 3, [2000] * 5):
+            assert est.client_optimizer() == plan_classifier(model=kind, client_sizes=sizes, eps=1.0).optimizer
+        assert cls(optimizer="adam").client_optimizer() == "adam" == planned_optimizer(kind, "adam")
+
+
+def test_the_fitted_plan_is_what_ran():
+    X, y, groups = _spd(0)
+    clf = FederatedSPDNetClassifier(eps=4.0, n_rounds=4, random_state=0).fit(X, y, groups=groups)
+    assert clf.plan_.n_rounds == len(clf.history_) == 4
+    assert clf.batch_size_ == clf.plan_.batch_size
+    assert "σ̄" in clf.plan_.reason and "T = " not in clf.plan_.reason  # T was set by hand
+    assert [row["lr"] for row in clf.history_] == pytest.approx([clf.plan_.lr] * 4)  # constant schedule
