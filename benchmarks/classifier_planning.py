@@ -52,6 +52,7 @@ CANDIDATES = {
         "sgd lr=0.02": dict(optimizer="sgd", lr=0.02, lr_schedule="constant"),
         "sgd lr=0.5": dict(optimizer="sgd", lr=0.5, lr_schedule="constant"),
         "sgd lr=2": dict(optimizer="sgd", lr=2.0, lr_schedule="constant"),
+        "planned, clip=auto": dict(clip="auto"),
         "sgd lr=0.5/tau": dict(optimizer="sgd", lr=PER_ROUND, lr_schedule="constant"),
         "sgd lr=2 cosine": dict(optimizer="sgd", lr=2.0, lr_schedule="cosine"),
         "adam lr=1e-2": dict(optimizer="adam", lr=1e-2, lr_schedule="cosine"),
@@ -67,6 +68,7 @@ CANDIDATES = {
         "sgd lr=0.2/tau": dict(optimizer="sgd", lr="0.2/tau", lr_schedule="constant"),
         "sgd lr=0.1/tau": dict(optimizer="sgd", lr="0.1/tau", lr_schedule="constant"),
         **{f"planned walk={w:g}": {"noise_walk": w} for w in (0.1, 0.2, 0.4, 0.8, 1.6)},
+        "planned, clip=auto": dict(clip="auto"),
         "adam lr=1e-2 dims=(4,)": dict(optimizer="adam", lr=1e-2, dims=(4,)),
     }),
 }
@@ -134,8 +136,11 @@ def main() -> None:
             for eps in epsilons:
                 rows = {label: np.mean(scores[f"{federation}|{model}|{eps}|{label}"]) - 1 / n_classes
                         for label in CANDIDATES[model][1] if f"{federation}|{model}|{eps}|{label}" in scores}
+                if not rows:
+                    continue
                 best = max(rows, key=rows.get)
-                print(f"{model:8} {eps!s:>5} {rows['default']:>8.3f} {rows[best]:>8.3f}  {best}")
+                default = f"{rows['default']:>8.3f}" if "default" in rows else f"{'-':>8}"
+                print(f"{model:8} {eps!s:>5} {default} {rows[best]:>8.3f}  {best}")
         print()
     print(json.dumps({"benchmark": "classifier_planning", "seeds": args.seeds, "rounds": args.rounds,
                       "seconds": round(time.perf_counter() - started, 1), "accuracy": scores}))

@@ -355,7 +355,7 @@ class FederatedEstimatorMixin:
     # ------------------------------------------------------------------ helpers
     def _trainer_options(self, input_shape: tuple[int, ...], client_sizes: list[int] | None,
                          eps: float | None) -> dict:
-        """Settings the model fixes or plans (for the run's target ``eps``), overriding the parameters of the same name."""
+        """Settings the model fixes or plans (for the run's target ``eps``), overriding those of the same name."""
         return {}
 
     def client_optimizer(self):

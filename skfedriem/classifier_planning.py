@@ -227,8 +227,9 @@ def plan_classifier(
             walk = spread * math.sqrt(rounds * tau)
             lr = ROUND_STEP / tau if walk == 0 else min(ROUND_STEP / tau, noise_walk / walk)
             reasons.append(f"η = min({ROUND_STEP:g} / τ, {noise_walk:g} / (σ̄ √(T τ))) = {lr:.4g} with "
-                           f"τ = {tau} local steps per round and σ̄ = {spread:.3g}, the noise std of a {k}-client mean: "
-                           "a bounded step per round, and a bounded random walk of the noise over the run")
+                           f"τ = {tau} local steps per round and σ̄ = {spread:.3g}, the noise std of a "
+                           f"{k}-client mean: a bounded step per round, and a bounded random walk of the noise "
+                           "over the run")
         elif chosen == "adam":
             lr = ADAM_LR[model]
             reasons.append(f"η = {lr:g}: Adam's step for this model")

@@ -48,6 +48,8 @@ _PLANNED = (" \"auto\" (the default) is chosen by :func:`~skfedriem.pca_planning
                                  [Interval(Integral, 1, None, closed="left"), _AUTO]),
         "lr": SettingDoc("float or \"auto\"", "η (\"auto\": 0.5 / C, or less when the planned horizon is short).",
                          [Interval(Real, 0, None, closed="neither"), _AUTO]),
+        "clip": SettingDoc("float", "C, the per-record gradient clip norm (the planned schedule is built on it; "
+                           "adaptive clipping is for the classifiers).", [Interval(Real, 0, None, closed="neither")]),
     },
 )
 class FederatedPCA(FederatedEstimatorMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):

@@ -91,6 +91,7 @@ class _ServersNumbers:
     sampling: str
 
     private = property(lambda self: self.noise_std > 0)
+    count_noise_std = property(lambda self: 0.0)  # the pre-fix client released no count
     denominator = property(lambda self: float(int(self.batch_size)))  # what the sampler really divides by
     mu0 = property(lambda self: 2 * self.clip / (self.batch_size * self.noise_std) if self.private else float("inf"))
 

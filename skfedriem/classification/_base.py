@@ -116,9 +116,10 @@ PLANNED_PARAMETERS: dict[str, SettingDoc] = {
         [OPTIMIZERS.constraint(), callable, _AUTO]),
     "lr": SettingDoc(
         'float or "auto"', "η, the learning rate of round 0." + _PLANNED + " SPDNet with SGD: "
-        "η = min(0.5 / τ, 0.4 / (σ̄ √(T τ))) for τ local steps per round and σ̄ the noise std of the server's mean "
-        "(a bounded step per round and a bounded random walk of the noise); the tangent-space model 0.1; "
-        "Adam 1e-2 (1e-3 for EEGNet); another optimiser needs "        "an explicit η.", [Interval(Real, 0, None, closed="neither"), _AUTO]),
+        "η = min(0.5 / τ, 0.4 / (σ̄ √(T τ))) for τ local steps per round and σ̄ the noise std of the "
+        "server's mean (a bounded step per round and a bounded random walk of the noise); the tangent-space "
+        "model 0.1; Adam 1e-2 (1e-3 for EEGNet); another optimiser needs an explicit η.",
+        [Interval(Real, 0, None, closed="neither"), _AUTO]),
     "lr_schedule": SettingDoc(
         '{"constant", "cosine"}, callable or "auto"', "The learning rate as a function of the round: constant, "
         "cosine decay η (1 + cos(π t / T)) / 2, or ``schedule(t)`` (\"auto\": constant with SGD, cosine "
@@ -142,7 +143,7 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
     """
 
     _shared_parameters = (*FederatedEstimatorMixin._shared_parameters, "local_epochs", "lr_schedule",
-                          "accounting", "classes", "init", "dtype")
+                          "accounting", "clip_quantile", "classes", "init", "dtype")
     _shared_docs = {**FederatedEstimatorMixin._shared_docs, **PLANNED_PARAMETERS, **CLASSIFIER_PARAMETERS}
     _shared_defaults = {**FederatedEstimatorMixin._shared_defaults, "eps": 10.0, "n_rounds": "auto",
                         "batch_size": "auto", "local_epochs": "auto", "optimizer": "auto", "lr": "auto",

@@ -32,8 +32,8 @@ from ..privacy.randomness import SecretRandomness, SecureRandomness, SeededRando
 from ..privacy.step_plan import StepPlan
 from .aggregation import AGGREGATIONS, get_aggregation
 
-__all__ = ["OPTIMIZERS", "ClientRecipe", "ClientState", "RoundInstructions", "check_iterate", "make_optimizer",
-           "register_optimizer", "resolve_optimizer", "run_client_round", "step_plan"]
+__all__ = ["CLIPPED_FRACTION", "OPTIMIZERS", "ClientRecipe", "ClientState", "RoundInstructions", "check_iterate",
+           "make_optimizer", "register_optimizer", "resolve_optimizer", "run_client_round", "step_plan"]
 
 #: The clients' optimisers by name, each ``factory(params, lr) -> torch.optim.Optimizer``
 #: (:func:`register_optimizer` adds one).
@@ -158,6 +158,11 @@ class ClientState:
         return cls(SecretRandomness.from_bytes(state["randomness"]), state["optimizer_state"])
 
 
+#: The key of a submission's noisy fraction of unclipped records (adaptive clipping); never a parameter's name
+#: (a parameter's name has no spaces).
+CLIPPED_FRACTION = "clipped fraction"
+
+
 def iterate_tolerance(dtype: torch.dtype) -> float:
     """How far from its manifold a received θ_t may be: √(machine ε) of its dtype (3.5e-4 in float32)."""
     return math.sqrt(torch.finfo(dtype).eps)
@@ -221,6 +226,10 @@ class RoundInstructions:
         How the client draws its batches.
     aggregation : str
         The rule whose Sub the client applies.
+    count_noise_std : float, default=0.0
+        σ_b > 0: adaptive clipping; every step also releases the noisy count
+        of its unclipped records, and the client returns their mean as the
+        fraction ``submission[CLIPPED_FRACTION]`` (0: no count).
     """
 
     lr: float
@@ -230,6 +239,7 @@ class RoundInstructions:
     noise_std: float
     sampling: str
     aggregation: str
+    count_noise_std: float = 0.0
 
 
 def step_plan(instructions: RoundInstructions, n_records: int, module: nn.Module) -> StepPlan:
@@ -267,7 +277,8 @@ def step_plan(instructions: RoundInstructions, n_records: int, module: nn.Module
     coarsest = max((torch.finfo(p.dtype).tiny for p in trainable_parameters(module).values()), default=0.0)
     return StepPlan(n_records=n_records, batch_size=instructions.batch_size, local_steps=instructions.local_steps,
                     clip=instructions.clip, noise_std=instructions.noise_std, sampling=instructions.sampling,
-                    diameter=clipped_gradient_diameter(module), floor=math.sqrt(coarsest))
+                    diameter=clipped_gradient_diameter(module), floor=math.sqrt(coarsest),
+                    count_noise_std=instructions.count_noise_std)
 
 
 def run_client_round(
@@ -320,7 +331,7 @@ def run_client_round(
         for group in inner.param_groups:
             group["lr"] = instructions.lr
     step = PrivateManifoldOptimizer(module, inner, loss_fn=loss_fn, clip=plan.clip, noise_std=plan.noise_std,
-                                    randomness=state.randomness)
+                                    randomness=state.randomness, count_noise_std=plan.count_noise_std)
     sampler = plan.sampler()
     for _ in range(plan.local_steps):
         idx = torch.from_numpy(sampler.sample(state.randomness))
@@ -332,4 +343,8 @@ def run_client_round(
     with torch.no_grad():
         submission = {name: rule.submission(manifold_of(p), theta[name], p.detach().unsqueeze(0))[0].clone()
                       for name, p in params.items()}
-    return submission, time.perf_counter() - started
+    seconds = time.perf_counter() - started
+    if plan.count_noise_std > 0:  # post-processing of the steps' noisy counts
+        fraction = sum(step.noisy_counts) / (plan.denominator * plan.local_steps) + 0.5
+        submission[CLIPPED_FRACTION] = torch.tensor(fraction, dtype=torch.float64)
+    return submission, seconds

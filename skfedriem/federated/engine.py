@@ -30,7 +30,8 @@ from ..privacy.per_sample import LossFn
 from ..privacy.step_plan import round_release
 from .aggregation import get_aggregation
 from .checkpoint import TrainingState
-from .client import ClientRecipe, ClientState, RoundInstructions, resolve_optimizer, step_plan
+from .adaptive_clip import FRACTION_RANGE, next_clip
+from .client import CLIPPED_FRACTION, ClientRecipe, ClientState, RoundInstructions, resolve_optimizer, step_plan
 from .parallel import ParallelTransport, effective_n_jobs, thread_budget
 from .plan import PrivacyPlan, check_client_sizes, plan_run
 from .settings import BACKENDS, FederationSettings, register_backend
@@ -232,13 +233,23 @@ class FederatedTrainer:
             raise ValueError(f"The 'clients_per_round' parameter must be in [1, {n_clients}]. Got {wanted!r} instead.")
         return k
 
-    def client_instructions(self, client: int, lr: float) -> RoundInstructions:
-        """The public instructions for client ``client`` in a round at learning rate ``lr``."""
+    def client_instructions(self, client: int, lr: float, clip: float | None = None) -> RoundInstructions:
+        """The public instructions for client ``client`` in a round at learning rate ``lr``.
+
+        ``clip`` (adaptive clipping): this round's C_t; the noise follows it,
+        σ_t = σ_0 C_t / C_0, nudged up by 1e-12 so that rounding never makes a
+        step's μ0 exceed the planned one (what the ledger charges).
+        """
         plan = self.plan_
+        noise_std, count_noise_std = plan.client_noise_std(client), plan.count_noise_std
+        if clip is None or clip == plan.clip:
+            clip = plan.clip
+        else:
+            noise_std = noise_std * (clip / plan.clip) * (1 + 1e-12)
         return RoundInstructions(lr=lr, local_steps=plan.local_steps[client],
-                                 batch_size=plan.client_batch_size(client), clip=plan.clip,
-                                 noise_std=plan.client_noise_std(client), sampling=self.settings.sampling,
-                                 aggregation=self.aggregation.name)
+                                 batch_size=plan.client_batch_size(client), clip=clip, noise_std=noise_std,
+                                 sampling=self.settings.sampling, aggregation=self.aggregation.name,
+                                 count_noise_std=count_noise_std)
 
     def plan(self, client_sizes: list[int], client_names: list) -> PrivacyPlan:
         """The run's plan for these clients: B, each τ_i, and σ calibrated by the accounting method."""
@@ -273,7 +284,7 @@ class FederatedTrainer:
     def _lr(self, t: int) -> float:
         return lr_at_round(self.settings.lr, self.settings.lr_schedule, t, self.n_rounds)
 
-    def round_release(self, lr: float) -> PrivacyAccountant:
+    def round_release(self, lr: float, clip: float | None = None) -> PrivacyAccountant:
         """What one round costs: the steps every client would take for its instructions, dominated as one.
 
         Built by :func:`~skfedriem.federated.client.step_plan`, the function
@@ -282,8 +293,17 @@ class FederatedTrainer:
         every client, selected or not (client selection gives no amplification:
         the server chooses and sees it). Steps without noise cost infinite loss.
         """
-        return round_release(step_plan(self.client_instructions(i, lr), size, self.module)
+        cost = round_release(step_plan(self.client_instructions(i, lr, clip), size, self.module)
                              for i, size in enumerate(self._client_sizes))
+        if clip is None or clip == self.plan_.clip:
+            return cost
+        # adaptive clipping: the round as planned (at C_0) dominates it, step for step; charging that keeps
+        # every round's entry the same
+        planned = self.round_release(lr)
+        if not _dominates(planned, cost):  # cannot happen: σ_t is nudged up (and the budget was charged the plan)
+            raise RuntimeError(f"An adaptive round at clip {clip!r} would cost more than its plan: "
+                               f"{cost.state_dict()} > {planned.state_dict()}.")
+        return planned
 
     def serve(self, transport: Transport, client_sizes: list[int], client_names: list,
               server_seq: np.random.SeedSequence, *, resume: TrainingState | None = None,
@@ -354,21 +374,23 @@ class FederatedTrainer:
         self.transcript_: list[dict] | None = [] if self.record_transcript else None
         manifolds = {name: manifold_of(p) for name, p in params.items()}
 
+        clip = self._clip_after(self.history_[self._round_offset + start - 1] if start > 0 else None)
         for t in tqdm(range(start, self.n_rounds), disable=self.settings.verbose <= 0, desc="rounds", unit="round"):
             round_started = time.perf_counter()
             lr = self._lr(t)
             theta = {name: p.detach().clone() for name, p in params.items()}
             rng_before = copy.deepcopy(server_rng.bit_generator.state)
             selected = np.sort(server_rng.choice(n_clients, size=k, replace=False))
-            cost = self.round_release(lr)
+            cost = self.round_release(lr, clip)
             if not (resume is not None and resume.started and t == start and resume.round_cost == cost.state_dict()):
                 self.accountant_.extend(cost)  # a cut round re-sent as it was charged is not charged again
             if on_round is not None:
                 on_round(TrainingState(t, theta, self.accountant_.state_dict(), self.history_, rng_before, True,
                                        plan=self._plan_record(), round_cost=cost.state_dict()))
             replies = transport.run_round(t, selected.tolist(), theta,
-                                          {int(i): self.client_instructions(int(i), lr) for i in selected})
+                                          {int(i): self.client_instructions(int(i), lr, clip) for i in selected})
             replied = sorted(replies)
+            fraction = self._clipped_fraction(replies) if self.plan_.adaptive_clip else None
             started = time.perf_counter()
             submissions = None
             if replied:  # otherwise θ stays
@@ -381,11 +403,33 @@ class FederatedTrainer:
                 self.transcript_.append({"theta": theta, "clients": replied, "submissions": submissions})
             self._end_round(t, lr, selected, replied, aggregation_seconds,
                             sum(replies[i][1] for i in replied), time.perf_counter() - round_started)
+            if self.plan_.adaptive_clip:
+                self.history_[-1].update(clip=clip, clipped_fraction=fraction)
+                clip = self._clip_after(self.history_[-1])
             if on_round is not None:
                 on_round(self.state(t + 1, server_rng))
         if self.history_ and start < self.n_rounds:
             self.history_[-1]["epsilon"] = self.epsilon_  # the certified value itself, on the fine grid
         return self
+
+    def _clip_after(self, row: dict | None) -> float:
+        """C of the next round: C_0 at the start, else :func:`~skfedriem.federated.adaptive_clip.next_clip` of a
+        history row (rounds nobody answered keep their clip)."""
+        if row is None or not self.plan_.adaptive_clip or "clip" not in row:
+            return self.plan_.clip
+        if row.get("clipped_fraction") is None:
+            return row["clip"]
+        return next_clip(row["clip"], row["clipped_fraction"], self.settings.clip_quantile, initial=self.plan_.clip)
+
+    @staticmethod
+    def _clipped_fraction(replies) -> float | None:
+        """b̄_t, the mean of the replying clients' noisy fractions, each clamped to ``FRACTION_RANGE`` (a reply
+        without a finite one is left out): no client pulls the clip further than that."""
+        low, high = FRACTION_RANGE
+        values = [float(sub[CLIPPED_FRACTION].reshape(-1)[0]) for sub, _ in replies.values()
+                  if CLIPPED_FRACTION in sub and sub[CLIPPED_FRACTION].numel() == 1]
+        values = [min(max(v, low), high) for v in values if math.isfinite(v)]
+        return float(np.mean(values)) if values else None
 
     def _planned_final_epsilon(self, start: int, resume: TrainingState | None) -> float:
         """ε of the ledger once every remaining round is charged, on the fine grid (what ``epsilon_`` will be).
@@ -411,9 +455,12 @@ class FederatedTrainer:
 
     def _plan_record(self) -> dict:
         """What a resume must share with the run it continues: the target, the plan and the clients' sizes."""
+        schedule = self.settings.lr_schedule
         return {"eps": self.settings.eps, "delta": self.settings.delta, "n_rounds": self.n_rounds,
                 "aggregation": self.aggregation.name, "client_sizes": list(self._client_sizes),
-                **dataclasses.asdict(self.plan_)}
+                # what shapes the instructions a resumed round re-sends (a callable schedule: by its name)
+                "lr": self.settings.lr, "lr_schedule": schedule if isinstance(schedule, str) else repr(schedule),
+                "clip_quantile": self.settings.clip_quantile, **dataclasses.asdict(self.plan_)}
 
     def _check_resume(self, resume: TrainingState) -> None:
         """ValueError unless the checkpoint was taken by a run with this one's plan."""
@@ -463,6 +510,14 @@ class FederatedTrainer:
     def epsilon_(self) -> float:
         """Certified ε of every round in the ledger (earlier runs included) on the fine grid; inf when non-private."""
         return self._epsilon(DISCRETIZATION)
+
+
+def _dominates(planned: PrivacyAccountant, cost: PrivacyAccountant) -> bool:
+    """Whether ``planned`` charges at least what ``cost`` does, entry by entry (same rates, steps, μ0 ≥)."""
+    if len(planned.history) != len(cost.history):
+        return False
+    return all((p.sample_rate, p.sampling, p.steps) == (c.sample_rate, c.sampling, c.steps) and p.mu0 >= c.mu0
+               for p, c in zip(planned.history, cost.history))
 
 
 def run_locally(trainer: FederatedTrainer, clients: Sequence[tuple[torch.Tensor, ...]], names: list,

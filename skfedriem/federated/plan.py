@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from .._warnings import warn_user
 from ..privacy.accounting_methods import RunAccounting, get_accounting
 from ..privacy.step_plan import sensitivity_factor
+from .adaptive_clip import INITIAL_CLIP, split_mu0
 from .settings import FederationSettings
 
 __all__ = ["PrivacyPlan", "check_client_sizes", "plan_run"]
@@ -49,6 +50,11 @@ class PrivacyPlan:
         models it: the model's :func:`~skfedriem.privacy.clipped_gradient_diameter`
         with fixed-size batches, 2 under Poisson sampling
         (:func:`~skfedriem.privacy.step_plan.sensitivity_factor`).
+    count_noise_std : float, default=0.0
+        σ_b of every step's count of unclipped records (``clip="auto"``); 0: none.
+    gradient_mu0 : float or None, default=None
+        μ_g, the gradient's part of μ0 (:func:`~skfedriem.federated.adaptive_clip.split_mu0`);
+        None: all of μ0.
     """
 
     batch_size: int
@@ -63,16 +69,24 @@ class PrivacyPlan:
     sampling: str = "fixed"
     batch_sizes: tuple[int, ...] | None = None
     sensitivity: float = 2.0
+    count_noise_std: float = 0.0
+    gradient_mu0: float | None = None
 
     def client_batch_size(self, client: int) -> int:
         """B_i: ``batch_size``, or client i's whole size in a full-batch run."""
         return self.batch_size if self.batch_sizes is None else self.batch_sizes[client]
 
     def client_noise_std(self, client: int) -> float:
-        """σ_i = Δ C / (B_i μ0): ``noise_std`` unless the run is full-batch (0 for a non-private run)."""
+        """σ_i = Δ C / (B_i μ_g): ``noise_std`` unless the run is full-batch (0 for a non-private run)."""
         if self.batch_sizes is None or self.mu0 is None:
             return self.noise_std
-        return self.sensitivity * self.clip / (self.batch_sizes[client] * self.mu0)
+        mu_g = self.mu0 if self.gradient_mu0 is None else self.gradient_mu0
+        return self.sensitivity * self.clip / (self.batch_sizes[client] * mu_g)
+
+    @property
+    def adaptive_clip(self) -> bool:
+        """Whether the clip follows a private quantile estimate (``clip="auto"``)."""
+        return self.count_noise_std > 0
 
     @property
     def n_rounds(self) -> int:
@@ -165,8 +179,15 @@ def plan_run(
                  batch_sizes=tuple(int(m) for m in client_sizes) if full_batch else None, sensitivity=factor)
     if eps is None or math.isinf(eps):
         return PrivacyPlan(**shape, mu0=None, noise_std=0.0, clip=math.inf)
+    adaptive = clip == "auto"
+    if adaptive:
+        clip = INITIAL_CLIP
     if delta >= 1 / m_star:
         warn_user(f"delta={delta:g} is not small against 1/m⋆ = 1/{m_star}: (eps, delta)-DP at this delta "
                   "allows leaking a whole record of the smallest client.")
     mu0 = method.calibrate(eps, delta, sample_rate=q, steps_per_round=tau, n_rounds=n_rounds, sampling=sampling)
-    return PrivacyPlan(**shape, mu0=mu0, noise_std=factor * clip / (batch_size * mu0), clip=clip)
+    if not adaptive:
+        return PrivacyPlan(**shape, mu0=mu0, noise_std=factor * clip / (batch_size * mu0), clip=clip)
+    mu_g, count_noise_std = split_mu0(mu0)
+    return PrivacyPlan(**shape, mu0=mu0, noise_std=factor * clip / (batch_size * mu_g), clip=clip,
+                       count_noise_std=count_noise_std, gradient_mu0=mu_g)

@@ -82,9 +82,14 @@ class FederationSettings:
     delta: float = _setting(
         1e-5, "float", [Interval(Real, 0, 1, closed="neither")],
         "Target δ, in (0, 1); keep it well below 1 / (records of the smallest client).")
-    clip: float = _setting(
-        1.0, "float", [Interval(Real, 0, None, closed="neither")],
-        "C, the per-record gradient clip norm, over all parameter blocks together.")
+    clip: float | str = _setting(
+        1.0, 'float or "auto"', [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
+        "C, the per-record gradient clip norm, over all parameter blocks together. ``\"auto\"``: adaptive "
+        "clipping (Andrew et al., 2021), C follows the ``clip_quantile`` of the gradient norms, estimated from a "
+        "noisy count every step releases and charged with it (:mod:`skfedriem.federated.adaptive_clip`).")
+    clip_quantile: float = _setting(
+        0.5, "float", [Interval(Real, 0, 1, closed="neither")],
+        "γ, the fraction of records left unclipped that ``clip=\"auto\"`` aims at.")
     n_rounds: int = _setting(
         200, "int", [Interval(Integral, 1, None, closed="left")], "T, the number of communication rounds.")
     local_epochs: float = _setting(

@@ -35,6 +35,7 @@ from .randomness import SecretRandomness, SeededRandomness
 
 __all__ = [
     "DenseGradients",
+    "noisy_clipped_count",
     "PerRecordGradients",
     "clip_factors",
     "clipped_gradient_diameter",
@@ -176,6 +177,35 @@ def clip_factors(norms: torch.Tensor, clip: float) -> torch.Tensor:
     return torch.where(finite, factors, 0.0)
 
 
+def noisy_clipped_count(norms: torch.Tensor, clip: float, count_noise_std: float,
+                        randomness: SecretRandomness) -> float:
+    """Σ_z (1[‖g_z‖ ≤ C] − ½) + N(0, σ_b²): the noisy, centred count of a batch's unclipped records.
+
+    What adaptive clipping (Andrew et al., 2021) releases at each step. A
+    record whose norm is not finite counts as clipped. Centring by ½ makes one
+    record's contribution ±½, so replacing a record moves the count by at most
+    1 (:attr:`~skfedriem.privacy.StepPlan.mu0` charges μ = 1/σ_b for it).
+
+    Parameters
+    ----------
+    norms : torch.Tensor of shape (B,)
+        Each record's gradient norm over all blocks.
+    clip : float
+        C (finite).
+    count_noise_std : float
+        σ_b > 0.
+    randomness : SecretRandomness
+        The client's secret source of noise.
+
+    Returns
+    -------
+    float
+    """
+    below = (torch.isfinite(norms) & (norms <= clip)).double()
+    noise = float(randomness.standard_normal((1,), torch.float64)[0])
+    return float((below - 0.5).sum()) + count_noise_std * noise
+
+
 def noisy_mean(
     sums: dict[str, torch.Tensor],
     params: dict[str, torch.Tensor],
@@ -230,6 +260,8 @@ def private_gradient(
     noise_std: float,
     denominator: float,
     randomness: SecretRandomness | None = None,
+    count_noise_std: float = 0.0,
+    counts: list[float] | None = None,
 ) -> dict[str, torch.Tensor]:
     """The privatised tangent gradient g̃ = P_θ((1/B) Σ_z clip_C(g_z) + ξ) of one batch.
 
@@ -251,6 +283,11 @@ def private_gradient(
     randomness : SecretRandomness, optional
         The client's secret source of noise (never the global RNG). Default:
         fresh OS entropy (:class:`SeededRandomness` of ``SeedSequence()``).
+    count_noise_std : float, default=0.0
+        σ_b of the count released into ``counts``.
+    counts : list of float, optional
+        When given, the step also appends :func:`noisy_clipped_count` of its
+        batch (drawn after the gradient's noise): adaptive clipping.
 
     Returns
     -------
@@ -284,7 +321,14 @@ def private_gradient(
         if ambient is None:
             ambient = per_sample_gradients(module, loss_fn, batch)
         grads = DenseGradients(project_per_sample(ambient, params))
-    sums = grads.weighted_sum(clip_factors(grads.norms(), clip))
+    norms = grads.norms()
+    sums = grads.weighted_sum(clip_factors(norms, clip))
     if randomness is None and noise_std > 0:
         randomness = SeededRandomness(np.random.SeedSequence())
-    return noisy_mean(sums, params, denominator=denominator, noise_std=noise_std, randomness=randomness)
+    released = noisy_mean(sums, params, denominator=denominator, noise_std=noise_std, randomness=randomness)
+    if counts is not None:
+        if not (count_noise_std > 0 and math.isfinite(clip)):
+            raise ValueError("A count of the clipped records needs count_noise_std > 0 and a finite clip. "
+                             f"Got count_noise_std={count_noise_std!r}, clip={clip!r}.")
+        counts.append(noisy_clipped_count(norms, clip, count_noise_std, randomness))
+    return released

@@ -39,6 +39,10 @@ class PrivateManifoldOptimizer:
         σ of each ambient noise coordinate (0: no noise).
     randomness : SecretRandomness, optional
         The client's secret source of noise; default fresh OS entropy.
+    count_noise_std : float, default=0.0
+        σ_b > 0: every step also releases the noisy count of its unclipped
+        records (:func:`~skfedriem.privacy.mechanism.noisy_clipped_count`),
+        appended to :attr:`noisy_counts` (adaptive clipping).
 
     Examples
     --------
@@ -67,6 +71,7 @@ class PrivateManifoldOptimizer:
         clip: float,
         noise_std: float,
         randomness: SecretRandomness | None = None,
+        count_noise_std: float = 0.0,
     ) -> None:
         if not (clip > 0):
             raise ValueError(f"The 'clip' parameter must be > 0 (inf disables clipping). Got {clip!r} instead.")
@@ -78,6 +83,9 @@ class PrivateManifoldOptimizer:
         self.clip = float(clip)
         self.noise_std = float(noise_std)
         self.randomness = randomness if randomness is not None else SeededRandomness(np.random.SeedSequence())
+        self.count_noise_std = float(count_noise_std)
+        #: The noisy centred counts released so far (with ``count_noise_std > 0``).
+        self.noisy_counts: list[float] = []
 
     def step(self, batch: tuple[torch.Tensor, ...], *, denominator: float) -> None:
         """One private local step on the sampled ``batch``.
@@ -97,6 +105,8 @@ class PrivateManifoldOptimizer:
             noise_std=self.noise_std,
             denominator=denominator,
             randomness=self.randomness,
+            count_noise_std=self.count_noise_std,
+            counts=self.noisy_counts if self.count_noise_std > 0 else None,
         )
         for name, param in trainable_parameters(self.module).items():
             param.grad = grads[name].to(param.dtype)

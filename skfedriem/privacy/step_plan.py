@@ -103,6 +103,12 @@ class StepPlan:
         with safely (:func:`~skfedriem.federated.client.step_plan` sets √(its
         smallest normal number)): below it, squares and products of gradients
         and noise underflow, and clipping or noise would silently vanish.
+    count_noise_std : float, default=0.0
+        σ_b > 0: every step also releases the noisy count of its records whose
+        gradient norm is at most C, Σ (1[‖g_z‖ ≤ C] − ½) + N(0, σ_b²) (adaptive
+        clipping); 0: no count. Replacing one record moves the centred count by
+        at most 1, so the step's release is a Gaussian mechanism on the pair
+        (mean gradient, count) whose μ0 is √(μ_g² + 1/σ_b²) (:attr:`mu0`).
 
     Examples
     --------
@@ -121,13 +127,15 @@ class StepPlan:
     sampling: str
     diameter: float = 2.0
     floor: float = 0.0
+    count_noise_std: float = 0.0
 
     def __post_init__(self) -> None:
         n = _integer("n_records", self.n_records, 1)
         fields = {"n_records": n, "batch_size": _integer("batch_size", self.batch_size, 1, n),
                   "local_steps": _integer("local_steps", self.local_steps, 1),
                   "clip": _real("clip", self.clip), "noise_std": _real("noise_std", self.noise_std),
-                  "diameter": _real("diameter", self.diameter)}
+                  "diameter": _real("diameter", self.diameter),
+                  "count_noise_std": _real("count_noise_std", self.count_noise_std)}
         floor = max(float(self.floor), 0.0)
         if not (fields["clip"] > 0 and fields["clip"] >= floor):
             raise InvalidInstructionsError(f"The round's 'clip' must be > 0 and >= {floor:.3g} (inf: no clipping). "
@@ -135,6 +143,13 @@ class StepPlan:
         if not (0 <= fields["noise_std"] < math.inf and (fields["noise_std"] == 0 or fields["noise_std"] >= floor)):
             raise InvalidInstructionsError(f"The round's 'noise_std' must be 0, or finite and >= {floor:.3g}. "
                                            f"Got {self.noise_std!r}.")
+        count = fields["count_noise_std"]
+        if not (0 <= count < math.inf and (count == 0 or count >= floor)):
+            raise InvalidInstructionsError(f"The round's 'count_noise_std' must be 0 (no count), or finite and >= "
+                                           f"{floor:.3g}. Got {self.count_noise_std!r}.")
+        if count > 0 and math.isinf(fields["clip"]):
+            raise InvalidInstructionsError("The round asks for a count of the clipped records but clips nothing "
+                                           "(clip=inf). Send a finite clip.")
         if fields["noise_std"] > 0 and math.isinf(fields["clip"]):
             raise InvalidInstructionsError("The round adds noise but clips nothing (clip=inf): noise without a bound "
                                            "on the sensitivity protects nothing. Send a finite clip.")
@@ -164,10 +179,19 @@ class StepPlan:
 
     @property
     def mu0(self) -> float:
-        """Per-step Gaussian-DP parameter factor · C / (B σ) (:func:`sensitivity_factor`); inf without noise."""
+        """Per-step Gaussian-DP parameter: μ_g = factor · C / (B σ) (:func:`sensitivity_factor`), or with a count
+        √(μ_g² + 1/σ_b²); inf without noise.
+
+        The count's μ is 1/σ_b in both samplings: the centred count moves by
+        at most 1 when one record is replaced, and by ½ when one is added or
+        removed, which the Poisson model's pair (factor 2) doubles to 1.
+        """
         if not self.private:
             return math.inf
-        return sensitivity_factor(self.diameter, self.sampling) * self.clip / (self.batch_size * self.noise_std)
+        mu_g = sensitivity_factor(self.diameter, self.sampling) * self.clip / (self.batch_size * self.noise_std)
+        if self.count_noise_std == 0:
+            return mu_g
+        return math.hypot(mu_g, 1.0 / self.count_noise_std)
 
     def sampler(self) -> BatchSampler:
         """The batch sampler these steps draw from."""

@@ -20,7 +20,7 @@ from skfedriem.flower import apps
 from skfedriem.flower.apps import client_apps
 from skfedriem.exceptions import InvalidInstructionsError, InvalidIterateError, PrivacyBudgetExceeded
 from skfedriem.models import PCAProjector
-from skfedriem.privacy import PrivacyAccountant, PrivacyBudget, private_gradient
+from skfedriem.privacy import PrivacyAccountant, PrivacyBudget, clipped_gradient_diameter, private_gradient
 from skfedriem.privacy.subsampled_gaussian import DISCRETIZATION
 
 REFUSED_THETA = _REFUSALS[InvalidIterateError]
@@ -318,3 +318,22 @@ def test_a_repeated_request_gets_the_same_reply_and_costs_nothing(tmp_path):
     other["weight"][0, 0] += 1e-12  # one bit off: a new request, a new release, charged
     fresh = decode_arrays(app(train_message(other, noise_std=0.5)[0], context(2)).content["submission"])
     assert not torch.equal(fresh["weight"], first["weight"]) and charged_rounds(ledger) == 2
+
+
+def test_a_site_charges_the_count_of_adaptive_clipping_and_returns_its_fraction(tmp_path):
+    """count_noise_std > 0: the site's ledger charges μ0 = √(μ_g² + 1/σ_b²) and the reply carries the fraction."""
+    from skfedriem.federated.client import CLIPPED_FRACTION
+
+    client, app = setup(tmp_path / "ledger.json")
+    theta = theta_of(client.recipe.module)
+    msg, instructions = train_message(theta, count_noise_std=2.0)
+    reply = app(msg, context())
+    got = decode_arrays(reply.content["submission"])
+    assert set(got) == {*theta, CLIPPED_FRACTION} and got[CLIPPED_FRACTION].numel() == 1
+    expected, _ = run_client_round(PCAProjector(6, 2, "grassmann"), theta, client.data,
+                                   ClientState.fresh(np.random.SeedSequence(7)), instructions, loss_fn=identity_loss)
+    assert float(got[CLIPPED_FRACTION]) == float(expected[CLIPPED_FRACTION])
+    (fit,) = PrivacyBudget(math.inf, path=tmp_path / "ledger.json").fits
+    (step,) = fit["steps"]
+    mu_g = clipped_gradient_diameter(client.recipe.module) * 1.0 / (10 * 0.5)  # Δ C / (B σ)
+    assert step["mu0"] == pytest.approx(math.hypot(mu_g, 1 / 2.0)) and step["steps"] == 3
