@@ -142,7 +142,10 @@ def noise_stream_restarted() -> Iterator[None]:
         yield
 
 
-def _per_block_private_gradient(module, loss_fn, batch, *, clip, noise_std, denominator, randomness=None):
+def _per_block_private_gradient(module, loss_fn, batch, *, clip, noise_std, denominator, randomness=None,
+                                count_noise_std=0.0, counts=None):
+    if counts is not None:
+        raise ValueError("The per-block clipping mutation releases no count (adaptive clipping is not audited here).")
     params = trainable_parameters(module)
     grads = mechanism_module.project_per_sample(per_sample_gradients(module, loss_fn, batch), params)
     sums = {}

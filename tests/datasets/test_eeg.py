@@ -97,7 +97,8 @@ def test_real_physionet_beats_chance_non_privately(tmp_path, monkeypatch, capfd)
         for label in np.unique(y):
             idx = np.flatnonzero((groups == g) & (y == label))
             test[rng.choice(idx, size=len(idx) // 3, replace=False)] = True
-    clf = FederatedSPDNetClassifier(eps=None, dims=(32,), n_rounds=100, batch_size=16, lr=1e-2, random_state=0)
+    clf = FederatedSPDNetClassifier(eps=None, dims=(32,), n_rounds=100, batch_size=16, optimizer="adam", lr=1e-2,
+                                    random_state=0)
     clf.fit(covs[~test], y[~test], groups=groups[~test])
     correct = int((clf.predict(covs[test]) == y[test]).sum())
     # classes are balanced in the test set: beating chance is a one-sided binomial test against 1/2
