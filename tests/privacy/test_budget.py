@@ -76,6 +76,7 @@ def _search(budget, eps):
     return GridSearchCV(est, {"lr": [3e-2]}, cv=2, error_score="raise").fit(Xs, y)
 
 
+@pytest.mark.slow  # 30 s of fits and calibrations; make test-slow (and CI) runs it
 def test_a_planned_search_calibrates_every_fit_to_its_share_and_the_refit_runs():
     """The issue's user: GridSearchCV under PrivacyBudget(20) spent the budget on the folds and the refit was refused."""
     with pytest.raises(PrivacyBudgetExceeded, match="refit|would take"):  # unplanned: fits at eps = 15 each
