@@ -301,8 +301,7 @@ class FederatedEstimatorMixin:
         eps = self.eps
         if eps == "budget":
             eps = self._budget_share(module, loss_fn, input_shape, client_sizes)
-        settings = FederationSettings.from_params(self.get_params(deep=False), eps=eps,
-                                                  **self._trainer_options(input_shape, client_sizes, eps))
+        settings = self._settings(input_shape, client_sizes, eps)
         return FederatedTrainer(
             module, loss_fn, settings, seed_sequence=seeds.server, client_seed=seeds.clients,
             privacy_budget=self.privacy_budget, run_name=repr(self), prior=prior,
@@ -318,11 +317,15 @@ class FederatedEstimatorMixin:
             raise ValueError(f"{name}.make_trainer needs client_sizes to plan eps='budget'.")
 
         def release_at(eps: float):
-            settings = FederationSettings.from_params(self.get_params(deep=False), eps=eps,
-                                                      **self._trainer_options(input_shape, client_sizes, eps))
+            settings = self._settings(input_shape, client_sizes, eps)
             return FederatedTrainer(module, loss_fn, settings).planned_release(list(client_sizes))
 
         return self.privacy_budget.share(release_at, label=repr(self))
+
+    def _settings(self, input_shape, client_sizes, eps: float | None) -> FederationSettings:
+        """This estimator's settings for a run targeting ``eps``, with what its model plans in place of "auto"."""
+        return FederationSettings.from_params(self.get_params(deep=False), eps=eps,
+                                              **self._trainer_options(input_shape, client_sizes, eps))
 
     def set_fitted(self, trainer: FederatedTrainer, *, input_shape: tuple[int, ...], classes=None):
         """Set the fitted attributes from a finished run; returns self.

@@ -28,7 +28,7 @@ trained SPDNet on synthetic federations of our users' sizes (BNCI-size:
 3 clients × 1000 training trials, 22 channels, 4 classes; small clients:
 10 to 100 clients of 36 to 40 trials, 8 channels, 2 classes) at ε = 1, 4
 and 10, and scored it on held-out trials; ``NOISE_WALK`` = 0.4 was the best
-of 0.1, 0.2, 0.4, 0.8 and 1.6 in the grid, and ``ROUND_STEP`` = 0.5 matched
+of 0.1, 0.2, 0.4, 0.8 and 1.6 on the small clients at ε = 1 and 4, and ``ROUND_STEP`` = 0.5 matched
 Adam on the BNCI-size clients. The results, with the grid's best and the
 defaults before planning, are on the documentation's benchmarks page and in
 ``benchmarks/results/classifier_planning.json``.
@@ -49,7 +49,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Literal
 
-from .federated.plan import check_client_sizes, plan_run
+from .federated.plan import plan_run
 from .federated.settings import FederationSettings
 
 __all__ = ["ADAM_LR", "ClassifierPlan", "NOISE_WALK", "ROUND_STEP", "TANGENT_LR", "plan_classifier",
@@ -189,7 +189,6 @@ def plan_classifier(
         raise ValueError(f"The 'model' parameter must be one of {sorted(PLANNED_OPTIMIZER)}. Got {model!r} instead.")
     if not client_sizes:
         raise ValueError("The 'client_sizes' parameter must list at least one client's size. Got [] instead.")
-    check_client_sizes(list(client_sizes), list(range(len(client_sizes))))
     reasons = []
     rounds = DEFAULT_ROUNDS if _is_auto(n_rounds) else int(n_rounds)
     batch = min(DEFAULT_BATCH[model], min(client_sizes)) if _is_auto(batch_size) else batch_size
@@ -200,7 +199,12 @@ def plan_classifier(
     if unplanned:
         reasons.append(", ".join(unplanned) + ": the values the planning grid ran with (not planned from the "
                        "federation)")
-    tau = _steps_per_round(client_sizes, batch, epochs, local_steps)
+    settings = FederationSettings(eps=eps, delta=delta, clip=clip, n_rounds=rounds, batch_size=batch,
+                                  local_epochs=epochs, local_steps=local_steps, sampling=sampling, accounting=accounting)
+    with warnings.catch_warnings():  # the trainer warns about the same plan
+        warnings.simplefilter("ignore")
+        privacy = plan_run(list(client_sizes), list(range(len(client_sizes))), settings)  # τ and σ as the trainer's
+    tau = privacy.steps_per_round
     chosen = planned_optimizer(model, optimizer)
     if _is_auto(optimizer):
         reasons.append(f"{chosen}: " + ("the paper's EEGNet optimiser (the grid did not train EEGNet)"
@@ -215,12 +219,6 @@ def plan_classifier(
                            "at every ε it ran (the linear model tolerates the noise's walk; SPDNet's rule gave it "
                            "smaller steps that learnt less at ε = 1)")
         elif chosen == "sgd":
-            settings = FederationSettings(eps=eps, delta=delta, clip=clip, n_rounds=rounds, batch_size=batch,
-                                          local_epochs=epochs, local_steps=local_steps, sampling=sampling,
-                                          accounting=accounting)
-            with warnings.catch_warnings():  # the trainer warns about the same plan
-                warnings.simplefilter("ignore")
-                privacy = plan_run(list(client_sizes), list(range(len(client_sizes))), settings)
             k = len(client_sizes) if clients_per_round is None else min(clients_per_round, len(client_sizes))
             sigmas = [privacy.client_noise_std(i) for i in range(len(client_sizes))]
             spread = math.sqrt(sum(x * x for x in sigmas) / len(sigmas) / k)  # σ̄: the noise of a k-client mean
@@ -239,17 +237,6 @@ def plan_classifier(
     return ClassifierPlan(optimizer=chosen, lr=float(lr), lr_schedule=lr_schedule, n_rounds=rounds,
                           batch_size=batch, local_epochs=epochs, local_steps=local_steps, steps_per_round=tau,
                           reason="; ".join(reasons) or "every setting given")
-
-
-def _steps_per_round(client_sizes, batch_size, local_epochs: float, local_steps) -> int:
-    """τ = max τ_i as :func:`~skfedriem.federated.plan.plan_run` will fix it."""
-    if local_steps is not None:
-        return int(local_steps)
-    smallest = min(client_sizes)
-    if batch_size is None:
-        return max(1, math.ceil(local_epochs))
-    batch = min(int(batch_size), smallest)
-    return max(max(1, math.ceil(local_epochs * m / batch)) for m in client_sizes)
 
 
 def _is_auto(value) -> bool:

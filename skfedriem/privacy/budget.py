@@ -191,6 +191,8 @@ class PrivacyBudget:
         # scales every μ0 of it. Bisect on that scale on a coarse grid (pessimistic, so what it finds fits) to
         # 1%, then check the real fit at the ε found, on the budget's own grid, as charge() will.
         coarse = 10 * self.discretization
+        no_room = (f"{label} cannot run: no ε leaves room for the {remaining - 1} remaining planned fit(s) "
+                   f"within epsilon={self.epsilon:g} ({spent:.4g} spent).")
         reference = release_at((self.epsilon - spent) / remaining)
 
         def scaled(scale: float) -> PrivacyAccountant:
@@ -208,9 +210,7 @@ class PrivacyBudget:
         else:
             while not fits_in(low):
                 if low < 1e-6:
-                    raise PrivacyBudgetExceeded(f"{label} cannot run: no ε leaves room for the {remaining - 1} "
-                                                f"remaining planned fit(s) within epsilon={self.epsilon:g} "
-                                                f"({spent:.4g} spent).")
+                    raise PrivacyBudgetExceeded(no_room)
                 low, high = low / 2, low
         while high - low > 1e-2 * low:
             middle = math.sqrt(low * high)
@@ -220,8 +220,7 @@ class PrivacyBudget:
             if composed(release_at(eps), self.discretization) <= self.epsilon:
                 return eps
             eps *= 0.98
-        raise PrivacyBudgetExceeded(f"{label} cannot run: no ε leaves room for the {remaining - 1} remaining "
-                                    f"planned fit(s) within epsilon={self.epsilon:g} ({spent:.4g} spent).")
+        raise PrivacyBudgetExceeded(no_room)
 
     def charge(self, release: PrivacyAccountant | None, *, label: str) -> float:
         """Record ``release`` (a fit's whole planned run), or refuse it before it happens.

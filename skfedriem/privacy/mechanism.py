@@ -323,7 +323,7 @@ def private_gradient(
         grads = DenseGradients(project_per_sample(ambient, params))
     norms = grads.norms()
     sums = grads.weighted_sum(clip_factors(norms, clip))
-    if randomness is None and noise_std > 0:
+    if randomness is None and (noise_std > 0 or counts is not None):
         randomness = SeededRandomness(np.random.SeedSequence())
     released = noisy_mean(sums, params, denominator=denominator, noise_std=noise_std, randomness=randomness)
     if counts is not None:
