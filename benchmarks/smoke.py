@@ -30,7 +30,8 @@ SMOKE_ARGS: dict[str, list[str] | str] = {
     "physionet_real": "needs the EEGMMIDB files and several minutes even at one seed",
     "privacy_audit": ["--runs", "20", "--runs-subsampled", "20", "--runs-fits", "10", "--jobs", "1"],
     "secure_mode": ["--repeats", "2"],
-    "speed": ["--rounds", "2", "--pca-rounds", "2", "--repeats", "3", "--busy-workload", "none"],
+    "speed": ["--rounds", "2", "--pca-rounds", "2", "--repeats", "3", "--busy-workload", "none", "--clients", "3",
+              "--scaling-rounds", "2"],
     "spdnet_step": ["--rounds", "2", "--repeats", "3"],
 }
 NOT_BENCHMARKS = {"report", "smoke"}

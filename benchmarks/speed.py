@@ -4,10 +4,16 @@ Every figure is measured in this run, ratios against a baseline of the same run:
 
 (a) One private run of the BNCI2014_001-size protocol on synthetic SPD data of that
     shape (3 clients x 1300 trials, 22 channels, 4 classes, T rounds, one local epoch,
-    B = 64, ε = 10) with n_jobs = 1 and 2, each in a fresh process, idle and again next to
-    a process spinning one core: wall time, and the
-    peak memory of the run (the proportional set size of its process and its workers, which
-    counts the pages they share once; sampled from /proc every 0.2 s).
+    B = 64, ε = 10) with n_jobs = 1 and 2, the clients in lockstep (the default) and one by
+    one, each in a fresh process, idle and (lockstep) again next to a process spinning one
+    core: wall time, and the peak memory of the run (the proportional set size of its
+    process and its workers, which counts the pages they share once; sampled from /proc
+    every 0.2 s). Beside it, the floor: the run's eigendecompositions alone (every local
+    step's, batched as the lockstep step batches them: K x B matrices of 16 x 16), timed in
+    the same child process, against the step's own time.
+(f) Clients: the same protocol with 3, 10, 30 and 100 clients of 45 trials (22 channels;
+    B = 45, one step per round): the median seconds per round, in lockstep and one by one,
+    and the whole T-round run of 100 clients with n_jobs = 1 on both paths.
 (b) One local step, private and non-private (same batch, median of repeats, one thread):
     SPDNet 22 -> 16 -> 4, B = 64; EEGNet-8,2 on 64 channels x 385 samples, B = 16.
 (c) ProjAvg on St(64,16) x 26 clients (Cho2017's shape), float64, one thread: ms per round.
@@ -17,7 +23,7 @@ Every figure is measured in this run, ratios against a baseline of the same run:
     in ../shared/data, else ``examples/demo.py``) alone, then next to one process that
     spins a core; and, for scale, one SPDNet step with 1 and 2 torch threads, idle and busy.
 
-    python benchmarks/speed.py                       # the full table (about 10 minutes)
+    python benchmarks/speed.py                       # the full table (about 20 minutes)
     python benchmarks/speed.py --rounds 5 --pca-rounds 5 --repeats 5 --busy-workload none
 """
 
@@ -43,8 +49,11 @@ ROOT = Path(__file__).resolve().parents[1]
 EEGMMIDB = ROOT.parent / "shared" / "data" / "eegmmidb"
 
 TARGETS = {
-    "bnci_n_jobs_2_s": 40.0,
-    "bnci_n_jobs_1_s": 60.0,
+    "bnci_n_jobs_1_s": 20.0,
+    "bnci_n_jobs_2_s": 15.0,
+    "clients_100_n_jobs_1_s": 30.0,
+    "clients_100_lockstep_over_one_by_one": 0.5,
+    "bnci_busy_over_idle": 1.3,
     "bnci_peak_memory_mb": 1536.0,
     "spdnet_private_over_non_private": 1.2,
     "eegnet_private_over_non_private": 1.5,
@@ -115,19 +124,40 @@ def in_fresh_process(*args: str) -> dict:
 
 
 # --------------------------------------------------------------- children
-def bnci_run(rounds: int, n_jobs: int) -> dict:
+def spd_run(n_clients: int, n_trials: int, rounds: int, n_jobs: int, lockstep: bool) -> dict:
+    """One private SPDNet run of the BNCI protocol on ``n_clients`` clients of ``n_trials`` trials (22 channels)."""
     from skfedriem import FederatedSPDNetClassifier
     from skfedriem.datasets import make_spd_classification
 
-    X, y, groups = make_spd_classification(3, 1300, 22, n_classes=4, class_sep=0.5, scale=1e-10, random_state=0)
+    X, y, groups = make_spd_classification(n_clients, n_trials, 22, n_classes=4, class_sep=0.5, scale=1e-10,
+                                           random_state=0)
     clf = FederatedSPDNetClassifier(eps=10.0, dims=(16,), n_rounds=rounds, local_epochs=1, batch_size=64,
-                                    random_state=0, n_jobs=n_jobs)
+                                    random_state=0, n_jobs=n_jobs, lockstep=lockstep, client_timings=True)
     with PeakMemory() as memory:
         t0 = time.perf_counter()
         clf.fit(X, y, groups=groups)
         seconds = time.perf_counter() - t0
-    return {"seconds": seconds, "peak_pss_mb": memory.pss_kb / 1024, "peak_rss_sum_mb": memory.rss_kb / 1024,
-            "epsilon": clf.epsilon_, "train_accuracy": float(clf.score(X, y))}
+    rounds_s = [h["round_seconds"] for h in clf.history_]
+    return {"seconds": seconds, "rounds_seconds": sum(rounds_s),
+            "median_round_s": float(np.median(rounds_s[2:] if len(rounds_s) > 2 else rounds_s)),
+            "steps_per_round": clf.plan_.steps_per_round, "peak_pss_mb": memory.pss_kb / 1024,
+            "peak_rss_sum_mb": memory.rss_kb / 1024, "epsilon": clf.epsilon_,
+            "train_accuracy": float(clf.score(X, y)), "eigh_floor": eigh_floor(clf, X, groups, rounds)}
+
+
+def eigh_floor(clf, X, groups, rounds: int) -> dict:
+    """The run's eigendecompositions alone: each step's K x B matrices WᵀXW (16 x 16) in one batched eigh."""
+    from skfedriem.models import TraceNormalize
+
+    batch = min(64, int(np.bincount(groups).min()))
+    rng = np.random.default_rng(0)
+    records = np.concatenate([rng.choice(np.flatnonzero(groups == g), batch, replace=False) for g in np.unique(groups)])
+    W = clf.module_.features[1].weight.detach()
+    Y = W.T @ TraceNormalize()(torch.as_tensor(X[records], dtype=torch.float32)) @ W
+    step_ms = 1e3 * timed(lambda: torch.linalg.eigh(Y), 20)
+    steps = rounds * clf.plan_.steps_per_round
+    return {"matrices_per_step": int(Y.shape[0]), "eigh_ms_per_step": step_ms, "steps": steps,
+            "floor_s": step_ms * steps / 1e3}
 
 
 def pca_run(rounds: int, n_jobs: int) -> dict:
@@ -256,22 +286,37 @@ def main() -> None:
     parser.add_argument("--pca-rounds", type=int, default=200, help="T of the paper-size FederatedPCA run")
     parser.add_argument("--repeats", type=int, default=50, help="repeats of each timed step")
     parser.add_argument("--busy-workload", choices=["auto", "demo-physionet", "demo", "none"], default="auto")
-    parser.add_argument("--child", choices=["bnci", "pca"], help=argparse.SUPPRESS)
+    parser.add_argument("--scaling-rounds", type=int, default=20,
+                        help="rounds of each client-scaling run (the median round after the first two is reported)")
+    parser.add_argument("--clients", type=int, nargs="+", default=[3, 10, 30, 100], help="client-scaling rows")
+    parser.add_argument("--child", choices=["spd", "pca"], help=argparse.SUPPRESS)
     parser.add_argument("--n-jobs", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--n-clients", type=int, default=3, help=argparse.SUPPRESS)
+    parser.add_argument("--trials", type=int, default=1300, help=argparse.SUPPRESS)
+    parser.add_argument("--one-by-one", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.child:
-        run = bnci_run if args.child == "bnci" else pca_run
-        print(json.dumps(run(args.rounds if args.child == "bnci" else args.pca_rounds, args.n_jobs)))
+    if args.child == "spd":
+        print(json.dumps(spd_run(args.n_clients, args.trials, args.rounds, args.n_jobs, not args.one_by_one)))
+        return
+    if args.child == "pca":
+        print(json.dumps(pca_run(args.pca_rounds, args.n_jobs)))
         return
 
     torch.set_num_threads(1)
     workload = args.busy_workload
     if workload == "auto":
         workload = "demo-physionet" if EEGMMIDB.is_dir() else "demo"
-    bnci = {n: in_fresh_process("--child", "bnci", "--rounds", str(args.rounds), "--n-jobs", str(n)) for n in (1, 2)}
+    def spd(n_clients: int, trials: int, rounds: int, n_jobs: int, lockstep: bool = True) -> dict:
+        return in_fresh_process("--child", "spd", "--n-clients", str(n_clients), "--trials", str(trials), "--rounds",
+                                str(rounds), "--n-jobs", str(n_jobs), *([] if lockstep else ["--one-by-one"]))
+
+    bnci = {n: spd(3, 1300, args.rounds, n) for n in (1, 2)}
+    bnci_one_by_one = {n: spd(3, 1300, args.rounds, n, lockstep=False) for n in (1, 2)}
     with busy():  # the same runs next to a process spinning one of the cores
-        bnci_busy = {n: in_fresh_process("--child", "bnci", "--rounds", str(args.rounds), "--n-jobs", str(n))
-                     for n in (1, 2)}
+        bnci_busy = {n: spd(3, 1300, args.rounds, n) for n in (1, 2)}
+    scaling = {n: {path: spd(n, 45, args.scaling_rounds, 1, lockstep=path == "lockstep")["median_round_s"]
+                   for path in ("lockstep", "one_by_one")} for n in args.clients}
+    many = {path: spd(100, 45, args.rounds, 1, lockstep=path == "lockstep") for path in ("lockstep", "one_by_one")}
     pca = {n: in_fresh_process("--child", "pca", "--pca-rounds", str(args.pca_rounds), "--n-jobs", str(n))
            for n in (1, 2)}
     steps = step_costs(args.repeats)
@@ -279,9 +324,12 @@ def main() -> None:
     busy_run = busy_machine(workload, args.repeats)
 
     figures = {
-        "bnci_n_jobs_2_s": bnci[2]["seconds"],
         "bnci_n_jobs_1_s": bnci[1]["seconds"],
-        "bnci_peak_memory_mb": max(bnci[1]["peak_pss_mb"], bnci[2]["peak_pss_mb"]),
+        "bnci_n_jobs_2_s": bnci[2]["seconds"],
+        "clients_100_n_jobs_1_s": many["lockstep"]["seconds"],
+        "clients_100_lockstep_over_one_by_one": many["lockstep"]["seconds"] / many["one_by_one"]["seconds"],
+        "bnci_busy_over_idle": bnci_busy[1]["seconds"] / bnci[1]["seconds"],
+        "bnci_peak_memory_mb": max(r["peak_pss_mb"] for r in (*bnci.values(), *bnci_one_by_one.values())),
         "spdnet_private_over_non_private": steps["spdnet"]["ratio"],
         "eegnet_private_over_non_private": steps["eegnet"]["ratio"],
         "projavg_64_16_x26_ms": projavg,
@@ -293,9 +341,22 @@ def main() -> None:
     for name, value in figures.items():
         met = "yes" if value <= TARGETS[name] else ("-" if math.isnan(value) else "NO")
         print(f"{name:34} {value:10.3f} {TARGETS[name]:8.2f}  {met}")
-    print("BNCI runs: " + "; ".join(f"n_jobs={n}: {r['seconds']:.1f} s, {r['peak_pss_mb']:.0f} MB "
-                                    f"(RSS summed {r['peak_rss_sum_mb']:.0f} MB), eps {r['epsilon']:.3f}, "
-                                    f"train acc {r['train_accuracy']:.3f}" for n, r in bnci.items()))
+    print("BNCI runs, lockstep: " + "; ".join(f"n_jobs={n}: {r['seconds']:.1f} s, {r['peak_pss_mb']:.0f} MB "
+                                              f"(RSS summed {r['peak_rss_sum_mb']:.0f} MB), eps {r['epsilon']:.3f}, "
+                                              f"train acc {r['train_accuracy']:.3f}" for n, r in bnci.items()))
+    print("BNCI runs, one by one: " + "; ".join(f"n_jobs={n}: {r['seconds']:.1f} s, {r['peak_pss_mb']:.0f} MB, "
+                                                f"train acc {r['train_accuracy']:.3f}"
+                                                for n, r in bnci_one_by_one.items()))
+    floor = bnci[1]["eigh_floor"]
+    step_ms = 1e3 * bnci[1]["rounds_seconds"] / floor["steps"]
+    print(f"eigh floor of the BNCI run: {floor['matrices_per_step']} matrices per step, {floor['eigh_ms_per_step']:.2f} "
+          f"ms per step x {floor['steps']} steps = {floor['floor_s']:.1f} s; the lockstep step takes {step_ms:.2f} ms "
+          f"({bnci[1]['rounds_seconds']:.1f} s in rounds of the {bnci[1]['seconds']:.1f} s run)")
+    print(f"{'clients x 45 trials':20} {'lockstep s/round':>17} {'one by one s/round':>19} {'ratio':>6}")
+    for n, row in scaling.items():
+        print(f"{n:<20} {row['lockstep']:17.3f} {row['one_by_one']:19.3f} {row['lockstep'] / row['one_by_one']:6.2f}")
+    print("100 clients, T rounds, n_jobs=1: " + "; ".join(f"{path}: {r['seconds']:.1f} s, {r['peak_pss_mb']:.0f} MB"
+                                                         for path, r in many.items()))
     print("BNCI runs next to a busy core: " + "; ".join(f"n_jobs={n}: {r['seconds']:.1f} s "
                                                         f"({r['seconds'] / bnci[n]['seconds']:.2f}x idle)"
                                                         for n, r in bnci_busy.items()))
@@ -305,7 +366,9 @@ def main() -> None:
                                                f"{s['private_ms']:.2f}" for m, s in steps.items()))
     print(f"busy machine ({workload}): {busy_run}")
     print(json.dumps({"benchmark": "speed", "args": vars(args), "figures": figures, "targets": TARGETS,
-                      "bnci": bnci, "bnci_busy": bnci_busy, "pca": pca, "steps": steps, "projavg_ms": projavg, "busy": busy_run}))
+                      "bnci": bnci, "bnci_one_by_one": bnci_one_by_one, "bnci_busy": bnci_busy,
+                      "eigh_floor": {**floor, "lockstep_step_ms": step_ms}, "clients_scaling": scaling,
+                      "clients_100": many, "pca": pca, "steps": steps, "projavg_ms": projavg, "busy": busy_run}))
 
 
 if __name__ == "__main__":

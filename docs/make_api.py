@@ -14,7 +14,7 @@ SECTIONS = [
     ("PCA planning", "skfedriem.pca_planning", "FederatedPCA's solver and schedule, from public quantities only."),
     ("Manifolds", "skfedriem.manifolds", "Parameter geometries, and optimisers that keep parameters on them."),
     ("Privacy", "skfedriem.privacy", "The private local step, samplers, secret randomness, accounting and budgets."),
-    ("Federation", "skfedriem.federated", "The round loop, the clients' side, transports, plans and checkpoints."),
+    ("Federation", "skfedriem.federated", "The round loop, the clients' side (one by one and in lockstep), transports, plans and checkpoints."),
     ("Models", "skfedriem.models", "Torch modules: SPDNet and its layers, EEGNet, the PCA objective."),
     ("Datasets", "skfedriem.datasets", "Synthetic federations and MOABB helpers."),
     ("Metrics", "skfedriem.metrics", "Measures for experiments (on data someone holds in full: not private)."),

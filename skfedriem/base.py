@@ -170,7 +170,7 @@ class FederatedEstimatorMixin:
     _shared_parameters: tuple[str, ...] = (
         "eps", "delta", "clip", "n_rounds", "local_steps", "batch_size", "clients_per_round", "aggregation",
         "optimizer", "lr", "sampling", "n_clients", "random_state", "secure_mode", "privacy_budget",
-        "client_timings", "warm_start", "backend", "n_jobs", "verbose",
+        "client_timings", "warm_start", "backend", "n_jobs", "lockstep", "device", "verbose",
     )
     _shared_docs: dict[str, SettingDoc] = {**setting_docs(), **ESTIMATOR_PARAMETERS}
     _shared_defaults: dict = {

@@ -1,9 +1,11 @@
-"""Federation: settings, aggregation rules, plans, the clients' side, transports, parallel clients, checkpoints, the loop."""
+"""Federation: settings, aggregation rules, plans, the clients' side, transports, parallel and lockstep clients, checkpoints, the loop."""
 
 from .aggregation import AGGREGATIONS, Aggregation, get_aggregation, register_aggregation
 from .checkpoint import TrainingState
-from .client import OPTIMIZERS, ClientRecipe, ClientState, RoundInstructions, register_optimizer, run_client_round
-from .engine import FederatedTrainer, lr_at_round
+from .client import (OPTIMIZERS, ClientRecipe, ClientState, RoundInstructions, is_elementwise, register_optimizer,
+                     run_client_round)
+from .engine import FederatedTrainer, lr_at_round, resolve_device
+from .lockstep import lockstep_groups, run_clients, run_lockstep
 from .parallel import THREADS_PER_JOB, ParallelTransport, effective_n_jobs, thread_budget
 from .plan import PrivacyPlan, plan_run
 from .settings import BACKENDS, FederationSettings, register_backend
@@ -27,11 +29,16 @@ __all__ = [
     "Transport",
     "effective_n_jobs",
     "get_aggregation",
+    "is_elementwise",
+    "lockstep_groups",
     "lr_at_round",
     "plan_run",
     "register_aggregation",
     "register_backend",
     "register_optimizer",
+    "resolve_device",
     "run_client_round",
+    "run_clients",
+    "run_lockstep",
     "thread_budget",
 ]

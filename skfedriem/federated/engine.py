@@ -27,17 +27,52 @@ from ..privacy.subsampled_gaussian import DISCRETIZATION
 from ..privacy.accounting_methods import RunAccounting, get_accounting
 from ..privacy.mechanism import clipped_gradient_diameter
 from ..privacy.per_sample import LossFn
+from ..privacy.stacking import stacked_gradients_available
 from ..privacy.step_plan import round_release
 from .aggregation import get_aggregation
 from .checkpoint import TrainingState
 from .adaptive_clip import FRACTION_RANGE, next_clip
-from .client import CLIPPED_FRACTION, ClientRecipe, ClientState, RoundInstructions, resolve_optimizer, step_plan
+from .client import (CLIPPED_FRACTION, ClientRecipe, ClientState, RoundInstructions, is_elementwise,
+                     resolve_optimizer, step_plan)
 from .parallel import ParallelTransport, effective_n_jobs, thread_budget
 from .plan import PrivacyPlan, check_client_sizes, plan_run
 from .settings import BACKENDS, FederationSettings, register_backend
 from .transport import LocalTransport, Transport
 
-__all__ = ["FederatedTrainer", "lr_at_round", "run_locally"]
+__all__ = ["FederatedTrainer", "lr_at_round", "resolve_device", "run_locally"]
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    """The torch device ``device`` names, or a ValueError naming it (unknown, or not available on this machine).
+
+    Parameters
+    ----------
+    device : str or torch.device
+        ``"cpu"``, ``"cuda"``, ``"cuda:N"``...
+
+    Returns
+    -------
+    torch.device
+
+    Examples
+    --------
+    >>> resolve_device("cpu")
+    device(type='cpu')
+    """
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError) as error:
+        raise ValueError(f"The 'device' parameter must name a torch device such as 'cpu' or 'cuda'. "
+                         f"Got {device!r} instead ({error}).") from None
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"The 'device' parameter is {device!r}, but torch finds no CUDA device on this machine "
+                         "(torch.cuda.is_available() is False). Use device='cpu'.")
+    if resolved.type == "cuda" and resolved.index is not None and resolved.index >= torch.cuda.device_count():
+        raise ValueError(f"The 'device' parameter is {device!r}, but this machine has "
+                         f"{torch.cuda.device_count()} CUDA device(s).")
+    if resolved.type not in ("cpu", "cuda"):
+        raise ValueError(f"The 'device' parameter must be a 'cpu' or 'cuda' device. Got {device!r} instead.")
+    return resolved
 
 
 
@@ -209,14 +244,34 @@ class FederatedTrainer:
             raise ValueError(f"n_jobs runs clients in worker processes of backend='local'; "
                              f"backend={self.settings.backend!r} places its clients itself. "
                              f"Got n_jobs={self.settings.n_jobs!r}; leave it None.")
+        device = resolve_device(self.settings.device)
+        if self.settings.backend != "local" and device.type != "cpu":
+            raise ValueError(f"The 'device' parameter places the clients of backend='local'; "
+                             f"backend={self.settings.backend!r} places its clients itself. "
+                             f"Got device={self.settings.device!r}; leave it 'cpu'.")
         with thread_budget():
             run(self, clients, names, self.client_seeds(len(clients)), self.seed_sequence)
         return self
 
-    def client_recipe(self) -> ClientRecipe:
-        """What every client needs of this run's model: a working copy, the loss and the optimiser."""
-        return ClientRecipe(copy.deepcopy(self.module), self.loss_fn, resolve_optimizer(self.settings.optimizer),
-                            self.settings.reset_optimizer)
+    def client_recipe(self, *, simulated: bool = False) -> ClientRecipe:
+        """What every client needs of this run's model: a working copy, the loss and the optimiser.
+
+        Parameters
+        ----------
+        simulated : bool, default=False
+            For clients simulated on this machine (``backend="local"``): the
+            copy is on ``settings.device``, and the clients run in lockstep when
+            ``settings.lockstep`` is on, the optimiser is element-wise and the
+            model's per-record gradients can be stacked.
+        """
+        optimizer = resolve_optimizer(self.settings.optimizer)
+        module = copy.deepcopy(self.module)
+        lockstep = False
+        if simulated:
+            module = module.to(resolve_device(self.settings.device))
+            lockstep = (self.settings.lockstep and is_elementwise(optimizer)
+                        and stacked_gradients_available(module))
+        return ClientRecipe(module, self.loss_fn, optimizer, self.settings.reset_optimizer, lockstep)
 
     def client_seeds(self, n_clients: int) -> list[np.random.SeedSequence | None]:
         """Each client's secret seed: children of ``client_seed``, else fresh OS entropy (None in secure mode)."""
@@ -538,10 +593,13 @@ def run_locally(trainer: FederatedTrainer, clients: Sequence[tuple[torch.Tensor,
     sizes = [int(c[0].shape[0]) for c in clients]
     states = [ClientState.fresh(seed, secure_mode=trainer.settings.secure_mode) for seed in client_seeds]
     n_jobs = min(effective_n_jobs(trainer.settings.n_jobs), trainer._clients_per_round(len(clients)))
+    recipe = trainer.client_recipe(simulated=True)
+    device = next(recipe.module.parameters(), torch.empty(0)).device
+    clients = [tuple(t.to(device) for t in records) for records in clients]
     if n_jobs == 1:
-        trainer.serve(LocalTransport(trainer.client_recipe(), clients, states), sizes, names, server_seq)
+        trainer.serve(LocalTransport(recipe, clients, states), sizes, names, server_seq)
         return
-    with ParallelTransport(trainer.client_recipe(), clients, states, n_jobs=n_jobs) as transport:
+    with ParallelTransport(recipe, clients, states, n_jobs=n_jobs) as transport:
         trainer.serve(transport, sizes, names, server_seq)
 
 

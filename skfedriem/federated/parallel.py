@@ -44,6 +44,7 @@ from loky import ProcessPoolExecutor
 from threadpoolctl import threadpool_limits
 
 from .client import ClientRecipe, ClientState, RoundInstructions
+from .lockstep import run_clients
 from .transport import Replies
 
 __all__ = ["THREADS_PER_JOB", "ParallelTransport", "effective_n_jobs", "thread_budget"]
@@ -124,11 +125,11 @@ def _ready() -> bool:
     return True
 
 
-def _run_client(task: bytes) -> bytes:
-    client, theta, state, instructions = pickle.loads(task)  # written by the parent process
-    theta, state = pickle.loads(theta), ClientState.from_bytes(state)
-    submission, seconds = _WORKER["recipe"].run_round(theta, _WORKER["clients"][client], state, instructions)
-    return pickle.dumps((submission, seconds, state.to_bytes()))
+def _run_clients(task: bytes) -> bytes:
+    chosen, theta, states, instructions = pickle.loads(task)  # written by the parent process
+    states = {i: ClientState.from_bytes(state) for i, state in states.items()}
+    replies = run_clients(_WORKER["recipe"], pickle.loads(theta), _WORKER["clients"], states, chosen, instructions)
+    return pickle.dumps({i: (*replies[i], states[i].to_bytes()) for i in chosen})
 
 
 class ParallelTransport:
@@ -224,26 +225,31 @@ class ParallelTransport:
                   instructions: dict[int, RoundInstructions]) -> Replies:
         """Run the selected clients from θ_t, in the workers and in this process; every one replies.
 
-        The clients with the most local steps go to the workers; this process,
-        which also aggregates and accounts, takes the ``len(selected) // n_jobs``
-        with the fewest (a queued task cannot be taken back from a worker, so
-        the split is made up front).
+        The clients with the most local steps go to the workers, dealt in
+        turn so that each worker gets one task of about the same work (run in
+        lockstep when the recipe says so); this process, which also
+        aggregates and accounts, takes the ``len(selected) // n_jobs`` with
+        the fewest (a queued task cannot be taken back from a worker, so the
+        split is made up front).
         """
         if self._executor is None:
             raise RuntimeError("ParallelTransport runs rounds inside a `with` block (the workers start there).")
         if not self._workers_ready():
-            return {i: self.recipe.run_round(theta, self.clients[i], self.states[i], instructions[i]) for i in selected}
+            return run_clients(self.recipe, theta, self.clients, self.states, selected, instructions)
         by_work = sorted(selected, key=lambda i: -instructions[i].local_steps)
         here = len(selected) // self.n_jobs
-        futures, shared = {}, pickle.dumps(theta)  # θ serialised once per round, not once per client
-        for i in by_work[:len(by_work) - here]:
-            task = pickle.dumps((i, shared, self.states[i].to_bytes(), instructions[i]))
-            futures[i] = self._executor.submit(_run_client, task)
-        replies = {i: self.recipe.run_round(theta, self.clients[i], self.states[i], instructions[i])
-                   for i in by_work[len(by_work) - here:]}
-        for i, future in futures.items():
-            submission, seconds, state = pickle.loads(future.result())  # written by this process's own worker
-            self.states[i] = ClientState.from_bytes(state)
-            replies[i] = (submission, seconds)
-            self.worker_runs += 1
+        shipped = by_work[:len(by_work) - here]
+        futures, shared = [], pickle.dumps(theta)  # θ serialised once per round, not once per client
+        for chunk in (shipped[j::self.n_jobs - 1] for j in range(self.n_jobs - 1)):
+            if chunk:
+                task = pickle.dumps((chunk, shared, {i: self.states[i].to_bytes() for i in chunk},
+                                     {i: instructions[i] for i in chunk}))
+                futures.append(self._executor.submit(_run_clients, task))
+        replies = run_clients(self.recipe, theta, self.clients, self.states, by_work[len(by_work) - here:],
+                              instructions)
+        for future in futures:
+            for i, (submission, seconds, state) in pickle.loads(future.result()).items():  # this process's worker
+                self.states[i] = ClientState.from_bytes(state)
+                replies[i] = (submission, seconds)
+                self.worker_runs += 1
         return {i: replies[i] for i in selected}

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from numbers import Integral, Real
 from typing import Any
 
+import torch
 from sklearn import get_config
 
 from .._backends import BACKENDS, register_backend
@@ -154,6 +155,19 @@ class FederationSettings:
         "every CPU; at most one per client of a round). The model and ε do not depend on it. Every job computes "
         "with one thread (torch and BLAS) while fitting, which keeps tiny-matrix work fast on a busy machine. "
         "``backend=\"local\"`` only.")
+    lockstep: bool = _setting(
+        True, "bool", ["boolean"],
+        "``backend=\"local\"``: a round's clients with the same instructions and fixed-size batches take their local "
+        "steps as one batched computation over stacked copies of the model (each with its own batches, clipping, "
+        "noise and optimiser state, as alone; :mod:`skfedriem.federated.lockstep`). The noise draws and ε do not "
+        "depend on it; the model may differ from one-by-one clients by floating-point rounding. False: one client "
+        "after another.")
+    device: str = _setting(
+        "cpu", "str or torch.device", [str, torch.device],
+        "Where ``backend=\"local\"`` computes the clients' local steps (skorch's convention): ``\"cpu\"``, or "
+        "``\"cuda\"`` / ``\"cuda:N\"`` where a GPU is available. The noise and batches are drawn on the CPU from each "
+        "client's own secret randomness and copied to the device, so they keep their full entropy anywhere; the "
+        "server and the fitted model stay on the CPU.")
     verbose: int = _setting(0, "int", ["verbose"], "> 0 shows a progress bar over rounds.")
 
     def __post_init__(self) -> None:

@@ -14,6 +14,7 @@ from typing import Protocol, runtime_checkable
 import torch
 
 from .client import ClientRecipe, ClientState, RoundInstructions
+from .lockstep import run_clients
 
 __all__ = ["LocalTransport", "Transport"]
 
@@ -36,7 +37,7 @@ class Transport(Protocol):
 
 
 class LocalTransport:
-    """The clients in this process: each runs :func:`~skfedriem.federated.client.run_client_round` on its records.
+    """The clients in this process, in lockstep groups (:mod:`~skfedriem.federated.lockstep`) or one by one.
 
     Parameters
     ----------
@@ -56,5 +57,5 @@ class LocalTransport:
 
     def run_round(self, t: int, selected: list[int], theta: dict[str, torch.Tensor],
                   instructions: dict[int, RoundInstructions]) -> Replies:
-        """Run the selected clients from θ_t; every one replies."""
-        return {i: self.recipe.run_round(theta, self.clients[i], self.states[i], instructions[i]) for i in selected}
+        """Run the selected clients from θ_t (in lockstep when the recipe says so); every one replies."""
+        return run_clients(self.recipe, theta, self.clients, self.states, selected, instructions)

@@ -21,7 +21,8 @@ class PCAProjector(nn.Module):
 
     The per-record tangent gradients are closed form, provided by
     :meth:`per_sample_tangent_gradients` so the private step skips autograd and
-    the per-record projections (B n³ work for Grassmann).
+    the per-record projections (B n³ work for Grassmann). Clients in lockstep
+    stack the parameter as (K, n, n) or (K, n, p) and the records as (K, B, n).
 
     Parameters
     ----------
@@ -35,6 +36,8 @@ class PCAProjector(nn.Module):
         A public initial subspace instead of a random one (its nearest
         orthonormal basis is used).
     """
+
+    supports_client_stacking = True
 
     def __init__(
         self,
@@ -88,7 +91,11 @@ class PCAProjector(nn.Module):
 
 
 class _PCAGradients(PerRecordGradients):
-    """Per-record tangent gradients −(a bᵀ + b aᵀ) (Grassmann) or −2 r cᵀ (Stiefel)."""
+    """Per-record tangent gradients −(a bᵀ + b aᵀ) (Grassmann) or −2 r cᵀ (Stiefel).
+
+    Records (B, n) and a point (n, n) or (n, p); or, for K clients in lockstep, (K, B, n) and (K, ...): norms
+    are then (K, B) and weighted sums (K, ...), each client's computed as it would be alone.
+    """
 
     def __init__(self, kind: str, X: torch.Tensor, W: torch.Tensor) -> None:
         self.kind = kind
@@ -97,17 +104,20 @@ class _PCAGradients(PerRecordGradients):
             self.right = X - self.left  # b = (I − P)x
         else:
             c = X @ W
-            self.left = X - c @ W.T  # r = (I − UUᵀ)x
+            self.left = X - c @ W.transpose(-1, -2)  # r = (I − UUᵀ)x
             self.right = c
 
     def norms(self) -> torch.Tensor:
         product = record_norms(self.left) * record_norms(self.right)
         if self.kind == "grassmann":  # √2 ‖a‖ ‖b‖ √(1 + cos²(a, b)), without squaring large norms
-            cosine = (self.left * self.right).sum(1) / product
+            cosine = (self.left * self.right).sum(-1) / product
             return 2**0.5 * product * (1 + torch.where(product > 0, cosine, 0.0) ** 2).sqrt()
         return 2.0 * product
 
     def weighted_sum(self, weights: torch.Tensor) -> dict[str, torch.Tensor]:
+        if weights.dim() > 1:  # clients in lockstep: each client's sum as it computes it alone
+            return {"weight": torch.stack([_PCAGradients._from(self.kind, self.left[k], self.right[k])
+                                           .weighted_sum(weights[k])["weight"] for k in range(weights.shape[0])])}
         left, right = self.left, self.right
         kept = weights != 0
         if not bool(kept.all()):  # a dropped record may hold inf or NaN
@@ -117,3 +127,9 @@ class _PCAGradients(PerRecordGradients):
             ab = weighted.T @ right
             return {"weight": -(ab + ab.T)}
         return {"weight": -2 * weighted.T @ right}
+
+    @classmethod
+    def _from(cls, kind: str, left: torch.Tensor, right: torch.Tensor) -> _PCAGradients:
+        gradients = cls.__new__(cls)
+        gradients.kind, gradients.left, gradients.right = kind, left, right
+        return gradients

@@ -24,6 +24,10 @@ __all__ = ["BiMap", "LogEig", "LogReEig", "ReEig", "SPDNet", "TraceNormalize", "
 class BiMap(nn.Module):
     """X ↦ Wᵀ X W with W on the Stiefel manifold St(n_in, n_out).
 
+    Clients in lockstep (:mod:`skfedriem.privacy.stacked`) stack their
+    weights as (K, n_in, n_out) and their records as (K, B, n_in, n_in):
+    client k's W then maps client k's matrices.
+
     Parameters
     ----------
     n_in, n_out : int
@@ -45,13 +49,23 @@ class BiMap(nn.Module):
         manifold = Stiefel(n_in, n_out)
         self.weight = ManifoldParameter(manifold.random_point(generator=generator, dtype=dtype), manifold)
 
+    supports_client_stacking = True
+    #: The per-record rule is for inputs ``(*records, n_in, n_in)``; other shapes take the vmap route.
+    rule_input_dims = 2
+
+    def _weight(self, X: torch.Tensor) -> torch.Tensor:
+        """W; stacked over clients (K, n_in, n_out), viewed to meet inputs (K, B, ..., n_in, n_in) on the client axis."""
+        W = self.weight
+        return W if W.dim() == 2 else W.view(W.shape[0], *[1] * (X.dim() - 3), *W.shape[1:])
+
     def forward(self, X: torch.Tensor) -> torch.Tensor:
-        return self.weight.transpose(-1, -2) @ X @ self.weight
+        W = self._weight(X)
+        return W.transpose(-1, -2) @ X @ W
 
     def per_sample_parameter_gradients(self, X: torch.Tensor, grad_output: torch.Tensor) -> dict[str, torch.Tensor]:
         """∂ℓ_z/∂W = X_z W (G_z + G_zᵀ) for each record z, G_z = ∂ℓ_z/∂Y_z (X_z symmetric)."""
         G = grad_output + grad_output.transpose(-1, -2)
-        return {"weight": X @ (self.weight.detach() @ G)}
+        return {"weight": X @ (self._weight(X).detach() @ G)}
 
     def extra_repr(self) -> str:
         n_in, n_out = self.weight.shape
@@ -66,6 +80,8 @@ class ReEig(nn.Module):
     eps : float, default=1e-4
         ε_R, the eigenvalue floor.
     """
+
+    supports_client_stacking = True
 
     def __init__(self, eps: float = 1e-4) -> None:
         super().__init__()
@@ -84,6 +100,8 @@ class LogEig(nn.Module):
     No parameters.
     """
 
+    supports_client_stacking = True
+
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         return log_eig(X)
 
@@ -96,6 +114,8 @@ class LogReEig(nn.Module):
     eps : float, default=1e-4
         ε_R, the eigenvalue floor.
     """
+
+    supports_client_stacking = True
 
     def __init__(self, eps: float = 1e-4) -> None:
         super().__init__()
@@ -121,6 +141,8 @@ class Vech(nn.Module):
     No parameters.
     """
 
+    supports_client_stacking = True
+
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         # index_select on the flattened matrices: 5 µs where X[..., rows, cols] takes 35 (64 matrices of 16×16),
         # and its backward is an index_add rather than an index_put
@@ -135,6 +157,8 @@ class TraceNormalize(nn.Module):
     records, so it leaves record-level privacy intact (a dataset-wide scale
     would not). No parameters.
     """
+
+    supports_client_stacking = True
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         trace = X.diagonal(dim1=-2, dim2=-1).sum(-1)
@@ -169,6 +193,8 @@ class SPDNet(nn.Module):
     >>> sum(p.numel() for p in net.parameters())
     900
     """
+
+    supports_client_stacking = True
 
     def __init__(
         self,

@@ -73,6 +73,8 @@ class TangentSpace(nn.Module):
     0.0
     """
 
+    supports_client_stacking = True
+
     def __init__(self, reference: torch.Tensor) -> None:
         super().__init__()
         _check_reference(reference)
@@ -110,6 +112,8 @@ class TangentSpaceLogistic(nn.Module):
     >>> sum(p.numel() for p in net.parameters())
     1016
     """
+
+    supports_client_stacking = True
 
     def __init__(self, n_channels: int, n_classes: int, reference: torch.Tensor | None = None, *,
                  normalize: bool = True, dtype: torch.dtype = torch.float32) -> None:

@@ -3,7 +3,8 @@
 The step (:func:`private_gradient`, :class:`PrivateManifoldOptimizer`) and
 what it is built from that a model may extend (:class:`PerRecordGradients`,
 :func:`record_norms`, :func:`clipped_gradient_diameter`, the per-sample
-gradients); a client's :class:`StepPlan`, its samplers and secret randomness;
+gradients); the same step for simulated clients in lockstep (:class:`ClientStack`);
+a client's :class:`StepPlan`, its samplers and secret randomness;
 the accountant (:class:`PrivacyAccountant`, :func:`calibrate_mu0`,
 :func:`epsilon_spent`), the accounting methods and :class:`PrivacyBudget`.
 The mechanism's own pieces (clip factors, the noisy mean) live in
@@ -19,12 +20,15 @@ from .optimizer import PrivateManifoldOptimizer
 from .per_sample import per_sample_gradients
 from .randomness import SecretRandomness, SecureRandomness, SeededRandomness
 from .sampling import BatchSampler, FixedSizeSampler, PoissonSampler, make_sampler
+from .stacked import ClientStack, StackedDenseGradients
+from .stacking import StackedLinear, stacked_gradients_available, stacked_module, supports_stacking
 from .step_plan import StepPlan, round_release
 from .subsampled_gaussian import DISCRETIZATION, calibrate_mu0, epsilon_spent, gdp_epsilon, gdp_mu, gdp_mu_for_epsilon
 
 __all__ = [
     "DISCRETIZATION",
     "BatchSampler",
+    "ClientStack",
     "DenseGradients",
     "FixedSizeSampler",
     "PerRecordGradients",
@@ -37,6 +41,8 @@ __all__ = [
     "SecretRandomness",
     "SecureRandomness",
     "SeededRandomness",
+    "StackedDenseGradients",
+    "StackedLinear",
     "StepPlan",
     "WholeRunAccounting",
     "accounting_names",
@@ -54,4 +60,7 @@ __all__ = [
     "record_norms",
     "register_accounting",
     "round_release",
+    "stacked_gradients_available",
+    "stacked_module",
+    "supports_stacking",
 ]

@@ -14,7 +14,8 @@ need. ``torch.func.vmap`` remains the general fallback
 
 A module supports this path when it has a method
 ``per_sample_parameter_gradients(X, grad_output) -> {local name: (B, *shape)}``,
-or is a :class:`torch.nn.Linear`.
+or is a :class:`torch.nn.Linear`. A layer whose rule holds only for inputs of
+shape ``(*records, features)`` says how many trailing axes it expects with ``rule_input_dims`` (Linear's 1 is implied; BiMap's is 2).
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def supports_layerwise(module: nn.Module) -> bool:
 
 
 def layerwise_per_sample_gradients(
-    module: nn.Module, loss_fn: LossFn, batch: tuple[torch.Tensor, ...]
+    module: nn.Module, loss_fn: LossFn, batch: tuple[torch.Tensor, ...], *, record_dims: int = 1
 ) -> dict[str, torch.Tensor] | None:
     """Ambient per-record gradients by layer rules, or None when they do not apply.
 
@@ -81,13 +82,18 @@ def layerwise_per_sample_gradients(
         ``loss_fn(output, *targets) -> Tensor (B,)``.
     batch : tuple of torch.Tensor
         ``(inputs, *targets)``.
+    record_dims : int, default=1
+        How many leading axes index the records: 2 for clients in lockstep,
+        whose inputs are (K, B, ...) and whose ``loss_fn`` returns (K, B)
+        (:mod:`skfedriem.privacy.stacked`).
 
     Returns
     -------
     grads : dict of str to torch.Tensor or None
-        Same keys and shapes as :func:`~skfedriem.privacy.per_sample_gradients`;
-        None if a trainable layer has no rule, is called more than once per
-        forward pass, or (Linear) receives inputs that are not (B, features).
+        Same keys and shapes as :func:`~skfedriem.privacy.per_sample_gradients`
+        (``(*records, *param.shape)``); None if a trainable layer has no rule,
+        is called more than once per forward pass, or (Linear) receives inputs
+        that are not (B, features).
     """
     owners = _owners(module)
     rules = {prefix: _rule(sub) for prefix, sub in owners.items()}
@@ -109,9 +115,11 @@ def layerwise_per_sample_gradients(
             handle.remove()
     if any(len(c) != 1 for c in calls.values()):
         return None
-    n_records = batch[0].shape[0]
+    records = batch[0].shape[:record_dims]
     for prefix, [(X, _)] in calls.items():
-        if X.shape[0] != n_records or (isinstance(owners[prefix], nn.Linear) and X.dim() != 2):
+        # a Linear's rule is for inputs (*records, features); on anything else the vmap path stands in
+        feature_dims = 1 if type(owners[prefix]) is nn.Linear else getattr(owners[prefix], "rule_input_dims", None)
+        if X.shape[:record_dims] != records or (feature_dims is not None and X.dim() != record_dims + feature_dims):
             return None
     prefixes = list(calls)
     outputs_grads = torch.autograd.grad(loss, [calls[p][0][1] for p in prefixes])

@@ -41,6 +41,7 @@ __all__ = [
     "clipped_gradient_diameter",
     "record_norms",
     "noisy_mean",
+    "per_record_gradients",
     "private_gradient",
     "project_per_sample",
 ]
@@ -76,15 +77,16 @@ def record_norms(rows: torch.Tensor) -> torch.Tensor:
 
     Parameters
     ----------
-    rows : torch.Tensor of shape (B, D)
+    rows : torch.Tensor of shape (..., B, D)
+        Any leading axes (e.g. clients in lockstep) are kept.
 
     Returns
     -------
-    torch.Tensor of shape (B,)
+    torch.Tensor of shape (..., B)
     """
-    scale = rows.abs().amax(dim=1)
+    scale = rows.abs().amax(dim=-1)
     safe = torch.where(scale > 0, scale, torch.ones_like(scale))
-    return torch.linalg.vector_norm(rows / safe.unsqueeze(1), dim=1) * scale
+    return torch.linalg.vector_norm(rows / safe.unsqueeze(-1), dim=-1) * scale
 
 
 class PerRecordGradients(ABC):
@@ -251,6 +253,35 @@ def noisy_mean(
     return out
 
 
+def per_record_gradients(module: nn.Module, loss_fn: LossFn, batch: tuple[torch.Tensor, ...]) -> PerRecordGradients:
+    """Every record's tangent gradient P_θ ∇f(θ; z) of a batch, by the route :func:`private_gradient` takes.
+
+    In order of preference: the module's closed form
+    ``per_sample_tangent_gradients(*batch)``; per-layer rules after one
+    backward pass (:func:`~skfedriem.privacy.layerwise_per_sample_gradients`);
+    ``torch.func.vmap`` for any other module.
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+    loss_fn : callable
+        ``loss_fn(module(batch[0]), *batch[1:])`` -> per-record losses (B,).
+    batch : tuple of torch.Tensor
+        The records, along dim 0.
+
+    Returns
+    -------
+    PerRecordGradients
+    """
+    closed_form = getattr(module, "per_sample_tangent_gradients", None)
+    if callable(closed_form):
+        return closed_form(*batch)
+    ambient = None if batch[0].shape[0] == 0 else layerwise_per_sample_gradients(module, loss_fn, batch)
+    if ambient is None:
+        ambient = per_sample_gradients(module, loss_fn, batch)
+    return DenseGradients(project_per_sample(ambient, trainable_parameters(module)))
+
+
 def private_gradient(
     module: nn.Module,
     loss_fn: LossFn,
@@ -296,7 +327,7 @@ def private_gradient(
 
     Notes
     -----
-    Per-record gradients come from, in order of preference: the module's
+    Per-record gradients come from :func:`per_record_gradients`: the module's
     ``per_sample_tangent_gradients(*batch) -> PerRecordGradients`` (closed
     form, e.g. the PCA loss); per-layer rules after one backward pass
     (:func:`~skfedriem.privacy.layerwise_per_sample_gradients`, e.g. SPDNet);
@@ -313,14 +344,7 @@ def private_gradient(
         loss = loss_fn(module(batch[0]), *batch[1:]).sum() / denominator
         grads = dict(zip(params, torch.autograd.grad(loss, list(params.values()))))
         return {name: manifold_of(params[name]).proju(params[name].detach(), g) for name, g in grads.items()}
-    closed_form = getattr(module, "per_sample_tangent_gradients", None)
-    if callable(closed_form):
-        grads = closed_form(*batch)
-    else:
-        ambient = None if batch[0].shape[0] == 0 else layerwise_per_sample_gradients(module, loss_fn, batch)
-        if ambient is None:
-            ambient = per_sample_gradients(module, loss_fn, batch)
-        grads = DenseGradients(project_per_sample(ambient, params))
+    grads = per_record_gradients(module, loss_fn, batch)
     norms = grads.norms()
     sums = grads.weighted_sum(clip_factors(norms, clip))
     if randomness is None and (noise_std > 0 or counts is not None):

@@ -109,7 +109,8 @@ class PrivateManifoldOptimizer:
             counts=self.noisy_counts if self.count_noise_std > 0 else None,
         )
         for name, param in trainable_parameters(self.module).items():
-            param.grad = grads[name].to(param.dtype)
+            # contiguous: torch's fused Adam misreads a gradient whose strides differ from its parameter's
+            param.grad = grads[name].to(param.dtype).contiguous()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         project_parameters_(self.module)

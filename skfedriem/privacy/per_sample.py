@@ -41,7 +41,8 @@ def trainable_parameters(module: nn.Module) -> dict[str, nn.Parameter]:
 
 
 def per_sample_gradients(
-    module: nn.Module, loss_fn: LossFn, batch: tuple[torch.Tensor, ...]
+    module: nn.Module, loss_fn: LossFn, batch: tuple[torch.Tensor, ...], *,
+    stacked: dict[str, torch.Tensor] | None = None,
 ) -> dict[str, torch.Tensor]:
     """Ambient gradient of every record's loss for every trainable parameter.
 
@@ -53,16 +54,22 @@ def per_sample_gradients(
         a batch (e.g. ``F.cross_entropy(..., reduction="none")``).
     batch : tuple of torch.Tensor
         ``(inputs, *targets)``, each with the records along dim 0.
+    stacked : dict of str to torch.Tensor, optional
+        K clients in lockstep: every trainable block stacked as
+        ``(K, *param.shape)`` and the batch as ``(K, B, ...)``; client k's
+        records are differentiated at client k's parameters (a ``vmap`` over
+        the clients of the ``vmap`` over the records).
 
     Returns
     -------
     grads : dict of str to torch.Tensor
-        ``grads[name]`` has shape ``(B, *param.shape)``.
+        ``grads[name]`` has shape ``(B, *param.shape)``, or ``(K, B, *param.shape)`` when ``stacked``.
     """
-    params = trainable_parameters(module)
-    n_records = batch[0].shape[0]
-    if n_records == 0:
-        return {name: p.new_zeros((0, *p.shape)) for name, p in params.items()}
+    params = trainable_parameters(module) if stacked is None else stacked
+    record_axis = 0 if stacked is None else 1
+    if batch[0].shape[record_axis] == 0:
+        return {name: p.new_zeros((*batch[0].shape[:record_axis + 1], *p.shape[record_axis:]))
+                for name, p in params.items()}
     detached = {name: p.detach() for name, p in params.items()}
     buffers = {name: b.detach() for name, b in module.named_buffers()}
 
@@ -71,5 +78,7 @@ def per_sample_gradients(
         output = functional_call(module, (weights, buffers), (one[0],))
         return loss_fn(output, *one[1:]).sum()
 
-    in_dims = (None,) + (0,) * len(batch)
-    return vmap(grad(record_loss), in_dims=in_dims)(detached, *batch)
+    per_record = vmap(grad(record_loss), in_dims=(None,) + (0,) * len(batch))
+    if stacked is None:
+        return per_record(detached, *batch)
+    return vmap(per_record, in_dims=(0,) + (0,) * len(batch))(detached, *batch)

@@ -122,8 +122,10 @@ def test_site_data_is_checked(tmp_path):
         load_site_records(tmp_path / "nolabels.npz", targets=True)
 
 
-# set by the site or the caller, not by the run: a site's secure_mode is in its node config
-NOT_IN_RUN_CONFIG = {"backend", "n_jobs", "privacy_budget", "secure_mode", "verbose", "warm_start", "init"}
+# set by the site or the caller, not by the run: a site's secure_mode is in its node config; lockstep and device
+# place simulated clients on the caller's machine (a deployed site runs its one client)
+NOT_IN_RUN_CONFIG = {"backend", "n_jobs", "privacy_budget", "secure_mode", "verbose", "warm_start", "init",
+                     "lockstep", "device"}
 
 
 @pytest.mark.parametrize("kind", ["pca", "spdnet", "eegnet", "tangent"])

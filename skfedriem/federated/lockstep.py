@@ -1,0 +1,234 @@
+"""Simulated clients in lockstep: a round's clients with the same instructions take their steps as one computation.
+
+On ``backend="local"`` the clients of a round run on this machine (in this
+process, or in each worker process of ``n_jobs``). Clients given the same
+:class:`~skfedriem.federated.client.RoundInstructions` (the common case:
+same B, τ, C, σ and learning rate) take their τ local steps together, over
+the model's blocks stacked along a client axis
+(:class:`~skfedriem.privacy.stacked.ClientStack`): one forward and backward
+pass, one batched eigendecomposition, for K clients, instead of K of each.
+Per client, and exactly as it would alone:
+
+* its plan (:func:`~skfedriem.federated.client.step_plan`, from its own size)
+  and its check of θ_t;
+* its sampler, drawing its batches from its own secret randomness;
+* its per-record gradients, clipping, noise (its own draws, in its own
+  order) and counts;
+* its optimiser: the stacked optimiser is element-wise
+  (:func:`~skfedriem.federated.client.is_elementwise`), so client k's slice
+  of it is client k's SGD or Adam, and a client that keeps its optimiser state
+  between rounds keeps its own slice (Adam's moments);
+* its submission Sub(θ_t, θ_k), computed for it alone, and its fraction of unclipped records.
+
+What may differ from the clients run one by one is floating-point rounding
+where a batched kernel reduces in another order than the single one (see the
+user guide, "Speed"); the noise draws, batches and clip decisions are the same,
+and so is every ledger, which charges each client's own plan.
+
+Clients with other instructions (e.g. their own batch size when
+``batch_size=None``), or whose kept optimiser state is at another step count,
+form their own group. Clients that sample by Poisson run one by one: a
+stack's width would be the largest of their secret batch sizes, and batched
+kernels may round differently at another width. A model whose per-record
+gradients a stack cannot compute as a lone client does, or an optimiser not
+registered as element-wise, runs its clients one by one; a model that claims
+it can be stacked is checked once (:meth:`~skfedriem.privacy.ClientStack.verify`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from ..manifolds import manifold_of
+from ..privacy.per_sample import trainable_parameters
+from ..privacy.stacked import ClientStack
+from .aggregation import get_aggregation
+from .client import (CLIPPED_FRACTION, ClientRecipe, ClientState, RoundInstructions, check_iterate, make_optimizer,
+                     step_plan)
+
+__all__ = ["lockstep_groups", "run_clients", "run_lockstep"]
+
+
+def _state_signature(state: ClientState, keeps_optimizer: bool) -> tuple | None:
+    """What of a kept optimiser state must agree across a group: its scalar entries (Adam's step count)."""
+    if not keeps_optimizer or state.optimizer_state is None:
+        return None
+    return tuple(sorted((index, key, float(value))
+                        for index, entry in state.optimizer_state["state"].items() for key, value in entry.items()
+                        if not torch.is_tensor(value) or value.dim() == 0))
+
+
+def lockstep_groups(selected: Sequence[int], instructions: dict[int, RoundInstructions],
+                    states: Sequence[ClientState], *, keeps_optimizer: bool) -> list[list[int]]:
+    """The selected clients grouped by equal instructions (and equal kept-optimiser step counts), in order.
+
+    Parameters
+    ----------
+    selected : sequence of int
+    instructions : dict of int to RoundInstructions
+    states : sequence of ClientState
+        Indexed by client.
+    keeps_optimizer : bool
+        Whether clients keep their optimiser state between rounds.
+
+    Returns
+    -------
+    list of list of int
+        Each group in the order of ``selected``.
+
+    Examples
+    --------
+    >>> from skfedriem.federated.client import ClientState, RoundInstructions
+    >>> a = RoundInstructions(0.1, 2, 8, 1.0, 0.5, "fixed", "projavg")
+    >>> b = RoundInstructions(0.1, 3, 8, 1.0, 0.5, "fixed", "projavg")
+    >>> lockstep_groups([0, 1, 2], {0: a, 1: b, 2: a}, [ClientState.fresh()] * 3, keeps_optimizer=False)
+    [[0, 2], [1]]
+    """
+    groups: dict[tuple, list[int]] = {}
+    for i in selected:
+        # by type and value: lr=True and lr=1 are not the same instruction (a lone client refuses the first)
+        typed = tuple((type(v), v) for v in dataclasses.astuple(instructions[i]))
+        groups.setdefault((typed, _state_signature(states[i], keeps_optimizer)), []).append(i)
+    return list(groups.values())
+
+
+def _stacked_batch(clients: Sequence[tuple[torch.Tensor, ...]], picks: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    """Each client's picked records (B each), stacked: (K, B, ...)."""
+    return tuple(torch.stack([data[j].index_select(0, p.to(data[j].device)) for data, p in zip(clients, picks)])
+                 for j in range(len(clients[0])))
+
+
+def _stack_optimizer_states(states: list[dict], stack: ClientStack) -> dict:
+    """The clients' optimiser states as one state of the stacked optimiser."""
+    stacked_at = {i for i, p in enumerate(stack.parameters) if any(p is b for b in stack.blocks.values())}
+    merged = {"param_groups": states[0]["param_groups"], "state": {}}
+    for index, entry in states[0]["state"].items():
+        merged["state"][index] = {
+            key: torch.stack([s["state"][index][key] for s in states])
+            if index in stacked_at and torch.is_tensor(value) and value.dim() > 0 else value
+            for key, value in entry.items()}
+    return merged
+
+
+def _client_optimizer_state(merged: dict, k: int, stack: ClientStack) -> dict:
+    """Client k's slice of the stacked optimiser's state, as its own optimiser would hold it."""
+    stacked_at = {i for i, p in enumerate(stack.parameters) if any(p is b for b in stack.blocks.values())}
+    state = {}
+    for index, entry in merged["state"].items():
+        state[index] = {key: value[k].clone() if index in stacked_at and torch.is_tensor(value) and value.dim() > 0
+                        else (value.clone() if torch.is_tensor(value) else value) for key, value in entry.items()}
+    return {"state": state, "param_groups": [dict(g) for g in merged["param_groups"]]}
+
+
+def run_lockstep(recipe: ClientRecipe, theta: dict[str, torch.Tensor], clients: Sequence[tuple[torch.Tensor, ...]],
+                 states: Sequence[ClientState], instructions: RoundInstructions) -> list[tuple[dict, float]]:
+    """K clients' rounds from θ_t under the same instructions, in lockstep; their replies in order.
+
+    Parameters
+    ----------
+    recipe : ClientRecipe
+    theta : dict of str to Tensor
+        θ_t as the server sent it.
+    clients : sequence of tuple of Tensor
+        Each client's records.
+    states : sequence of ClientState
+        Each client's state, advanced in place.
+    instructions : RoundInstructions
+        Every client's (the same), with ``sampling="fixed"``.
+
+    Returns
+    -------
+    list of (dict, float)
+        Client k's submission and its share of the time spent in Sub, as
+        :func:`~skfedriem.federated.client.run_client_round` returns them.
+    """
+    module = recipe.module
+    plans = [step_plan(instructions, int(data[0].shape[0]), module) for data in clients]
+    if instructions.sampling != "fixed":
+        raise ValueError(f"Clients run in lockstep with fixed-size batches only (a stack's width is public). "
+                         f"Got sampling={instructions.sampling!r}.")
+    theta = check_iterate(module, theta)
+    stack = recipe.client_stack(len(clients))
+    stack.load(theta)
+    stack.verify(recipe.loss_fn, list(clients))
+    optimizer = make_optimizer(recipe.optimizer, stack.parameters, instructions.lr)
+    if not recipe.reset_optimizer and states[0].optimizer_state is not None:
+        optimizer.load_state_dict(_stack_optimizer_states([s.optimizer_state for s in states], stack))
+        for group in optimizer.param_groups:
+            group["lr"] = instructions.lr
+    plan = plans[0]  # clip, noise, B and τ come from the shared instructions; the sizes are each client's own
+    samplers = [p.sampler() for p in plans]
+    counts = [[] for _ in clients] if plan.count_noise_std > 0 else None
+    for _ in range(plan.local_steps):
+        picks = [torch.from_numpy(np.asarray(s.sample(state.randomness))) for s, state in zip(samplers, states)]
+        batch = _stacked_batch(clients, picks)
+        grads = stack.private_gradient(recipe.loss_fn, batch, clip=plan.clip,
+                                       noise_std=plan.noise_std, denominator=plan.denominator,
+                                       randomness=[s.randomness for s in states],
+                                       count_noise_std=plan.count_noise_std, counts=counts)
+        for name, block in stack.blocks.items():
+            # contiguous: torch's fused Adam misreads a gradient whose strides differ from its parameter's
+            block.grad = grads[name].to(block.dtype).contiguous()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        stack.project_()
+    if not recipe.reset_optimizer:
+        merged = optimizer.state_dict()
+        for k, state in enumerate(states):
+            state.optimizer_state = _client_optimizer_state(merged, k, stack)
+    rule = get_aggregation(instructions.aggregation)
+    started = time.perf_counter()
+    manifolds = {name: manifold_of(p) for name, p in trainable_parameters(module).items()}
+    # client by client, as alone (an iterative Sub, kfavg's log, stops at each client's own tolerance), and copied
+    # out of the stack, which the next group overwrites
+    with torch.no_grad():
+        subs = [{name: rule.submission(manifold, theta[name], stack.blocks[name][k:k + 1].detach())[0].clone().cpu()
+                 for name, manifold in manifolds.items()} for k in range(len(clients))]
+    seconds = (time.perf_counter() - started) / len(clients)
+    replies = []
+    for k in range(len(clients)):
+        submission = subs[k]
+        if counts is not None:  # post-processing of the steps' noisy counts
+            fraction = sum(counts[k]) / (plan.denominator * plan.local_steps) + 0.5
+            submission[CLIPPED_FRACTION] = torch.tensor(fraction, dtype=torch.float64)
+        replies.append((submission, seconds))
+    return replies
+
+
+def run_clients(recipe: ClientRecipe, theta: dict[str, torch.Tensor], clients: Sequence[tuple[torch.Tensor, ...]],
+                states: Sequence[ClientState], selected: Sequence[int],
+                instructions: dict[int, RoundInstructions]) -> dict[int, tuple[dict[str, torch.Tensor], float]]:
+    """The selected clients' rounds on this machine: in lockstep groups when the recipe allows, else one by one.
+
+    Parameters
+    ----------
+    recipe : ClientRecipe
+    theta : dict of str to Tensor
+    clients : sequence of tuple of Tensor
+        Client i's records.
+    states : sequence of ClientState
+        Client i's state, advanced in place.
+    selected : sequence of int
+    instructions : dict of int to RoundInstructions
+
+    Returns
+    -------
+    dict of int to (dict, float)
+        Every selected client's submission and Sub time, in the order of ``selected``.
+    """
+    if not recipe.lockstep:
+        return {i: recipe.run_round(theta, clients[i], states[i], instructions[i]) for i in selected}
+    replies = {}
+    for group in lockstep_groups(selected, instructions, states, keeps_optimizer=not recipe.reset_optimizer):
+        if instructions[group[0]].sampling != "fixed":  # Poisson batches: one by one (module docstring)
+            replies.update({i: recipe.run_round(theta, clients[i], states[i], instructions[i]) for i in group})
+            continue
+        results = run_lockstep(recipe, theta, [clients[i] for i in group], [states[i] for i in group],
+                               instructions[group[0]])
+        replies.update(zip(group, results))
+    return {i: replies[i] for i in selected}
