@@ -349,7 +349,8 @@ def main() -> None:
                                                 for n, r in bnci_one_by_one.items()))
     floor = bnci[1]["eigh_floor"]
     step_ms = 1e3 * bnci[1]["rounds_seconds"] / floor["steps"]
-    print(f"eigh floor of the BNCI run: {floor['matrices_per_step']} matrices per step, {floor['eigh_ms_per_step']:.2f} "
+    print(f"eigh floor of the BNCI run: {floor['matrices_per_step']} matrices per step, "
+          f"{floor['eigh_ms_per_step']:.2f} "
           f"ms per step x {floor['steps']} steps = {floor['floor_s']:.1f} s; the lockstep step takes {step_ms:.2f} ms "
           f"({bnci[1]['rounds_seconds']:.1f} s in rounds of the {bnci[1]['seconds']:.1f} s run)")
     print(f"{'clients x 45 trials':20} {'lockstep s/round':>17} {'one by one s/round':>19} {'ratio':>6}")

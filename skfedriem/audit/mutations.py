@@ -5,17 +5,22 @@ private step in the ways a bug or an attack would, *while the server and the
 accountant still believe the run is private*; an audit run inside them must
 report a lower bound above the certified ε. They patch skfedriem's own
 modules for the duration of the ``with`` block only and are not thread-safe:
-never use them outside an audit.
+never use them outside an audit. They break the one-client step, so while one
+is active simulated clients run one by one, never in lockstep (the lockstep
+step draws and releases what the one-client step does, up to rounding; its
+tests show it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Iterator
 from contextlib import contextmanager
 from unittest import mock
 
 from ..federated import client as client_module
+from ..federated import lockstep as lockstep_module
 from ..manifolds import manifold_of
 import torch
 
@@ -27,6 +32,21 @@ from ..privacy.sampling import make_sampler
 
 __all__ = ["noise_projected_alone", "noise_scaled", "noise_stream_restarted", "per_block_clipping",
            "site_charges_the_servers_numbers"]
+
+
+def _one_by_one(recipe, theta, clients, states, instructions):
+    """``run_lockstep``'s stand-in while a mutation is active: the clients one by one, through the mutated step."""
+    return [recipe.run_round(theta, data, state, instructions) for data, state in zip(clients, states)]
+
+
+@contextmanager
+def _patched(*patches) -> Iterator[None]:
+    """Every ``(target, name, value)`` patched, and simulated clients one by one, inside the block."""
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(mock.patch.object(lockstep_module, "run_lockstep", _one_by_one))
+        for target, name, value in patches:
+            stack.enter_context(mock.patch.object(target, name, value))
+        yield
 
 
 @contextmanager
@@ -51,7 +71,7 @@ def noise_scaled(factor: float) -> Iterator[None]:
         return honest(module, theta, data, state,
                       dataclasses.replace(instructions, noise_std=factor * instructions.noise_std), **kw)
 
-    with mock.patch.object(client_module, "run_client_round", miscalibrated):
+    with _patched((client_module, "run_client_round", miscalibrated)):
         yield
 
 
@@ -75,7 +95,7 @@ def noise_projected_alone() -> Iterator[None]:
     θ off it, because P_θ can shrink the noise where a clipped gradient keeps
     its norm.
     """
-    with mock.patch.object(mechanism_module, "noisy_mean", _old_noisy_mean):
+    with _patched((mechanism_module, "noisy_mean", _old_noisy_mean)):
         yield
 
 
@@ -120,8 +140,7 @@ def site_charges_the_servers_numbers() -> Iterator[None]:
     """
     from ..flower import _client_app
 
-    with mock.patch.object(client_module, "step_plan", _servers_numbers), \
-            mock.patch.object(_client_app, "step_plan", _servers_numbers):
+    with _patched((client_module, "step_plan", _servers_numbers), (_client_app, "step_plan", _servers_numbers)):
         yield
 
 
@@ -138,7 +157,7 @@ def noise_stream_restarted() -> Iterator[None]:
     def restarted(module, theta, data, state, instructions, **kw):
         return honest(module, theta, data, client_module.ClientState.from_bytes(state.to_bytes()), instructions, **kw)
 
-    with mock.patch.object(client_module, "run_client_round", restarted):
+    with _patched((client_module, "run_client_round", restarted)):
         yield
 
 
@@ -164,5 +183,5 @@ def per_block_clipping() -> Iterator[None]:
     The accountant assumes the whole per-record gradient has norm at most C;
     with k blocks it reaches C√k, and the step's sensitivity grows with it.
     """
-    with mock.patch.object(optimizer_module, "private_gradient", _per_block_private_gradient):
+    with _patched((optimizer_module, "private_gradient", _per_block_private_gradient)):
         yield

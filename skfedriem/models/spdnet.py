@@ -54,7 +54,7 @@ class BiMap(nn.Module):
     rule_input_dims = 2
 
     def _weight(self, X: torch.Tensor) -> torch.Tensor:
-        """W; stacked over clients (K, n_in, n_out), viewed to meet inputs (K, B, ..., n_in, n_in) on the client axis."""
+        """W, or its stack over clients (K, n_in, n_out) viewed to meet inputs (K, B, ..., n_in, n_in) per client."""
         W = self.weight
         return W if W.dim() == 2 else W.view(W.shape[0], *[1] * (X.dim() - 3), *W.shape[1:])
 
