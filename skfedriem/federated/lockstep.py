@@ -45,6 +45,7 @@ import numpy as np
 import torch
 
 from ..manifolds import manifold_of
+from ..privacy.optimizer import apply_gradients
 from ..privacy.per_sample import trainable_parameters
 from ..privacy.stacked import ClientStack
 from .aggregation import get_aggregation
@@ -103,9 +104,14 @@ def _stacked_batch(clients: Sequence[tuple[torch.Tensor, ...]], picks: list[torc
                  for j in range(len(clients[0])))
 
 
+def _stacked_indices(stack: ClientStack) -> set[int]:
+    """The optimiser's indices of the stacked blocks (a frozen parameter is shared, not stacked)."""
+    return {i for i, p in enumerate(stack.parameters) if any(p is b for b in stack.blocks.values())}
+
+
 def _stack_optimizer_states(states: list[dict], stack: ClientStack) -> dict:
     """The clients' optimiser states as one state of the stacked optimiser."""
-    stacked_at = {i for i, p in enumerate(stack.parameters) if any(p is b for b in stack.blocks.values())}
+    stacked_at = _stacked_indices(stack)
     merged = {"param_groups": states[0]["param_groups"], "state": {}}
     for index, entry in states[0]["state"].items():
         merged["state"][index] = {
@@ -117,7 +123,7 @@ def _stack_optimizer_states(states: list[dict], stack: ClientStack) -> dict:
 
 def _client_optimizer_state(merged: dict, k: int, stack: ClientStack) -> dict:
     """Client k's slice of the stacked optimiser's state, as its own optimiser would hold it."""
-    stacked_at = {i for i, p in enumerate(stack.parameters) if any(p is b for b in stack.blocks.values())}
+    stacked_at = _stacked_indices(stack)
     state = {}
     for index, entry in merged["state"].items():
         state[index] = {key: value[k].clone() if index in stacked_at and torch.is_tensor(value) and value.dim() > 0
@@ -171,11 +177,7 @@ def run_lockstep(recipe: ClientRecipe, theta: dict[str, torch.Tensor], clients: 
                                        noise_std=plan.noise_std, denominator=plan.denominator,
                                        randomness=[s.randomness for s in states],
                                        count_noise_std=plan.count_noise_std, counts=counts)
-        for name, block in stack.blocks.items():
-            # contiguous: torch's fused Adam misreads a gradient whose strides differ from its parameter's
-            block.grad = grads[name].to(block.dtype).contiguous()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        apply_gradients(optimizer, stack.blocks, grads)
         stack.project_()
     if not recipe.reset_optimizer:
         merged = optimizer.state_dict()

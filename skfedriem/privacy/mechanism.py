@@ -35,6 +35,7 @@ from .randomness import SecretRandomness, SeededRandomness
 
 __all__ = [
     "DenseGradients",
+    "check_count",
     "noisy_clipped_count",
     "PerRecordGradients",
     "clip_factors",
@@ -177,6 +178,21 @@ def clip_factors(norms: torch.Tensor, clip: float) -> torch.Tensor:
         return finite.to(norms.dtype)
     factors = torch.where(norms > clip, clip / norms.clamp_min(torch.finfo(norms.dtype).tiny), 1.0)
     return torch.where(finite, factors, 0.0)
+
+
+def check_count(count_noise_std: float, clip: float) -> None:
+    """ValueError unless a count of the clipped records can be released: σ_b > 0 and a finite clip.
+
+    Parameters
+    ----------
+    count_noise_std : float
+        σ_b.
+    clip : float
+        C.
+    """
+    if not (count_noise_std > 0 and math.isfinite(clip)):
+        raise ValueError("A count of the clipped records needs count_noise_std > 0 and a finite clip. "
+                         f"Got count_noise_std={count_noise_std!r}, clip={clip!r}.")
 
 
 def noisy_clipped_count(norms: torch.Tensor, clip: float, count_noise_std: float,
@@ -351,8 +367,6 @@ def private_gradient(
         randomness = SeededRandomness(np.random.SeedSequence())
     released = noisy_mean(sums, params, denominator=denominator, noise_std=noise_std, randomness=randomness)
     if counts is not None:
-        if not (count_noise_std > 0 and math.isfinite(clip)):
-            raise ValueError("A count of the clipped records needs count_noise_std > 0 and a finite clip. "
-                             f"Got count_noise_std={count_noise_std!r}, clip={clip!r}.")
+        check_count(count_noise_std, clip)
         counts.append(noisy_clipped_count(norms, clip, count_noise_std, randomness))
     return released

@@ -13,7 +13,7 @@ from .mechanism import private_gradient
 from .per_sample import LossFn, trainable_parameters
 from .randomness import SecretRandomness, SeededRandomness
 
-__all__ = ["PrivateManifoldOptimizer"]
+__all__ = ["PrivateManifoldOptimizer", "apply_gradients"]
 
 
 class PrivateManifoldOptimizer:
@@ -108,9 +108,24 @@ class PrivateManifoldOptimizer:
             count_noise_std=self.count_noise_std,
             counts=self.noisy_counts if self.count_noise_std > 0 else None,
         )
-        for name, param in trainable_parameters(self.module).items():
-            # contiguous: torch's fused Adam misreads a gradient whose strides differ from its parameter's
-            param.grad = grads[name].to(param.dtype).contiguous()
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        apply_gradients(self.optimizer, trainable_parameters(self.module), grads)
         project_parameters_(self.module)
+
+
+def apply_gradients(optimizer: torch.optim.Optimizer, params: dict[str, torch.Tensor],
+                    grads: dict[str, torch.Tensor]) -> None:
+    """One step of ``optimizer`` on the released gradients ``grads`` (by the names of ``params``), then zero them.
+
+    Parameters
+    ----------
+    optimizer : torch.optim.Optimizer
+        Built over ``params``.
+    params : dict of str to torch.Tensor
+    grads : dict of str to torch.Tensor
+        What the mechanism released, per parameter.
+    """
+    for name, param in params.items():
+        # contiguous: torch's fused Adam misreads a gradient whose strides differ from its parameter's
+        param.grad = grads[name].to(param.dtype).contiguous()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)

@@ -41,8 +41,8 @@ from torch import nn
 
 from ..manifolds import ManifoldParameter, manifold_of
 from .layerwise import layerwise_per_sample_gradients
-from .mechanism import (DenseGradients, PerRecordGradients, clip_factors, noisy_clipped_count, per_record_gradients,
-                        record_norms)
+from .mechanism import (DenseGradients, PerRecordGradients, check_count, clip_factors, noisy_clipped_count,
+                        per_record_gradients, record_norms)
 from .per_sample import LossFn, per_sample_gradients, trainable_parameters
 from .randomness import SecretRandomness
 from .stacking import _stacked_parameter, stacked_gradients_available, stacked_module, supports_stacking
@@ -290,15 +290,14 @@ class ClientStack:
         gradients = self.per_record_gradients(loss_fn, batch)
         norms = gradients.norms()
         sums = gradients.weighted_sum(clip_factors(norms, clip))
+        if counts is not None:
+            check_count(count_noise_std, clip)
         noise: dict[str, list[torch.Tensor]] = {name: [] for name in sums}
         for k, source in enumerate(randomness):
             for name, block in self.blocks.items():
                 if noise_std > 0:
                     noise[name].append(source.standard_normal(tuple(block.shape[1:]), block.dtype))
             if counts is not None:
-                if not (count_noise_std > 0 and math.isfinite(clip)):
-                    raise ValueError("A count of the clipped records needs count_noise_std > 0 and a finite clip. "
-                                     f"Got count_noise_std={count_noise_std!r}, clip={clip!r}.")
                 counts[k].append(noisy_clipped_count(norms[k], clip, count_noise_std, source))
         released = {}
         for name, total in sums.items():
