@@ -202,14 +202,15 @@ class FederatedEstimatorMixin:
         site : bool, default=False
             False (a fit on the caller's own data): a record that fails
             validation, or a target outside ``classes``, is a ValueError naming
-            it. True (a deployed site, whose failures a server could observe and
-            provoke): records that fail validation are left out, whatever the
-            run (the site's own log names them; its record count, which is
-            public, is what remains), and a target outside the run's
-            ``classes`` is kept as a record that contributes nothing to any
-            gradient (torch's ignore index), so that no choice of ``classes``
-            by the server changes whether the site answers or how many records
-            it reports.
+            it. True (a deployed site, whose failures and size a server could
+            observe and provoke): every record of the file is kept, so the
+            site's record count is its file's whatever the run. A record that
+            fails validation (not finite, not SPD, or not representable in the
+            run's ``dtype``) becomes a *zero-weight* record: a placeholder
+            input that contributes nothing to any gradient (the site's own log
+            names it); so does a target outside the run's ``classes`` (torch's
+            ignore index). A ValueError remains only for what the file's shape
+            or the run's settings decide for every record alike.
 
         Returns
         -------
@@ -217,16 +218,42 @@ class FederatedEstimatorMixin:
             ``(inputs,)`` or ``(inputs, targets)``, records along dim 0.
         """
         X = np.asarray(X)
+        invalid = None
         if site:
-            kept = np.array([self._is_valid_record(X[i : i + 1]) for i in range(len(X))], dtype=bool)
-            if not kept.all():
-                _site_log.warning("%d of %d records fail validation and are left out: %s", int((~kept).sum()),
-                                  len(X), np.flatnonzero(~kept).tolist())
-            X, y = X[kept], None if y is None else np.asarray(y)[kept]
+            X, invalid = self._site_inputs(X)
         inputs = torch.from_numpy(np.ascontiguousarray(self._check_records(X)))
         if y is None:
             return (inputs,)
-        return inputs, self._encode_targets(y, classes, ignore_unknown=site)
+        targets = self._encode_targets(y, classes, ignore_unknown=site)
+        if invalid is not None:
+            targets = self._without_weight(targets, invalid)
+        return inputs, targets
+
+    def _site_inputs(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """A site's inputs with every invalid record replaced by the placeholder, and which were replaced.
+
+        The placeholder passes validation first: if it fails, every record of
+        this shape fails under this run's settings, which is the file's or the
+        run's fault, not a record's (a ValueError).
+        """
+        placeholder = self._placeholder_record(X.shape[1:])
+        self._check_records(placeholder[None])
+        invalid = np.array([not self._is_valid_record(X[i : i + 1]) for i in range(len(X))], dtype=bool)
+        if invalid.any():
+            _site_log.warning("%d of %d records fail validation and train as zero-weight records: %s",
+                              int(invalid.sum()), len(X), np.flatnonzero(invalid).tolist())
+            X = X.copy()
+            X[invalid] = placeholder
+        return X, invalid
+
+    def _placeholder_record(self, shape: tuple[int, ...]) -> np.ndarray:
+        """The input a deployed site trains on in place of an invalid record: valid, and of zero weight once
+        :meth:`_without_weight` has marked it (or of zero gradient by itself, for an unsupervised model)."""
+        raise NotImplementedError(f"{type(self).__name__} has no placeholder record for a deployed site.")
+
+    def _without_weight(self, targets: torch.Tensor, invalid: np.ndarray) -> torch.Tensor:
+        """``targets`` with the records flagged ``invalid`` made to contribute nothing (supervised estimators)."""
+        raise NotImplementedError(f"{type(self).__name__} takes no targets.")
 
     def make_model(self, input_shape: tuple[int, ...], classes=None, *,
                    generator: torch.Generator | None = None) -> tuple[nn.Module, LossFn]:

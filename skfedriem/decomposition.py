@@ -198,6 +198,10 @@ class FederatedPCA(FederatedEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Tra
         self._check_n_features(X.shape[1])
         return X
 
+    def _placeholder_record(self, shape: tuple[int, ...]) -> np.ndarray:
+        # the zero record: both PCA losses are quadratic forms in x, so its gradient is exactly zero
+        return np.zeros(shape)
+
     def _encode_targets(self, y, classes, *, ignore_unknown=False):
         raise ValueError("FederatedPCA takes no targets.")
 

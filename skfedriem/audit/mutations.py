@@ -19,10 +19,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from unittest import mock
 
+import numpy as np
+import torch
+
 from ..federated import client as client_module
 from ..federated import lockstep as lockstep_module
 from ..manifolds import manifold_of
-import torch
 
 from ..privacy import PrivacyAccountant
 from ..privacy import mechanism as mechanism_module
@@ -31,7 +33,7 @@ from ..privacy.per_sample import per_sample_gradients, trainable_parameters
 from ..privacy.sampling import make_sampler
 
 __all__ = ["noise_projected_alone", "noise_scaled", "noise_stream_restarted", "per_block_clipping",
-           "site_charges_the_servers_numbers"]
+           "site_charges_the_servers_numbers", "site_drops_invalid_records", "site_ignores_the_planned_size"]
 
 
 def _one_by_one(recipe, theta, clients, states, instructions):
@@ -141,6 +143,50 @@ def site_charges_the_servers_numbers() -> Iterator[None]:
     from ..flower import _client_app
 
     with _patched((client_module, "step_plan", _servers_numbers), (_client_app, "step_plan", _servers_numbers)):
+        yield
+
+
+@contextmanager
+def site_drops_invalid_records() -> Iterator[None]:
+    """A deployed site leaves out the records that fail validation in the run's dtype (the pre-fix site).
+
+    Its record count, which it reports for free, then depends on the run
+    configuration: two queries tell a server how many of its records are
+    near-singular. The malicious-server property test must catch it.
+    """
+    from ..base import FederatedEstimatorMixin
+
+    honest = FederatedEstimatorMixin.prepare_records
+
+    def dropping(self, X, y=None, *, classes=None, site=False):
+        if not site:
+            return honest(self, X, y, classes=classes)
+        X = np.asarray(X)
+        kept = np.array([self._is_valid_record(X[i : i + 1]) for i in range(len(X))], dtype=bool)
+        inputs = torch.from_numpy(np.ascontiguousarray(self._check_records(X[kept])))
+        if y is None:
+            return (inputs,)
+        return inputs, self._encode_targets(np.asarray(y)[kept], classes, ignore_unknown=True)
+
+    with _patched((FederatedEstimatorMixin, "prepare_records", dropping)):
+        yield
+
+
+@contextmanager
+def site_ignores_the_planned_size() -> Iterator[None]:
+    """A client runs a round whatever size the server planned it for (the pre-fix site that restarted smaller).
+
+    The site's own ledger still charges what it runs; the server's certificate,
+    computed for the planned size, does not cover it.
+    """
+    from ..flower import _client_app
+
+    honest = client_module.step_plan
+
+    def ignoring(instructions, n_records, module):
+        return honest(dataclasses.replace(instructions, planned_records=0), n_records, module)
+
+    with _patched((client_module, "step_plan", ignoring), (_client_app, "step_plan", ignoring)):
         yield
 
 

@@ -78,9 +78,10 @@ CLASSIFIER_PARAMETERS: dict[str, SettingDoc] = {
         "A model trained on *public* records (other subjects, another dataset) to start from: a fitted "
         "classifier of the same architecture, its ``module_``, or a ``state_dict()``. Its weights are "
         "public (nothing is charged for them); the private rounds fine-tune them, and ``epsilon_`` covers "
-        "those rounds only: a fitted classifier's own privacy loss is not included (a warning says so); if it "
-        "was trained on any of these clients' records, continue it with ``warm_start`` or count both fits in "
-        "one ``PrivacyBudget``. The trained blocks must have this model's names and shapes (and lie on its "
+        "those rounds only: a fitted classifier's own privacy loss is not included, and a module's or state "
+        "dict's origin cannot be traced (a warning says so in both cases); if the weights were trained on any "
+        "of these clients' records, continue that fit with ``warm_start`` or count both fits in one "
+        "``PrivacyBudget``. The trained blocks must have this model's names and shapes (and lie on its "
         "manifolds); a fitted classifier's ``classes_`` must be this fit's. Inside ``GridSearchCV`` or "
         "``cross_val_score``, pass ``fitted.module_``: scikit-learn's ``clone`` unfits estimator-valued "
         "parameters. None: the model's own data-independent initialisation. Not used when ``warm_start`` "
@@ -273,6 +274,15 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
         codes[known] = LabelEncoder().fit(classes).transform(y[known])
         return torch.as_tensor(codes)
 
+    def _placeholder_record(self, shape: tuple[int, ...]) -> np.ndarray:
+        # the identity for square records (an SPD input every layer computes with), zeros for raw trials
+        return np.eye(shape[0]) if len(shape) == 2 and shape[0] == shape[1] else np.zeros(shape)
+
+    def _without_weight(self, targets: torch.Tensor, invalid: np.ndarray) -> torch.Tensor:
+        targets = targets.clone()
+        targets[torch.from_numpy(invalid)] = IGNORED_TARGET
+        return targets
+
     def _model(self, input_shape, classes, generator):
         module = self._build_module(input_shape, len(classes), generator, DTYPES[self.dtype])
         if self.init is not None:
@@ -300,6 +310,12 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
                           "was trained on any of these clients' records, continue it with warm_start=True (which "
                           "composes its ledger) or count both fits in one PrivacyBudget.")
             source = source.module_
+        else:
+            warn_user(f"init: the weights of a {type(source).__name__} are treated as public and nothing is charged "
+                      "for them. skfedriem cannot tell where a module's or a state dict's weights come from: if they "
+                      "were trained on any of these clients' records (a private fit's module_ included), their "
+                      "privacy loss is not part of this fit's epsilon_; continue that fit with warm_start=True, or "
+                      "count both fits in one PrivacyBudget.")
         state = source.state_dict() if isinstance(source, torch.nn.Module) else dict(source)
         params = trainable_parameters(module)
         known = set(params) | {n for n, _ in module.named_buffers()}

@@ -2,20 +2,21 @@
 
 The same code runs in-process (the ``"local"`` backend) and inside a Flower
 ClientApp: everything a client keeps between rounds (its secret randomness
-and, optionally, its optimiser state) is in :class:`ClientState`, which the
-Flower app stores in the node's own context and never sends.
+and, optionally, its optimiser state) is in :class:`ClientState`, which is
+never part of a reply. A deployed Flower site keeps none of its randomness:
+it draws afresh for every message (:mod:`skfedriem.flower._client_app`).
 """
 
 from __future__ import annotations
 
 import copy
 import functools
+import io
 import math
-import pickle
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from numbers import Real
+from numbers import Integral, Real
 
 import numpy as np
 import torch
@@ -197,14 +198,31 @@ class ClientState:
         return cls(SeededRandomness(seed if seed is not None else np.random.SeedSequence()))
 
     def to_bytes(self) -> bytes:
-        """Serialise (for a Flower node's private context)."""
-        return pickle.dumps({"randomness": self.randomness.to_bytes(), "optimizer_state": self.optimizer_state})
+        """Serialise (for a Flower node's private context, or a worker process): JSON, or torch's tensors-only
+        format when there is an optimiser state; never a pickle, so reading it back runs no code."""
+        randomness = self.randomness.to_bytes()
+        if self.optimizer_state is None:
+            return _RANDOMNESS_ONLY + randomness
+        buffer = io.BytesIO()
+        torch.save({"randomness": randomness, "optimizer_state": self.optimizer_state}, buffer)
+        return _WITH_OPTIMIZER + buffer.getvalue()
 
     @classmethod
     def from_bytes(cls, data: bytes) -> ClientState:
-        """Inverse of :meth:`to_bytes`."""
-        state = pickle.loads(data)  # written by this client into its own context
-        return cls(SecretRandomness.from_bytes(state["randomness"]), state["optimizer_state"])
+        """Inverse of :meth:`to_bytes`; ValueError for anything else."""
+        kind, payload = data[:1], data[1:]
+        if kind == _RANDOMNESS_ONLY:
+            return cls(SecretRandomness.from_bytes(payload))
+        if kind == _WITH_OPTIMIZER:
+            try:
+                state = torch.load(io.BytesIO(payload), weights_only=True)
+            except Exception as error:  # noqa: BLE001 - whatever the bytes, a ValueError
+                raise ValueError(f"Not a saved ClientState: {error}") from None
+            return cls(SecretRandomness.from_bytes(state["randomness"]), state["optimizer_state"])
+        raise ValueError("Not a saved ClientState.")
+
+
+_RANDOMNESS_ONLY, _WITH_OPTIMIZER = b"R", b"T"
 
 
 #: The key of a submission's noisy fraction of unclipped records (adaptive clipping); never a parameter's name
@@ -279,6 +297,13 @@ class RoundInstructions:
         σ_b > 0: adaptive clipping; every step also releases the noisy count
         of its unclipped records, and the client returns their mean as the
         fraction ``submission[CLIPPED_FRACTION]`` (0: no count).
+    planned_records : int, default=0
+        The m_i the server calibrated this client's round for (0: not
+        stated; the in-process engine, whose clients cannot change). A client
+        holding another number of records refuses the round before charging
+        or running anything: the server's certificate holds only for the
+        sizes it planned with (a deployed site that restarted with another
+        data file, say).
     """
 
     lr: float
@@ -289,6 +314,7 @@ class RoundInstructions:
     sampling: str
     aggregation: str
     count_noise_std: float = 0.0
+    planned_records: int = 0
 
 
 def step_plan(instructions: RoundInstructions, n_records: int, module: nn.Module) -> StepPlan:
@@ -317,16 +343,22 @@ def step_plan(instructions: RoundInstructions, n_records: int, module: nn.Module
     InvalidInstructionsError
         Naming the first instruction the client cannot run as stated.
     """
+    dtypes = [p.dtype for p in trainable_parameters(module).values()]
+    floor = math.sqrt(max((torch.finfo(d).tiny for d in dtypes), default=0.0))
+    ceiling = min((math.sqrt(torch.finfo(d).max) / 64 for d in dtypes), default=math.inf)
     lr = instructions.lr
-    if isinstance(lr, bool) or not isinstance(lr, Real) or not 0 <= lr < math.inf:
-        raise InvalidInstructionsError(f"The round's 'lr' must be a finite number >= 0. Got {lr!r} instead.")
+    if isinstance(lr, bool) or not isinstance(lr, Real) or not 0 <= lr <= ceiling or math.isinf(lr):
+        raise InvalidInstructionsError(f"The round's 'lr' must be a number in [0, {ceiling:.3g}]. Got {lr!r} instead.")
     if instructions.aggregation not in AGGREGATIONS:
         raise InvalidInstructionsError(f"The round's 'aggregation' must be one of {list(AGGREGATIONS.names())}. "
                                        f"Got {instructions.aggregation!r} instead.")
-    coarsest = max((torch.finfo(p.dtype).tiny for p in trainable_parameters(module).values()), default=0.0)
+    planned = instructions.planned_records
+    if isinstance(planned, bool) or not isinstance(planned, Integral) or planned not in (0, n_records):
+        raise InvalidInstructionsError(f"The round was planned for a client of {planned!r} records; this client "
+                                       f"holds {n_records}, so the server's certificate would not cover it.")
     return StepPlan(n_records=n_records, batch_size=instructions.batch_size, local_steps=instructions.local_steps,
                     clip=instructions.clip, noise_std=instructions.noise_std, sampling=instructions.sampling,
-                    diameter=clipped_gradient_diameter(module), floor=math.sqrt(coarsest),
+                    diameter=clipped_gradient_diameter(module), floor=floor, ceiling=ceiling,
                     count_noise_std=instructions.count_noise_std)
 
 

@@ -17,15 +17,16 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from flwr.app import ConfigRecord, Context, Error, Message, MetricRecord, RecordDict
+from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
-from flwr.common.constant import ErrorCode
 
 from ..exceptions import InvalidInstructionsError, InvalidIterateError, PrivacyBudgetExceeded
 from ..federated.client import ClientRecipe, ClientState, check_iterate, step_plan
 from ..privacy import PrivacyBudget
+from ..privacy.randomness import SecureRandomness
 from ..privacy.subsampled_gaussian import DISCRETIZATION
 from ..privacy.step_plan import StepPlan
+from ._errors import FAILED, error_reply
 from ._protocol import decode_arrays, decode_instructions, encode_arrays
 from ._replies import ReplyCache
 
@@ -33,6 +34,7 @@ __all__ = ["DEFAULT_MAX_EPSILON", "MAX_STEPS_PER_ROUND", "MU0_CEILING", "ClientS
            "SiteGuard", "make_client_app"]
 
 _STATE_KEY = "skfedriem"
+_OPTIMIZER_KEY = "skfedriem optimizer"
 #: Rounds with a larger per-step mu0 are refused without accounting, because the PLD of a larger mu0 is slow to
 #: build. mu0 = 10 is a noise multiplier B*sigma/(2C) of 0.1: one step at q = 0.01 already costs epsilon = 75
 #: (fixed) or 23 (Poisson) at delta = 1e-5 (tests/flower/test_client_app.py measures it with our accountant).
@@ -51,7 +53,7 @@ _REFUSALS = {
     InvalidInstructionsError: "refused: the round's instructions cannot be run as stated",
     PrivacyBudgetExceeded: "refused by the site's privacy ledger",
 }
-_FAILED = "the site could not take part (the reason is in the site's own log)"
+_FAILED = FAILED
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,10 @@ class SiteGuard:
     def replies(self) -> ReplyCache:
         """The site's last replies, by request."""
         return ReplyCache(self.ledger_path + ".replies")
+
+    def charges(self) -> set[str]:
+        """The labels of every round charged to the ledger (a cached reply is served again only under one)."""
+        return {str(fit["label"]) for fit in self.ledger().fits}
 
     def charge(self, plan: StepPlan, *, label: str) -> None:
         """Refuse a round no budget should take, else charge ``plan`` to the ledger (or refuse it)."""
@@ -170,8 +176,30 @@ def _refusal(msg: Message, error: Exception, deployed: bool) -> Message:
     reason = next((text for kind, text in _REFUSALS.items() if isinstance(error, kind)), _FAILED)
     if not deployed:  # the in-process simulation's server is the caller: tell it everything
         reason = f"{type(error).__name__}: {error}"
-    code = ErrorCode.CLIENT_APP_RAISED_EXCEPTION
-    return Message(error=Error(code=code, reason=reason), reply_to=msg)
+    return error_reply(msg, reason)
+
+
+def _round_state(client: ClientSetup, context: Context) -> ClientState:
+    """The client's state for a round: a seeded client's stream continues from the node's context; any other
+    client draws fresh OS entropy for every message, so that no lost or stale context can repeat a draw."""
+    stored = context.state.config_records.get(_STATE_KEY)
+    if client.seed is not None:
+        return ClientState.from_bytes(stored["state"]) if stored is not None else ClientState.fresh(client.seed)
+    state = ClientState.fresh(secure_mode=client.secure_mode)
+    kept = context.state.config_records.get(_OPTIMIZER_KEY)
+    if kept is not None:
+        state.optimizer_state = ClientState.from_bytes(kept["state"]).optimizer_state
+    return state
+
+
+def _keep_state(client: ClientSetup, context: Context, state: ClientState) -> None:
+    """What the next round needs in the node's context: a seeded client's stream; otherwise only the optimiser's
+    kept state, never the secret randomness (it would travel with the context)."""
+    if client.seed is not None:
+        context.state.config_records[_STATE_KEY] = ConfigRecord({"state": state.to_bytes()})
+    elif state.optimizer_state is not None:
+        kept = ClientState(SecureRandomness(), state.optimizer_state)  # serialises as a kind, no state
+        context.state.config_records[_OPTIMIZER_KEY] = ConfigRecord({"state": kept.to_bytes()})
 
 
 def make_client_app(setup: Callable[[Context], ClientSetup]) -> ClientApp:
@@ -193,14 +221,16 @@ def make_client_app(setup: Callable[[Context], ClientSetup]) -> ClientApp:
     (:func:`~skfedriem.federated.client.check_iterate`) and the instructions
     turned into the steps the client will run
     (:func:`~skfedriem.federated.client.step_plan`); a request identical to one
-    already answered gets that answer again; otherwise the site's guard
-    refuses the round or charges its plan to the ledger file, the private local
-    steps run, the reply is kept, and it leaves. The client's secret
-    randomness starts fresh at each run's first round and, with its optimiser
-    state, is kept in the node's ``context.state`` for the run's next rounds;
-    none of it is ever part of a reply, which holds only Sub(θ_t, θ_i) (and,
-    where the site opts in, the time Sub took). Any failure is answered with an
-    error reply that, from a deployed site, names only the kind of refusal.
+    already answered, and charged to this ledger, gets that answer again;
+    otherwise the site's guard refuses the round or charges its plan to the
+    ledger file, the private local steps run, the reply is kept, and it leaves.
+    An unseeded client (every deployed site) draws its batches and noise from
+    fresh OS entropy for every message; only its optimiser's kept state, if
+    any, waits in the node's ``context.state`` for the next round. A seeded
+    client (the in-process simulation) keeps its stream there. None of it is
+    ever part of a reply, which holds only Sub(θ_t, θ_i) (and, where the site
+    opts in, the time Sub took). Any failure is answered with an error reply
+    that, from a deployed site, names only the kind of refusal.
     """
     app = ClientApp()
 
@@ -233,19 +263,18 @@ def make_client_app(setup: Callable[[Context], ClientSetup]) -> ClientApp:
             guard = client.guard
             replies = None if guard is None else guard.replies()
             key = None if replies is None else ReplyCache.key(theta, instructions)
-            cached = None if replies is None else replies.get(key)
+            cached = None if replies is None else replies.get(key, charged=guard.charges())
             if cached is not None:
                 submission, seconds = cached
             else:
+                label = f"run {msg.metadata.run_id} round {msg.metadata.group_id} request {key}"
                 if guard is not None:
-                    guard.charge(plan, label=f"run {msg.metadata.run_id} round {msg.metadata.group_id}")
-                stored = context.state.config_records.get(_STATE_KEY)
-                state = (ClientState.from_bytes(stored["state"]) if stored is not None
-                         else ClientState.fresh(client.seed, secure_mode=client.secure_mode))
+                    guard.charge(plan, label=label)
+                state = _round_state(client, context)
                 submission, seconds = client.recipe.run_round(theta, client.data, state, instructions)
-                context.state.config_records[_STATE_KEY] = ConfigRecord({"state": state.to_bytes()})
+                _keep_state(client, context, state)
                 if replies is not None:
-                    replies.put(key, submission, seconds)
+                    replies.put(key, submission, seconds, charge=label)
             content = RecordDict({"submission": encode_arrays(submission)})
             if client.timings:
                 content["metrics"] = MetricRecord({"submission_seconds": seconds})

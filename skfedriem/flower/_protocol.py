@@ -5,15 +5,18 @@ the aggregation and the accountant (:meth:`~skfedriem.federated.FederatedTrainer
 engine's own code. Two message types:
 
 * ``query`` (server → every node): the reply carries the client's ``name``,
-  ``n_records`` (public under substitution neighbours; the server needs the
-  smallest m_i to calibrate σ) and ``input_shape``, the shape of one record.
+  ``n_records`` (a deployed site's: the records in its data file, whatever the
+  run; public under substitution neighbours; the server needs the smallest m_i
+  to calibrate σ) and ``input_shape``, the shape of one record.
 * ``train`` (server → selected nodes): θ_t as an ArrayRecord and the round's
-  public instructions as a ConfigRecord; the reply carries only Sub(θ_t, θ_i)
+  public instructions as a ConfigRecord (with the m_i the server planned the
+  client's round for, which a client holding another number refuses); the reply carries only Sub(θ_t, θ_i)
   (and the time Sub took, from a site that opts in).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 import warnings
@@ -114,7 +117,7 @@ class NodeDirectory:
                     continue  # asked again at the next refresh: a node may answer once its app is up
                 info = _describe(reply)
                 self._asked.add(node)
-                self.clients.setdefault(info.name, info)
+                self.clients[info.name] = info  # a site that restarted describes itself anew
                 self.node_of[info.name] = node
             if time.monotonic() >= deadline:
                 break
@@ -228,6 +231,13 @@ class FlowerTransport:
         restarts under a new node id rejoins).
     names : list of str
         The client names, in the order the trainer indexes them.
+    sizes : list of int
+        Each client's m_i as the run was planned for. Every round's
+        instructions state it (``planned_records``), and a client now holding
+        another number refuses the round before anything is charged or run;
+        a client that described itself with another size since is not sent the
+        round at all (a warning names it). Either way no client runs at a size
+        the run's certificate was not computed for.
     timeout : float or None
         Seconds to wait for a round's replies; None waits for all.
     on_failure : {"raise", "skip"}
@@ -238,12 +248,15 @@ class FlowerTransport:
         cost is charged: the accountant charges every round for every client.
     """
 
-    def __init__(self, directory: NodeDirectory, names: list[str], *, timeout: float | None = None,
+    def __init__(self, directory: NodeDirectory, names: list[str], sizes: list[int], *, timeout: float | None = None,
                  on_failure: str = "raise"):
         if on_failure not in ("raise", "skip"):
             raise ValueError(f"The 'on_failure' parameter must be 'raise' or 'skip'. Got {on_failure!r} instead.")
+        if len(sizes) != len(names):
+            raise ValueError(f"FlowerTransport needs one size per client: {len(names)} names, {len(sizes)} sizes.")
         self.directory = directory
         self.names = names
+        self.sizes = [int(m) for m in sizes]
         self.timeout = timeout
         self.on_failure = on_failure
 
@@ -259,13 +272,19 @@ class FlowerTransport:
             raise RuntimeError(f"Round {t + 1}: none of the selected sites {[self.names[i] for i in selected]} is "
                                f"online (the SuperLink counts {len(online)} SuperNode(s) online). Check that the sites' "
                                "SuperNodes run and reach the SuperLink; resume=true continues from this round.")
-        sent = {i: Message(RecordDict({"theta": weights, "instructions": encode_instructions(instructions[i])}),
+        described = {i: self.directory.clients.get(self.names[i]) for i in selected}
+        resized = {i: info.n_records for i, info in described.items()
+                   if info is not None and info.n_records != self.sizes[i]}
+        sent = {i: Message(RecordDict({"theta": weights, "instructions": encode_instructions(
+                               dataclasses.replace(instructions[i], planned_records=self.sizes[i]))}),
                            dst_node_id=nodes[i], message_type="train", group_id=str(t + 1))
-                for i in selected if nodes[i] in online}
+                for i in selected if nodes[i] in online and i not in resized}
         replies = _send_and_receive(grid, list(sent.values()), self.timeout)
         # the grid set each message's id when pushing it; an error reply may come from the SuperLink itself
         client_of = {message.metadata.message_id: i for i, message in sent.items()}
-        out, failures = {}, {i: "offline" for i in selected if i not in sent}
+        out, failures = {}, {i: "offline" for i in selected if i not in sent and i not in resized}
+        failures.update({i: f"now holds {m} records, the run was planned for {self.sizes[i]}: left out"
+                         for i, m in resized.items()})
         for reply in replies:
             client = client_of[reply.metadata.reply_to_message_id]
             if reply.has_error():

@@ -5,6 +5,9 @@ same θ_t and the same instructions. Answering with a fresh release would
 spend privacy twice on one round; answering with the earlier reply spends
 nothing new (it is what the server may already have seen). A request that
 differs in any bit (another θ, another σ) is a new release, charged as such.
+Each reply is kept with the label of the ledger charge that paid for it, and
+served again only while the ledger holds that charge: a reply whose charge
+is not in the ledger (a ledger replaced or rolled back) is a new release.
 """
 
 from __future__ import annotations
@@ -40,17 +43,21 @@ class ReplyCache:
             h.update(value.numpy().tobytes())
         return h.hexdigest()
 
-    def get(self, key: str) -> tuple[dict[str, torch.Tensor], float] | None:
-        """The reply already given to this request, if any."""
+    def get(self, key: str, *, charged: set[str]) -> tuple[dict[str, torch.Tensor], float] | None:
+        """The reply already given to this request, if any and if its charge is among ``charged`` (the ledger's)."""
         path = self.folder / f"{key}.pt"
         if not path.exists():
             return None
         saved = torch.load(path, weights_only=True)
+        if saved.get("charge") not in charged:
+            return None
         return saved["submission"], float(saved["seconds"])
 
-    def put(self, key: str, submission: dict[str, torch.Tensor], seconds: float) -> None:
-        """Keep this reply (written atomically, before it is sent); forget the oldest beyond ``keep``."""
-        write_atomically(self.folder / f"{key}.pt", lambda f: torch.save({"submission": submission, "seconds": seconds}, f))
+    def put(self, key: str, submission: dict[str, torch.Tensor], seconds: float, *, charge: str) -> None:
+        """Keep this reply and the label of the charge that paid for it (written atomically, before it is sent);
+        forget the oldest beyond ``keep``."""
+        write_atomically(self.folder / f"{key}.pt",
+                         lambda f: torch.save({"submission": submission, "seconds": seconds, "charge": charge}, f))
         replies = sorted(self.folder.glob("*.pt"), key=lambda p: p.stat().st_mtime)
         for old in replies[: max(0, len(replies) - self.keep)]:
             old.unlink(missing_ok=True)

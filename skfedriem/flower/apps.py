@@ -2,8 +2,9 @@
 
 Each site runs ``flower-supernode`` with its own records in its node
 configuration; the server never reads a site's file. It learns each client's
-name, record count and record shape, then θ_t goes out and submissions come
-back (see :mod:`skfedriem.flower._protocol`). The Flower App projects naming
+name, record count (the records in its file, whatever the run) and record
+shape, then θ_t goes out and submissions come back (see
+:mod:`skfedriem.flower._protocol`). The Flower App projects naming
 these apps ship in :data:`APP_DIRS`::
 
     flwr run "$(python -c 'from skfedriem.flower.apps import APP_DIRS; print(APP_DIRS["spdnet"])')" <superlink> \\
@@ -32,8 +33,8 @@ Node configuration of a SuperNode (``--node-config``):
 * ``non-private``: ``true`` accepts rounds without noise, each charged as
   infinite loss (test benches only; needs ``max-epsilon=inf``).
 
-A site always draws its batches and noise from fresh OS entropy at every run's
-start; a ``seed`` node setting is refused (a seeded site that restarts would
+A site always draws its batches and noise from fresh OS entropy for every
+message; a ``seed`` node setting is refused (a seeded site that restarts would
 repeat its noise; seeds are for the in-process simulation).
 
 Run configuration (defaults in each project's ``pyproject.toml``): the
@@ -96,8 +97,8 @@ def site_setup(kind: str, context: Context) -> ClientSetup:
     """
     node, config = context.node_config, context.run_config
     if "seed" in node:
-        raise ValueError("A deployed site does not take a 'seed' node setting: it draws fresh OS entropy at every "
-                         "run's start (a seeded site that restarted would repeat its noise). Remove it.")
+        raise ValueError("A deployed site does not take a 'seed' node setting: it draws fresh OS entropy for every "
+                         "message (a seeded site that restarted would repeat its noise). Remove it.")
     path = str(node["data-path"])
     key = (kind, path, tuple(sorted(dict(config).items())))
     if key not in _SITES:
@@ -215,7 +216,7 @@ def _serve(kind: str, grid: Grid, context: Context) -> None:
             print(f"skfedriem: round {state.round}/{trainer.n_rounds} selected={last['clients']} "
                   f"replied={last['replied']} epsilon={last['epsilon']:.4g}", flush=True)
 
-    transport = FlowerTransport(directory, names, timeout=timeout, on_failure="skip")
+    transport = FlowerTransport(directory, names, sizes, timeout=timeout, on_failure="skip")
     trainer.serve(transport, sizes, names, trainer.seed_sequence, resume=resume, on_round=on_round)
     est.set_fitted(trainer, input_shape=shapes[0], classes=classes)
     _write_results(est, kind, out, names, sizes)

@@ -117,7 +117,7 @@ def run_trainer_in_simulation(trainer, clients: Sequence[tuple[torch.Tensor, ...
             try:
                 directory = NodeDirectory(grid)
                 _, sizes, _ = directory.discover(len(clients), timeout=300.0, order=str_names)
-                trainer.serve(FlowerTransport(directory, str_names, on_failure="raise"), sizes, list(names), server_seq)
+                trainer.serve(FlowerTransport(directory, str_names, sizes, on_failure="raise"), sizes, list(names), server_seq)
             except BaseException as exc:  # re-raised in the caller's thread below
                 failure.append(exc)
                 raise

@@ -10,41 +10,49 @@ the records and the model loaded, answers with the very ClientApp an
 in-process site runs (:data:`skfedriem.flower.apps.client_apps`: the site's
 guard, ledger and reply cache), and sends back the reply and the context's
 new state. Nothing of the site's privacy moves: the ledger and the replies are
-the site's files as before, the secret randomness travels in the node's own
-context, and the channel is a Unix socket in a folder only the site's account
-can open (mode 0700).
+the site's files as before, the site's secret randomness is drawn afresh in
+the worker for every message and never travels, and the channel
+(:mod:`skfedriem.flower._channel`) is a Unix socket in a folder of the site's
+account, reached through a checked descriptor, with the peer's account checked
+at both ends and no pickle in either direction.
 
 The worker is started by the first message that needs it (one per site, kind
 and run configuration) and stops when its SuperNode's process is gone, or
-after ``IDLE_SECONDS`` without a message.
+after ``IDLE_SECONDS`` without a message. Any failure here (the worker could
+not start, the channel was refused) is answered like every failure of a
+deployed site: an error reply that names only its kind, the details in the
+site's own log. Where the channel cannot run (not Linux), the message is
+answered in this process.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
-import pickle
 import socket
-import struct
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 from flwr.supercore.task_identity import TaskIdentity
 
+from ._channel import (check_peer, decode_reply, encode_request, private_folder, receive_frame, send_frame,
+                       socket_address, supported)
+from ._errors import FAILED, error_reply
+
 __all__ = ["IDLE_SECONDS", "STARTUP_SECONDS", "default_ledger_path", "exchange", "make_site_client_app",
-           "worker_socket"]
+           "worker_name"]
 
 #: A worker with no message for this long stops (the next message starts a new one).
 IDLE_SECONDS = 600.0
 #: How long a message waits for a worker to start (a busy machine imports torch slowly).
 STARTUP_SECONDS = 180.0
-_HEADER = struct.Struct("!Q")
+
+_log = logging.getLogger("skfedriem.flower.site")
 
 
 def default_ledger_path(node_config) -> str:
@@ -62,8 +70,8 @@ def default_ledger_path(node_config) -> str:
     return str(node_config.get("ledger-path", str(node_config["data-path"]) + ".privacy-ledger.json"))
 
 
-def worker_socket(kind: str, context: Context) -> Path:
-    """Where the worker of this site, kind and run configuration listens (a folder only this account opens).
+def worker_name(kind: str, context: Context) -> str:
+    """The socket name of the worker of this site, kind and run configuration (in the site's private folder).
 
     Parameters
     ----------
@@ -74,52 +82,50 @@ def worker_socket(kind: str, context: Context) -> Path:
 
     Returns
     -------
-    Path
+    str
     """
     identity = json.dumps([kind, dict(context.node_config), dict(context.run_config)], sort_keys=True, default=str)
-    folder = Path(tempfile.gettempdir()) / f"skfedriem-sites-{os.getuid()}"
-    folder.mkdir(mode=0o700, exist_ok=True)
-    if folder.stat().st_uid != os.getuid() or folder.stat().st_mode & 0o077:
-        raise PermissionError(f"{folder} must belong to this account and be closed to others (mode 0700).")
-    return folder / f"{hashlib.sha256(identity.encode()).hexdigest()[:24]}.sock"
+    return f"{hashlib.sha256(identity.encode()).hexdigest()[:24]}.sock"
 
 
-def _send(connection: socket.socket, payload: object) -> None:
-    data = pickle.dumps(payload)
-    connection.sendall(_HEADER.pack(len(data)) + data)
-
-
-def _receive(connection: socket.socket) -> object:
-    size = _HEADER.unpack(_read(connection, _HEADER.size))[0]
-    return pickle.loads(_read(connection, size))  # from this account's own worker
-
-
-def _read(connection: socket.socket, size: int) -> bytes:
-    chunks, left = [], size
-    while left:
-        chunk = connection.recv(min(left, 1 << 20))
-        if not chunk:
-            raise ConnectionError("The site's worker closed the connection.")
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
-
-
-def _connect(path: Path) -> socket.socket | None:
+def _connect(folder: int, name: str) -> socket.socket | None:
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        connection.connect(str(path))
+        connection.connect(socket_address(folder, name))
         return connection
     except (FileNotFoundError, ConnectionRefusedError):
         connection.close()
         return None
 
 
-def _start_worker(kind: str, path: Path) -> subprocess.Popen:
-    with path.with_suffix(".log").open("ab") as log:
-        return subprocess.Popen([sys.executable, "-m", "skfedriem.flower.site_worker", "--kind", kind, "--socket",
-                                 str(path), "--parent-pid", str(os.getppid()), "--idle-seconds", str(IDLE_SECONDS)],
-                                stdin=subprocess.DEVNULL, stdout=log, stderr=log, close_fds=True)
+def _start_worker(kind: str, folder: int, name: str) -> subprocess.Popen:
+    log = os.open(name.removesuffix(".sock") + ".log", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
+                  | os.O_CLOEXEC, 0o600, dir_fd=folder)
+    try:
+        return subprocess.Popen([sys.executable, "-m", "skfedriem.flower.site_worker", "--kind", kind,
+                                 "--folder-fd", str(folder), "--socket-name", name, "--parent-pid", str(os.getppid()),
+                                 "--idle-seconds", str(IDLE_SECONDS)],
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(folder,))
+    finally:
+        os.close(log)
+
+
+def _worker_connection(kind: str, folder: int, name: str) -> socket.socket:
+    connection = _connect(folder, name)
+    if connection is not None:
+        return connection
+    try:  # a worker that is gone leaves its socket behind
+        os.unlink(name, dir_fd=folder)
+    except FileNotFoundError:
+        pass
+    worker = _start_worker(kind, folder, name)
+    deadline = time.monotonic() + STARTUP_SECONDS
+    while (connection := _connect(folder, name)) is None:
+        if worker.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"The site's worker {'exited' if worker.poll() is not None else 'did not start'}; "
+                               f"its log is {name.removesuffix('.sock')}.log in the site's socket folder.")
+        time.sleep(0.05)
+    return connection
 
 
 def exchange(kind: str, message: Message, context: Context) -> Message:
@@ -134,23 +140,38 @@ def exchange(kind: str, message: Message, context: Context) -> Message:
     Returns
     -------
     flwr.app.Message
+
+    Raises
+    ------
+    PermissionError, ConnectionError
+        The socket folder or the worker is not this account's, or the
+        channel broke (:mod:`skfedriem.flower._channel`).
     """
-    path = worker_socket(kind, context)
-    connection = _connect(path)
-    if connection is None:
-        path.unlink(missing_ok=True)  # a worker that is gone leaves its socket behind
-        worker = _start_worker(kind, path)
-        deadline = time.monotonic() + STARTUP_SECONDS
-        while (connection := _connect(path)) is None:
-            if worker.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"The site's worker {'exited' if worker.poll() is not None else 'did not start'}"
-                                   f"; its log is {path.with_suffix('.log')}.")
-            time.sleep(0.05)
-    with connection:
-        _send(connection, (message, context, (TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id)))
-        reply, state = _receive(connection)
+    folder = private_folder()
+    try:
+        with _worker_connection(kind, folder, worker_name(kind, context)) as connection:
+            check_peer(connection)
+            send_frame(connection, encode_request(message, context, (TaskIdentity.task_id, TaskIdentity.run_id,
+                                                                     TaskIdentity.node_id)))
+            reply, state = decode_reply(receive_frame(connection, 2))
+    finally:
+        os.close(folder)
     context.state = state
     return reply
+
+
+def _answer(kind: str, message: Message, context: Context) -> Message:
+    """The site's reply to ``message``: from its worker, or in this process where the channel cannot run."""
+    try:
+        if supported():
+            return exchange(kind, message, context)
+        from .apps import client_apps  # torch and the estimators, in this process
+
+        return client_apps[kind](message, context)
+    except Exception as error:  # noqa: BLE001 - every failure becomes the generic error reply; details stay here
+        _log.warning("%s message %s failed before reaching the site app: %s: %s", message.metadata.message_type,
+                     message.metadata.message_id, type(error).__name__, error, exc_info=True)
+        return error_reply(message, FAILED)
 
 
 def make_site_client_app(kind: str) -> ClientApp:
@@ -169,11 +190,11 @@ def make_site_client_app(kind: str) -> ClientApp:
 
     @app.query()
     def query(msg: Message, context: Context) -> Message:
-        return exchange(kind, msg, context)
+        return _answer(kind, msg, context)
 
     @app.train()
     def train(msg: Message, context: Context) -> Message:
-        return exchange(kind, msg, context)
+        return _answer(kind, msg, context)
 
     return app
 

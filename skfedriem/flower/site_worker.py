@@ -1,30 +1,38 @@
 """A deployed site's resident worker: torch, its records and its model loaded once, answering its light ClientApp.
 
 Started by :mod:`skfedriem.flower.site_client` (``python -m
-skfedriem.flower.site_worker``), it listens on a Unix socket in a folder only
-the site's account can open, and answers each ``(message, context)`` with the
+skfedriem.flower.site_worker``), it listens on a Unix socket in the site's
+private folder, whose checked descriptor it inherits
+(:mod:`skfedriem.flower._channel`), and answers each request with the
 in-process site ClientApp of its kind (:data:`skfedriem.flower.apps.client_apps`:
 the site's guard, ledger and reply cache are that app's), one message at a
-time, returning the reply and the context's new state. It stops when the
-process that started its ClientApps (the SuperNode's SuperExec) is gone, or
-after a while without a message.
+time, returning the reply and the context's new state. A connection from
+another account, or anything that is not a request of the channel, is closed
+unanswered (and logged). It stops when the process that started its
+ClientApps (the SuperNode's SuperExec) is gone, or after a while without a
+message.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import socket
 import time
-from pathlib import Path
 
 import torch
 from flwr.supercore.task_identity import TaskIdentity
 
+from ._channel import (ChannelError, check_folder, check_peer, decode_request, encode_reply, receive_frame, send_frame,
+                       socket_address)
 from .apps import client_apps
-from .site_client import _receive, _send
 
-__all__ = ["main", "serve"]
+__all__ = ["READ_SECONDS", "main", "serve"]
+
+#: How long the worker waits for a connected peer's request before hanging up (a stalled peer blocks no one).
+READ_SECONDS = 30.0
+_log = logging.getLogger("skfedriem.flower.site")
 
 
 def _alive(pid: int) -> bool:
@@ -37,25 +45,47 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def serve(kind: str, path: str | Path, *, parent_pid: int | None = None, idle_seconds: float = 600.0) -> None:
-    """Answer the site's ClientApp on ``path`` until ``parent_pid`` is gone or ``idle_seconds`` pass without a message.
+def _answer(app, connection: socket.socket) -> None:
+    """Answer one connection's request, or hang up on a peer or a frame that is not the site's."""
+    try:
+        check_peer(connection)
+        connection.settimeout(READ_SECONDS)
+        message, context, (task, run, node) = decode_request(receive_frame(connection, 3))
+    except (ChannelError, OSError) as error:
+        _log.warning("the worker refused a connection: %s: %s", type(error).__name__, error)
+        return
+    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = task, run, node
+    reply = app(message, context)  # every failure is already an error reply
+    connection.settimeout(None)
+    try:
+        send_frame(connection, encode_reply(reply, context.state))
+    except OSError as error:  # the ClientApp is gone (Flower timed it out): its next message asks again
+        _log.warning("the worker could not send its reply: %s: %s", type(error).__name__, error)
+
+
+def serve(kind: str, folder_fd: int, name: str, *, parent_pid: int | None = None,
+          idle_seconds: float = 600.0) -> None:
+    """Answer the site's ClientApp on socket ``name`` of the folder open at ``folder_fd`` until ``parent_pid`` is
+    gone or ``idle_seconds`` pass without a message.
 
     Parameters
     ----------
     kind : str
         The deployable kind whose site app answers.
-    path : str or Path
-        The Unix socket to listen on (created; removed on exit).
+    folder_fd : int
+        The site's private folder (:func:`~skfedriem.flower._channel.private_folder`).
+    name : str
+        The socket's file name in it (created; removed on exit).
     parent_pid : int, optional
         Stop when this process is gone.
     idle_seconds : float, default=600.0
     """
     torch.set_num_threads(1)  # tiny-matrix work: one thread per job (see skfedriem.federated.parallel)
+    check_folder(folder_fd)
     app = client_apps[kind]
-    path = Path(path)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(str(path))
-    os.chmod(path, 0o600)
+    listener.bind(socket_address(folder_fd, name))
+    os.chmod(name, 0o600, dir_fd=folder_fd, follow_symlinks=False)
     listener.listen()
     listener.settimeout(1.0)
     last = time.monotonic()
@@ -66,14 +96,14 @@ def serve(kind: str, path: str | Path, *, parent_pid: int | None = None, idle_se
             except TimeoutError:
                 continue
             with connection:
-                message, context, (task, run, node) = _receive(connection)
-                TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = task, run, node
-                reply = app(message, context)  # every failure is already an error reply
-                _send(connection, (reply, context.state))
+                _answer(app, connection)
             last = time.monotonic()
     finally:
         listener.close()
-        path.unlink(missing_ok=True)
+        try:
+            os.unlink(name, dir_fd=folder_fd)
+        except FileNotFoundError:
+            pass
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -82,15 +112,17 @@ def main(argv: list[str] | None = None) -> None:
     Parameters
     ----------
     argv : list of str, optional
-        ``--kind``, ``--socket``, ``--parent-pid`` and ``--idle-seconds``.
+        ``--kind``, ``--folder-fd``, ``--socket-name``, ``--parent-pid`` and ``--idle-seconds``.
     """
     parser = argparse.ArgumentParser(prog="python -m skfedriem.flower.site_worker", description=__doc__.split("\n")[0])
     parser.add_argument("--kind", required=True)
-    parser.add_argument("--socket", required=True)
+    parser.add_argument("--folder-fd", type=int, required=True)
+    parser.add_argument("--socket-name", required=True)
     parser.add_argument("--parent-pid", type=int, default=None)
     parser.add_argument("--idle-seconds", type=float, default=600.0)
     args = parser.parse_args(argv)
-    serve(args.kind, args.socket, parent_pid=args.parent_pid, idle_seconds=args.idle_seconds)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    serve(args.kind, args.folder_fd, args.socket_name, parent_pid=args.parent_pid, idle_seconds=args.idle_seconds)
 
 
 if __name__ == "__main__":

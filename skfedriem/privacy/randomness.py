@@ -24,9 +24,9 @@ the server saw. Two sources:
 
 from __future__ import annotations
 
+import json
 import math
 import os
-import pickle
 from abc import ABC, abstractmethod
 
 import numpy as np
@@ -54,17 +54,22 @@ class SecretRandomness(ABC):
 
     @abstractmethod
     def to_bytes(self) -> bytes:
-        """The state to resume from (for a Flower node's private context)."""
+        """The state to resume from, as JSON (no pickle: reading it back runs no code)."""
 
     @staticmethod
     def from_bytes(data: bytes) -> SecretRandomness:
-        """Inverse of :meth:`to_bytes`."""
-        kind, state = pickle.loads(data)  # written by this client into its own context
-        if kind == "secure":
-            return SecureRandomness()
-        rng = np.random.Generator(np.random.PCG64())
-        rng.bit_generator.state = state
-        return SeededRandomness(rng)
+        """Inverse of :meth:`to_bytes`; ValueError for anything else."""
+        try:
+            kind, state = json.loads(data)
+            if kind == "secure":
+                return SecureRandomness()
+            if kind == "seeded":
+                rng = np.random.Generator(np.random.PCG64())
+                rng.bit_generator.state = state
+                return SeededRandomness(rng)
+        except (TypeError, ValueError, KeyError) as error:
+            raise ValueError(f"Not a saved SecretRandomness: {error}") from None
+        raise ValueError(f"Not a saved SecretRandomness: unknown kind {kind!r}.")
 
 
 class SeededRandomness(SecretRandomness):
@@ -92,7 +97,7 @@ class SeededRandomness(SecretRandomness):
         return torch.from_numpy(self.rng.standard_normal(shape, dtype=np_dtype)).to(dtype)
 
     def to_bytes(self) -> bytes:
-        return pickle.dumps(("seeded", self.rng.bit_generator.state))
+        return json.dumps(["seeded", self.rng.bit_generator.state]).encode()
 
     def __repr__(self) -> str:
         return "SeededRandomness(PCG64)"
@@ -131,7 +136,7 @@ class SecureRandomness(SecretRandomness):
         return torch.from_numpy(draws.sum(0) / 2.0).reshape(shape).to(dtype)
 
     def to_bytes(self) -> bytes:
-        return pickle.dumps(("secure", None))
+        return json.dumps(["secure", None]).encode()
 
     def __repr__(self) -> str:
         return "SecureRandomness(os.urandom)"

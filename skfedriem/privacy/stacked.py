@@ -74,14 +74,21 @@ class StackedDenseGradients(PerRecordGradients):
 
 
 def _close(stacked: torch.Tensor, alone: torch.Tensor) -> bool:
-    """Equal up to rounding where finite (tolerance from the finite entries), and the same inf and NaN entries."""
+    """Equal up to rounding at the dtype's resolution (√ε relative, from the finite entries), with the same inf
+    and NaN entries."""
     finite = torch.isfinite(alone)
     if stacked.shape != alone.shape or not torch.equal(finite, torch.isfinite(stacked)):
         return False
     if not (torch.equal(alone.isnan(), stacked.isnan()) and torch.equal(alone.isposinf(), stacked.isposinf())):
         return False
     scale = float(alone[finite].abs().max()) if bool(finite.any()) else 1.0
-    return torch.allclose(stacked[finite], alone[finite], rtol=1e-3, atol=1e-6 * scale)
+    resolution = math.sqrt(torch.finfo(alone.dtype).eps) if alone.dtype.is_floating_point else 0.0
+    return torch.allclose(stacked[finite], alone[finite], rtol=resolution, atol=resolution * scale)
+
+
+def _identical(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bit for bit the same (NaN where NaN)."""
+    return a.shape == b.shape and torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(), b.nan_to_num())
 
 
 def _stacked_losses(loss_fn: LossFn):
@@ -155,13 +162,20 @@ class ClientStack:
                 block.copy_(block.manifold.proj(block))
 
     def verify(self, loss_fn: LossFn, clients: list[tuple[torch.Tensor, ...]]) -> None:
-        """Check, once, that each client's forward, per-record gradient norms and sums are a lone copy's; else ValueError.
+        """Check, once, that each client's forward, per-record gradient norms and sums are a lone copy's, and that
+        no client's depend on another's; else ValueError.
 
         The check runs on K + 1 of each client's records (a width that is not
         K, so that a layer broadcasting one client's parameters over the
         record axis shows), with each client's blocks moved apart by a fixed,
-        public offset. It leaves the blocks as they were and draws no
-        randomness.
+        public offset. Two comparisons: against a lone copy of each client, up
+        to rounding at the dtype's resolution (a layer that computes something
+        else); and, bit for bit, the other clients' results when the first's
+        and the last's records and blocks change (a layer that mixes clients,
+        however little: a share of 1e-6 of another client's value changes the
+        bits). What it cannot see: a layer that behaves on these records and
+        blocks and not on others. It leaves the blocks as they were and draws
+        no randomness.
 
         Parameters
         ----------
@@ -182,11 +196,7 @@ class ClientStack:
                     for k in range(self.n_clients):
                         block[k].add_(0.01 * (k + 1) * pattern.to(block.device))
             try:
-                with torch.no_grad():
-                    outputs = self._outputs(batch[0])
-                gradients = self.per_record_gradients(loss_fn, batch)
-                norms = gradients.norms()
-                sums = gradients.weighted_sum(torch.ones_like(norms))
+                outputs, norms, sums = self._results(loss_fn, batch)
             except RuntimeError as error:  # a layer that cannot take stacked parameters at all
                 raise ValueError(f"{type(self.module).__name__} cannot run its clients in lockstep: its stacked "
                                  f"forward fails ({error}). Use lockstep=False.") from error
@@ -206,9 +216,42 @@ class ClientStack:
                             f"{type(self.module).__name__} cannot run its clients in lockstep: client {k}'s {what} "
                             "in the stack differs from a lone copy's (a layer that declares supports_client_stacking "
                             "mixes clients or records, or the loss is not per record). Use lockstep=False.")
+            self._check_no_cross_talk(loss_fn, batch, (outputs, norms, sums))
         finally:
             self.load(saved)
         self.verified = True
+
+    def _results(self, loss_fn: LossFn, batch: tuple[torch.Tensor, ...]) -> tuple:
+        """The stack's forward outputs, per-record gradient norms and gradient sums on ``batch``."""
+        with torch.no_grad():
+            outputs = self._outputs(batch[0])
+        gradients = self.per_record_gradients(loss_fn, batch)
+        norms = gradients.norms()
+        return outputs, norms, gradients.weighted_sum(torch.ones_like(norms))
+
+    def _check_no_cross_talk(self, loss_fn: LossFn, batch: tuple[torch.Tensor, ...], results: tuple) -> None:
+        """ValueError unless every other client's results stay bit for bit the same when one client's change."""
+        outputs, norms, sums = results
+        for changed in sorted({0, self.n_clients - 1}) if self.n_clients > 1 else ():
+            moved = tuple(x.clone() for x in batch)
+            for x in moved:
+                x[changed] = x[changed].flip(0)
+            saved = {name: block.detach().clone() for name, block in self.blocks.items()}
+            with torch.no_grad():
+                for block in self.blocks.values():
+                    block[changed].mul_(1.5)
+            try:
+                new_outputs, new_norms, new_sums = self._results(loss_fn, moved)
+            finally:
+                self.load(saved)
+            others = [k for k in range(self.n_clients) if k != changed]
+            pairs = [("forward", outputs, new_outputs), ("gradient norms", norms, new_norms)]
+            pairs += [(f"gradient sum of {name!r}", sums[name], new_sums[name]) for name in sums]
+            for what, before, after in pairs:
+                if not _identical(before[others], after[others]):
+                    raise ValueError(f"{type(self.module).__name__} cannot run its clients in lockstep: the other "
+                                     f"clients' {what} change when client {changed}'s records and parameters do (a "
+                                     "layer that declares supports_client_stacking mixes clients). Use lockstep=False.")
 
     def _outputs(self, inputs: torch.Tensor) -> torch.Tensor:
         if self.twin is not None:

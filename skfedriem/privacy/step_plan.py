@@ -72,6 +72,10 @@ def _real(name: str, value) -> float:
     return number
 
 
+def _finite_within(value: float, low: float, high: float) -> bool:
+    return math.isfinite(value) and low <= value <= high
+
+
 @dataclass(frozen=True)
 class StepPlan:
     """One client's private local steps of one round, validated: what its sampler and mechanism run.
@@ -103,6 +107,13 @@ class StepPlan:
         with safely (:func:`~skfedriem.federated.client.step_plan` sets √(its
         smallest normal number)): below it, squares and products of gradients
         and noise underflow, and clipping or noise would silently vanish.
+    ceiling : float, default=inf
+        The largest finite clip and noise std (the count's too) the model's
+        dtype computes with safely (:func:`~skfedriem.federated.client.step_plan`
+        sets √(its largest finite number) / 64): above it, the noise, its
+        squares in an optimiser's moments or its product with the learning
+        rate overflow, and a release charged at a vanishing μ0 would come out
+        infinite.
     count_noise_std : float, default=0.0
         σ_b > 0: every step also releases the noisy count of its records whose
         gradient norm is at most C, Σ (1[‖g_z‖ ≤ C] − ½) + N(0, σ_b²) (adaptive
@@ -127,6 +138,7 @@ class StepPlan:
     sampling: str
     diameter: float = 2.0
     floor: float = 0.0
+    ceiling: float = math.inf
     count_noise_std: float = 0.0
 
     def __post_init__(self) -> None:
@@ -136,17 +148,18 @@ class StepPlan:
                   "clip": _real("clip", self.clip), "noise_std": _real("noise_std", self.noise_std),
                   "diameter": _real("diameter", self.diameter),
                   "count_noise_std": _real("count_noise_std", self.count_noise_std)}
-        floor = max(float(self.floor), 0.0)
-        if not (fields["clip"] > 0 and fields["clip"] >= floor):
-            raise InvalidInstructionsError(f"The round's 'clip' must be > 0 and >= {floor:.3g} (inf: no clipping). "
-                                           f"Got {self.clip!r}.")
-        if not (0 <= fields["noise_std"] < math.inf and (fields["noise_std"] == 0 or fields["noise_std"] >= floor)):
-            raise InvalidInstructionsError(f"The round's 'noise_std' must be 0, or finite and >= {floor:.3g}. "
+        floor, ceiling = max(float(self.floor), 0.0), float(self.ceiling)
+        clip = fields["clip"]
+        if not (clip >= floor and clip > 0 and (clip <= ceiling or math.isinf(clip))):
+            raise InvalidInstructionsError(f"The round's 'clip' must be in [{floor:.3g}, {ceiling:.3g}] and > 0 "
+                                           f"(inf: no clipping). Got {self.clip!r}.")
+        if not (fields["noise_std"] == 0 or _finite_within(fields["noise_std"], floor, ceiling)):
+            raise InvalidInstructionsError(f"The round's 'noise_std' must be 0, or in [{floor:.3g}, {ceiling:.3g}]. "
                                            f"Got {self.noise_std!r}.")
         count = fields["count_noise_std"]
-        if not (0 <= count < math.inf and (count == 0 or count >= floor)):
-            raise InvalidInstructionsError(f"The round's 'count_noise_std' must be 0 (no count), or finite and >= "
-                                           f"{floor:.3g}. Got {self.count_noise_std!r}.")
+        if not (count == 0 or _finite_within(count, floor, ceiling)):
+            raise InvalidInstructionsError(f"The round's 'count_noise_std' must be 0 (no count), or in [{floor:.3g}, "
+                                           f"{ceiling:.3g}]. Got {self.count_noise_std!r}.")
         if count > 0 and math.isinf(fields["clip"]):
             raise InvalidInstructionsError("The round asks for a count of the clipped records but clips nothing "
                                            "(clip=inf). Send a finite clip.")

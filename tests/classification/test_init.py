@@ -106,3 +106,13 @@ def test_warm_start_continues_its_own_model_not_init(pretrained, public_and_priv
     clf.set_params(init=pretrained, lr=1e-12).fit(X, y, groups=groups)
     for name, value in before.items():
         assert torch.allclose(clf.module_.state_dict()[name], value, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["module", "state dict"])
+def test_a_module_or_state_dict_init_warns_that_its_origin_cannot_be_traced(pretrained, public_and_private, kind):
+    """Only a fitted estimator warned: a private fit's module_ passed on its own was silently taken as public."""
+    _, (X, y, groups) = public_and_private
+    init = pretrained.module_ if kind == "module" else pretrained.module_.state_dict()
+    clf = FederatedSPDNetClassifier(eps=None, dims=(3,), n_rounds=1, init=init, random_state=1)
+    with pytest.warns(UserWarning, match="cannot tell where a module's or a state dict's weights come from"):
+        clf.fit(X, y, groups=groups)

@@ -92,8 +92,8 @@ def test_lockstep_submissions_are_the_one_by_one_submissions_from_the_same_draws
     for i in serial:
         assert set(serial[i][0]) == set(lockstep[i][0])
         for name, value in serial[i][0].items():
-            if bitwise:
-                assert torch.equal(value, lockstep[i][0][name]), (kind, name)
+            if bitwise:  # float64: batched and lone products may round differently on some CPUs, by an ulp or two
+                torch.testing.assert_close(lockstep[i][0][name], value, rtol=1e-13, atol=1e-14)
             else:
                 torch.testing.assert_close(lockstep[i][0][name], value, rtol=1e-5, atol=1e-6)
     # every client drew exactly what it draws alone: its stream is at the same place afterwards
@@ -249,13 +249,15 @@ def test_an_estimator_in_lockstep_is_the_one_by_one_fit(make):
     assert [h["epsilon"] for h in fits[0].history_] == [h["epsilon"] for h in fits[1].history_]
 
 
-def test_federated_pca_in_lockstep_is_bit_for_bit_the_one_by_one_fit():
+def test_federated_pca_in_lockstep_is_the_one_by_one_fit_up_to_rounding():
     rng = np.random.default_rng(0)
     X = rng.normal(size=(200, 6)) * np.array([3, 2, 1, 1, 1, 1])
     X /= np.linalg.norm(X, axis=1, keepdims=True)
     options = dict(n_components=2, eps=5.0, solver="riemannian", n_rounds=5, n_clients=4, random_state=0)
     fits = [FederatedPCA(**options, lockstep=lockstep).fit(X) for lockstep in (False, True)]
-    assert np.array_equal(fits[0].components_, fits[1].components_)
+    # the subspaces (a basis of a Grassmann projector's eigenspace is arbitrary, so compare the projectors)
+    projectors = [fit.components_.T @ fit.components_ for fit in fits]
+    np.testing.assert_allclose(projectors[1], projectors[0], rtol=0, atol=1e-13)
 
 
 def test_lockstep_in_the_worker_processes_is_the_lockstep_in_process():
@@ -457,7 +459,7 @@ def test_an_iterative_submission_is_each_clients_own():
     options = dict(n_components=2, eps=5.0, solver="riemannian", manifold="stiefel", aggregation="kfavg",
                    n_rounds=4, n_clients=4, random_state=0)
     fits = [FederatedPCA(**options, lockstep=lockstep).fit(X) for lockstep in (False, True)]
-    assert np.array_equal(fits[0].components_, fits[1].components_)
+    np.testing.assert_allclose(fits[1].components_, fits[0].components_, rtol=0, atol=1e-13)  # the leak was 1e-11
 
 
 def _filter_bank_loss(out, y):  # out (B, P, classes): the mean over the bands' logits

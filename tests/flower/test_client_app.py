@@ -152,10 +152,10 @@ def test_the_default_site_configuration_has_a_ledger_and_a_budget(tmp_path):
 
 
 def test_a_sites_records_cannot_be_probed_through_its_failures(tmp_path):
-    """Review finding: a site that failed on a label outside the run's classes told a probing server it held one."""
+    """A label outside the run's classes, or a record that is not SPD, changes neither the answer nor the count."""
     data = tmp_path / "site.npz"
     X = np.stack([np.eye(3) * (1 + 0.1 * i) for i in range(10)])
-    X[3] = np.diag([1.0, 1.0, -0.0123])  # not SPD: left out, whatever the run
+    X[3] = np.diag([1.0, 1.0, -0.0123])  # not SPD: a zero-weight record, whatever the run
     np.savez(data, X=X, y=np.array(["secret-label"] + ["a", "b"] * 4 + ["a"]))
     app = client_apps["spdnet"]
     sizes = []
@@ -166,7 +166,7 @@ def test_a_sites_records_cannot_be_probed_through_its_failures(tmp_path):
         sizes.append(described.content["client"]["n_records"])
         theta = theta_of(apps.site_setup("spdnet", ctx).recipe.module)
         assert not app(train_message(theta, batch_size=5)[0], ctx).has_error()  # the site answers either way
-    assert sizes == [9, 9]  # the record count depends on the file only
+    assert sizes == [10, 10]  # the record count is the file's
 
 
 def test_a_site_error_reply_names_nothing_of_the_site(tmp_path):
@@ -337,3 +337,139 @@ def test_a_site_charges_the_count_of_adaptive_clipping_and_returns_its_fraction(
     (step,) = fit["steps"]
     mu_g = clipped_gradient_diameter(client.recipe.module) * 1.0 / (10 * 0.5)  # Δ C / (B σ)
     assert step["mu0"] == pytest.approx(math.hypot(mu_g, 1 / 2.0)) and step["steps"] == 3
+
+
+# ---------------------------------------------------------------- a site's records are its file's, whatever the run
+def _trials_with_bad_ones(n_bad: int) -> np.ndarray:
+    """20 SPD trials and ``n_bad`` that are SPD in float64 only (an eigenvalue below float32's smallest normal)."""
+    rng = np.random.default_rng(0)
+    A = rng.normal(size=(20, 3, 3))
+    good = A @ A.transpose(0, 2, 1) + np.eye(3)
+    bad = np.stack([np.diag([1.0, 1.0, 1e-40])] * n_bad)
+    return np.concatenate([bad, good])
+
+
+@pytest.mark.parametrize("n_bad", [1, 3])
+def test_a_sites_record_count_is_its_files_under_every_run_config(tmp_path, n_bad):
+    """Validity in the run's dtype decided the count a free query released: 20 records in float32, 21 in float64."""
+    data = tmp_path / "site.npz"
+    X = _trials_with_bad_ones(n_bad)
+    np.savez(data, X=X, y=np.arange(len(X)) % 2)
+    sizes = []
+    for kind in ("spdnet", "tangent"):
+        for run in ({"dtype": "float32"}, {"dtype": "float64"}, {"dtype": "float64", "classes": "0,1,7"},
+                    {"dtype": "float32", "dims": "2"} if kind == "spdnet" else {"reference": "2 0 0 0 2 0 0 0 2"}):
+            apps._SITES.clear()
+            ctx = context(node_config={"data-path": str(data)}, run_config={"classes": "0,1", **run})
+            reply = client_apps[kind](Message(RecordDict(), dst_node_id=1, message_type="query"), ctx)
+            sizes.append(reply.content["client"]["n_records"])
+    assert sizes == [20 + n_bad] * 8
+
+
+def test_a_record_the_run_cannot_compute_trains_as_a_zero_weight_record(tmp_path):
+    from skfedriem.classification._base import IGNORED_TARGET
+    from skfedriem.privacy.mechanism import per_record_gradients
+
+    data = tmp_path / "site.npz"
+    X = _trials_with_bad_ones(1)
+    X[5] = np.nan  # invalid in every dtype
+    np.savez(data, X=X, y=np.arange(len(X)) % 2)
+    ctx = context(node_config={"data-path": str(data)}, run_config={"classes": "0,1", "dtype": "float32"})
+    client = apps.site_setup("spdnet", ctx)
+    inputs, targets = client.data
+    assert len(inputs) == 21 and inputs.dtype == torch.float32
+    for i in (0, 5):  # the placeholder: an SPD input, no target, no gradient
+        assert torch.equal(inputs[i], torch.eye(3)) and int(targets[i]) == IGNORED_TARGET
+    norms = per_record_gradients(client.recipe.module, client.recipe.loss_fn, client.data).norms()
+    assert float(norms[0]) == float(norms[5]) == 0.0 and bool((norms[1:5] > 0).all())
+
+
+# ---------------------------------------------------------------- noise and clips the model's dtype can hold
+def _float32_site(ledger):
+    module = torch.nn.Linear(6, 2)
+    X = torch.from_numpy(np.random.default_rng(1).normal(size=(40, 6)).astype(np.float32))
+    client = ClientSetup("site", (X, torch.arange(40) % 2), ClientRecipe(
+        module, lambda out, y: torch.nn.functional.cross_entropy(out, y, reduction="none")),
+        guard=SiteGuard(str(ledger), max_epsilon=math.inf))
+    return client, make_client_app(lambda context: client)
+
+
+@pytest.mark.parametrize("instructions", [dict(noise_std=1e300), dict(clip=1e30, noise_std=1e29),
+                                          dict(lr=1e30), dict(count_noise_std=1e300)])
+def test_a_float32_site_refuses_noise_and_clips_beyond_its_range_before_charging(tmp_path, instructions):
+    """σ = 1e300 was charged μ0 = 2e-300, then ran into inf; now refused, nothing charged or run."""
+    ledger = tmp_path / "ledger.json"
+    client, app = _float32_site(ledger)
+    theta = theta_of(client.recipe.module)
+    before = {k: v.clone() for k, v in theta.items()}
+    assert refusal(app(train_message(theta, **instructions)[0], context())) == REFUSED_INSTRUCTIONS
+    assert charged_rounds(ledger) == 0
+    assert not app(train_message(theta)[0], context()).has_error() and charged_rounds(ledger) == 1
+    assert all(torch.equal(before[k], theta[k]) for k in theta)
+
+
+def test_a_site_refuses_a_round_planned_for_another_size(tmp_path):
+    ledger = tmp_path / "ledger.json"
+    client, app = setup(ledger, seed=None)
+    theta = theta_of(client.recipe.module)
+    for planned in (20, 49, True, 50.0):
+        assert refusal(app(train_message(theta, planned_records=planned)[0], context())) == REFUSED_INSTRUCTIONS
+    assert charged_rounds(ledger) == 0
+    assert not app(train_message(theta, planned_records=50)[0], context()).has_error()
+    assert charged_rounds(ledger) == 1
+
+
+# ---------------------------------------------------------------- noise that no lost context can repeat
+class _Draws:
+    """Every standard normal the site draws, message by message."""
+
+    def __init__(self, monkeypatch):
+        from skfedriem.privacy.randomness import SeededRandomness
+
+        self.messages: list[list[torch.Tensor]] = []
+        normal = SeededRandomness.standard_normal
+
+        def watched(randomness, shape, dtype):
+            value = normal(randomness, shape, dtype)
+            self.messages[-1].append(value)
+            return value
+
+        monkeypatch.setattr(SeededRandomness, "standard_normal", watched)
+
+    def start(self):
+        self.messages.append([])
+
+
+def test_a_lost_context_cannot_make_two_requests_share_draws(tmp_path, monkeypatch):
+    """Flower pushes a reply before it saves the context: a lost save gave the next request the same noise."""
+    from copy import deepcopy
+
+    draws = _Draws(monkeypatch)
+    client, app = setup(tmp_path / "ledger.json", max_epsilon=50.0, seed=None)
+    theta = theta_of(client.recipe.module)
+    ctx = context()
+    draws.start()
+    app(train_message(theta)[0], ctx)
+    saved = deepcopy(ctx.state)  # the context as Flower last saved it
+    for lr in (0.2, 0.3):  # two new, different requests, each from the saved context (the first one's save was lost)
+        ctx.state = deepcopy(saved)
+        draws.start()
+        assert not app(train_message(theta, lr=lr)[0], ctx).has_error()
+    second, third = draws.messages[1:]
+    assert len(second) == len(third) > 0
+    assert not any(torch.equal(a, b) for a, b in zip(second, third))
+    assert "skfedriem" not in ctx.state.config_records  # no generator state in the context at all
+
+
+def test_the_reply_cache_never_serves_a_reply_its_ledger_did_not_charge(tmp_path):
+    ledger = tmp_path / "ledger.json"
+    client, app = setup(ledger, max_epsilon=50.0, seed=None)
+    theta = theta_of(client.recipe.module)
+    first = decode_arrays(app(train_message(theta)[0], context()).content["submission"])
+    assert charged_rounds(ledger) == 1
+    ledger.unlink()  # the ledger rolled back (restored from an old backup, say): the cached reply's charge is gone
+    again = decode_arrays(app(train_message(theta)[0], context()).content["submission"])
+    assert charged_rounds(ledger) == 1  # charged anew
+    assert not torch.equal(first["weight"], again["weight"])  # a fresh release, not the uncharged cached one
+    repeat = decode_arrays(app(train_message(theta)[0], context()).content["submission"])
+    assert torch.equal(repeat["weight"], again["weight"]) and charged_rounds(ledger) == 1

@@ -44,7 +44,8 @@ pytest.importorskip("flwr")
 from flwr.app import Context, Message, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
-from skfedriem.audit.mutations import noise_scaled, site_charges_the_servers_numbers
+from skfedriem.audit.mutations import (noise_scaled, site_charges_the_servers_numbers, site_drops_invalid_records,
+                                       site_ignores_the_planned_size)
 from skfedriem.decomposition import identity_loss
 from skfedriem.federated.client import ClientRecipe, RoundInstructions
 from skfedriem.flower import ClientSetup, SiteGuard, make_client_app
@@ -86,6 +87,7 @@ class Step:
     normals: list[torch.Tensor] = field(default_factory=list)
     denominator: float = math.nan
     noise_gain: float = 0.0
+    count_gain: float | None = None  # the std of the noise the step's count really got (None: no count released)
 
     @property
     def sample_rate(self) -> float:
@@ -110,12 +112,17 @@ class Step:
 
     @property
     def mu(self) -> float:
-        """A lower bound on the step's actual GDP parameter: sensitivity / (denominator · noise)."""
+        """A lower bound on the step's actual GDP parameter: sensitivity / (denominator · noise), and with a count
+        (whose sensitivity is 1) √(μ_g² + 1/σ_b²) at the count noise σ_b measured."""
         if math.isinf(self.denominator) or self.sensitivity == 0:
-            return 0.0  # the release resolves no signal of the records
-        if self.noise_gain <= 0:
+            mu_g = 0.0  # the release resolves no signal of the records
+        elif self.noise_gain <= 0:
             return math.inf
-        return self.sensitivity / (self.denominator * self.noise_gain)
+        else:
+            mu_g = self.sensitivity / (self.denominator * self.noise_gain)
+        if self.count_gain is None:
+            return mu_g
+        return math.inf if self.count_gain <= 0 else math.hypot(mu_g, 1 / self.count_gain)
 
 
 @dataclass
@@ -125,7 +132,7 @@ class Instruments:
     @contextmanager
     def installed(self):
         sample, uniform, normal = BatchSampler.sample, SeededRandomness.uniform, SeededRandomness.standard_normal
-        noisy_mean = mechanism_module.noisy_mean
+        noisy_mean, noisy_count = mechanism_module.noisy_mean, mechanism_module.noisy_clipped_count
         sums = {cls: cls.weighted_sum for cls in (DenseGradients, _PCAGradients, _OuterProducts)}
         drawn: dict = {}
 
@@ -180,7 +187,17 @@ class Instruments:
                 step.denominator = math.inf
             return released
 
+        def watched_count(norms, clip, count_noise_std, randomness):
+            first = len(self.steps[-1].normals)
+            value = noisy_count(norms, clip, count_noise_std, randomness)
+            (xi,) = self.steps[-1].normals[first:] or [torch.zeros(1)]
+            signal = float(((torch.isfinite(norms) & (norms <= clip)).double() - 0.5).sum())
+            xi = float(xi.reshape(-1)[0])
+            self.steps[-1].count_gain = 0.0 if xi == 0 else abs((value - signal) / xi)
+            return value
+
         with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(mechanism_module, "noisy_clipped_count", watched_count)
             patch.setattr(BatchSampler, "sample", watched_sample)
             patch.setattr(SeededRandomness, "uniform", watched_uniform)
             patch.setattr(SeededRandomness, "standard_normal", watched_normal)
@@ -273,6 +290,7 @@ WILD = {
     "sampling": ["shuffled"],
     "aggregation": ["mean"],
     "lr": [math.nan, -1.0, 1e26],
+    "count_noise_std": [1e-300, 1e300, math.nan, -1.0, math.inf],
 }
 
 
@@ -285,7 +303,8 @@ def instructions(draw) -> dict:
     multiplier = draw(st.floats(0.05, 20.0))
     settings = {"batch_size": batch, "local_steps": draw(st.integers(1, 3)), "clip": clip,
                 "noise_std": 2 * clip * multiplier / batch, "sampling": draw(st.sampled_from(["fixed", "poisson"])),
-                "aggregation": draw(st.sampled_from(["projavg", "rlavg"])), "lr": draw(st.sampled_from([0.1, 1e-3]))}
+                "aggregation": draw(st.sampled_from(["projavg", "rlavg"])), "lr": draw(st.sampled_from([0.1, 1e-3])),
+                "count_noise_std": draw(st.sampled_from([0.0, 0.0, 0.0, 0.5, 2.0]))}
     wild = draw(st.sampled_from([[], [], [], *([name] for name in sorted(WILD)), ["batch_size", "noise_std"]]))
     for name in wild:
         settings[name] = draw(st.sampled_from(WILD[name]))
@@ -416,3 +435,174 @@ def test_the_referee_measures_the_rate_the_sampler_really_drew_at(tmp_path_facto
 
     monkeypatch.setattr(PoissonSampler, "_sample", twice)
     assert caught(("pca", PLAUSIBLE[1:]), tmp_path_factory).startswith("charged q")
+
+
+# ---------------------------------------------------------------- the deployed sites, as a node config builds them
+def _spd_trials(n: int, rng) -> np.ndarray:
+    A = rng.normal(size=(n, 3, 6))
+    return A @ A.transpose(0, 2, 1) / 6 + 0.1 * np.eye(3)
+
+
+def _with_bad_records(X: np.ndarray, kind: str) -> np.ndarray:
+    """A NaN record, and one valid in float64 only (its smallest value below float32's smallest normal)."""
+    X = X.copy()
+    X[0] = np.nan
+    X[1] = np.diag([1.0, 1.0, 1e-40]) if kind in ("spdnet", "tangent") else 1e-40
+    return X
+
+
+def write_site(kind: str, path, n: int, seed: int) -> None:
+    """A site's data file of ``n`` records, two of them invalid under some run."""
+    rng = np.random.default_rng(seed)
+    if kind == "pca":
+        np.save(path, _with_bad_records(rng.normal(size=(n, 5)) / 3, kind))
+        return
+    X = _spd_trials(n, rng) if kind in ("spdnet", "tangent") else rng.normal(size=(n, 3, 32))
+    np.savez(path, X=_with_bad_records(X, kind), y=np.array(["a", "b", "rare"])[rng.integers(0, 3, size=n)])
+
+
+DEPLOYED_RUNS = {  # run configurations a server may choose (all public); every one must leave the site's count alone
+    "pca": [{"solver": "riemannian"}, {"solver": "riemannian", "manifold": "stiefel", "n-components": 1},
+            {"solver": "covariance"}],
+    "spdnet": [{"classes": "a,b", "dtype": "float32", "dims": "2"}, {"classes": "a,b,rare", "dtype": "float64"},
+               {"classes": "b,c", "dtype": "float32", "dims": "3"}],
+    "tangent": [{"classes": "a,b", "dtype": "float32"}, {"classes": "a,b,rare", "dtype": "float64",
+                                                         "reference": "2 0 0 0 2 0 0 0 2"}],
+    "eegnet": [{"classes": "a,b", "dtype": "float32", "F1": 2, "D": 1, "F2": 2, "kernel-length": 8},
+               {"classes": "a,rare", "dtype": "float64", "F1": 2, "D": 1, "F2": 2, "kernel-length": 4}],
+}
+DEPLOYED_SIZES = (24, 30)
+
+
+@st.composite
+def deployed_moves(draw) -> tuple:
+    kind = draw(st.sampled_from(["round"] * 5 + ["replay", "restart", "resize", "new run", "reconfigure", "query"]))
+    if kind == "resize":
+        return kind, draw(st.sampled_from(DEPLOYED_SIZES))
+    if kind == "reconfigure":
+        return kind, draw(st.integers(0, 2))
+    if kind != "round":
+        return (kind,)
+    return kind, draw(instructions()), draw(st.sampled_from(["unstated", "first", "current"]))
+
+
+deployed_scripts = st.tuples(st.sampled_from(sorted(DEPLOYED_RUNS)), st.integers(0, 2),
+                             st.lists(deployed_moves(), min_size=1, max_size=5))
+
+
+def deployed_theta(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {name: p.detach().clone() for name, p in module.named_parameters() if p.requires_grad}
+
+
+def play_deployed(script, folder) -> None:
+    """Run ``script`` against a deployed site built by ``site_setup`` from its node config and data file."""
+    from skfedriem.flower import apps
+    from skfedriem.flower.apps import client_apps
+
+    kind, run_index, moves_ = script
+    data = folder / ("site.npy" if kind == "pca" else "site.npz")
+    ledger = str(folder / "ledger.json")
+    write_site(kind, data, DEPLOYED_SIZES[0], seed=0)
+    size, first_size, run = DEPLOYED_SIZES[0], DEPLOYED_SIZES[0], 1
+    runs = DEPLOYED_RUNS[kind]
+    node = {"data-path": str(data), "ledger-path": ledger, "max-epsilon": 500.0}
+
+    def fresh_context():
+        TaskIdentity.run_id = run
+        return Context(run_id=run, node_id=1, node_config=node, state=RecordDict(),
+                       run_config=runs[run_index % len(runs)])
+
+    apps._SITES.clear()
+    ctx, last, answers = fresh_context(), None, {}
+    with Instruments().installed() as instruments:
+        for move in moves_:
+            if move[0] in ("restart", "resize"):
+                if move[0] == "resize":
+                    size = move[1]
+                    write_site(kind, data, size, seed=size)
+                apps._SITES.clear()  # a new site process: it reads its file again
+                ctx = fresh_context()
+                continue
+            if move[0] in ("new run", "reconfigure"):
+                run += 1
+                run_index = move[1] if move[0] == "reconfigure" else run_index
+                ctx = fresh_context()
+                continue
+            if move[0] == "query":
+                reply = client_apps[kind](Message(RecordDict(), dst_node_id=1, message_type="query"), ctx)
+                if not reply.has_error():
+                    assert reply.content["client"]["n_records"] == size, "the site's count is not its file's"
+                continue
+            try:
+                module = apps.site_setup(kind, ctx).recipe.module
+            except ValueError:
+                module = None  # a run config this file cannot serve: every message is refused
+            if move[0] == "replay":
+                if last is None:
+                    continue
+                theta, settings = last
+            else:
+                theta = {} if module is None else deployed_theta(module)
+                planned = {"unstated": 0, "first": first_size, "current": size}[move[2]]
+                settings = {**move[1], "planned_records": planned}
+            before, ran_before = charges(ledger), len(instruments.steps)
+            reply = client_apps[kind](message(theta, settings), ctx)
+            new_charges, ran = charges(ledger)[len(before):], instruments.steps[ran_before:]
+            if reply.has_error():
+                assert not reply.has_content() and reply.error.reason in GENERIC_REASONS, reply.error.reason
+                assert not new_charges and not ran, "a refused round charged or ran something"
+                continue
+            last = theta, settings
+            submission = decode_arrays(reply.content["submission"])
+            request = (repr(settings), b"".join(v.numpy().tobytes() for _, v in sorted(theta.items())))
+            if not ran:
+                assert not new_charges and request in answers
+                assert all(answers[request][k].numpy().tobytes() == submission[k].numpy().tobytes()
+                           for k in submission)
+                continue
+            answers[request] = submission
+            assert len(new_charges) == 1, "an accepted round is charged exactly once"
+            assert all(step.n_records == size for step in ran), "the site ran on another number of records"
+            if settings["planned_records"]:
+                assert size == settings["planned_records"], "the site ran a round planned for another size"
+            (entry,) = PrivacyAccountant.from_state_dict({"history": new_charges[0]["steps"]}).history
+            diameter = math.sqrt(2) if module is not None and isinstance(module, SecondMoment) else 2.0
+            for step in ran:
+                step.diameter = diameter
+                assert entry.mu0 >= step.mu * (1 - 1e-6), f"charged mu0 {entry.mu0} < ran {step.mu}"
+                assert entry.sample_rate >= step.sample_rate * (1 - 1e-12), \
+                    f"charged q {entry.sample_rate} < ran {step.sample_rate}"
+            assert new_charges[0]["epsilon"] >= independent_epsilon(ran), "charged epsilon below what ran"
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(script=deployed_scripts)
+def test_a_deployed_site_is_charged_what_it_runs_whatever_the_run_config_and_its_file(script, tmp_path_factory):
+    """The real sites (PCA, SPDNet, tangent, EEGNet from a node config and a data file) under run-config changes,
+    files that change size between restarts, invalid records and count noise."""
+    play_deployed(script, tmp_path_factory.mktemp("deployed"))
+
+
+def test_the_deployed_referee_catches_a_count_that_depends_on_the_run(tmp_path_factory):
+    """The pre-fix site dropped the records invalid in the run's dtype: its free count moved with the run config."""
+    script = ("spdnet", 1, [("query",), ("reconfigure", 0), ("query",)])  # float64, then float32 (one more fails)
+    play_deployed(script, tmp_path_factory.mktemp("honest"))
+    with site_drops_invalid_records(), pytest.raises(AssertionError, match="count is not its file's"):
+        play_deployed(script, tmp_path_factory.mktemp("broken"))
+
+
+def test_the_deployed_referee_catches_a_site_that_runs_a_round_planned_for_another_size(tmp_path_factory):
+    rounds = [("round", {**PLAUSIBLE[0][1], "count_noise_std": 0.0, "lr": lr}, "first") for lr in (0.1, 0.01)]
+    script = ("pca", 0, [rounds[0], ("resize", DEPLOYED_SIZES[1]), rounds[1]])
+    play_deployed(script, tmp_path_factory.mktemp("honest"))  # the resized site refuses the second round
+    with site_ignores_the_planned_size(), pytest.raises(AssertionError, match="planned for another size"):
+        play_deployed(script, tmp_path_factory.mktemp("broken"))
+
+
+def test_the_referee_measures_the_count_noise_the_site_really_added(tmp_path_factory, monkeypatch):
+    counted = [("round", {**PLAUSIBLE[0][1], "noise_std": 5.0, "count_noise_std": 0.5}, "on")]
+    assert caught(("pca", counted), tmp_path_factory) is None
+    honest = mechanism_module.noisy_clipped_count
+    monkeypatch.setattr(mechanism_module, "noisy_clipped_count", lambda norms, clip, sigma, randomness: honest(
+        norms, clip, sigma / 4, randomness))  # a site that adds a quarter of the count noise it charges
+    assert caught(("pca", counted), tmp_path_factory).startswith("charged mu0")

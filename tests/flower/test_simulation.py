@@ -17,7 +17,10 @@ def test_pca_flower_simulation_matches_local_without_noise():
                     aggregation="rlavg", random_state=0)
     local = FederatedPCA(**settings).fit(X, groups=groups)
     flower = FederatedPCA(**settings, backend="flower").fit(X, groups=groups)
-    np.testing.assert_allclose(flower.components_, local.components_, rtol=0, atol=1e-12)
+    # the subspaces: local runs its clients in lockstep, Flower one by one (rounding may differ), and a basis of a
+    # Grassmann projector's eigenspace is arbitrary
+    np.testing.assert_allclose(flower.components_.T @ flower.components_, local.components_.T @ local.components_,
+                               rtol=0, atol=1e-12)
     assert [h["clients"] for h in flower.history_] == [h["clients"] for h in local.history_]
     assert [h["replied"] for h in flower.history_] == [h["clients"] for h in local.history_]
     assert flower.epsilon_ == local.epsilon_ == np.inf

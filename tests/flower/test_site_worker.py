@@ -1,5 +1,8 @@
-"""A deployed site's light ClientApp and its resident worker: the same answers as the site app, a fraction of the cost."""
+"""A deployed site's light ClientApp and its resident worker: the same answers as the site app, a fraction of the cost,
+and nothing of the site's secret randomness in anything that crosses between them."""
 
+import os
+import struct
 import subprocess
 import sys
 import time
@@ -13,6 +16,7 @@ from flwr.app import Context, Message, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
 from skfedriem.flower import site_client
+from skfedriem.flower._errors import FAILED
 from skfedriem.flower.apps import client_apps
 from skfedriem.models import PCAProjector
 from skfedriem.privacy import PrivacyBudget
@@ -34,7 +38,7 @@ def test_the_sites_clientapp_imports_neither_torch_nor_the_estimators():
                           check=True).stdout.strip() == "[]"
 
 
-def test_the_worker_answers_as_the_site_app_and_keeps_its_state_in_the_context(tmp_path, monkeypatch):
+def test_the_worker_answers_as_the_site_app_and_no_randomness_travels(tmp_path, monkeypatch):
     monkeypatch.setattr(site_client, "IDLE_SECONDS", 5.0)  # the worker stops soon after the test
     data = tmp_path / "site.npy"
     np.save(data, records().numpy())
@@ -51,9 +55,59 @@ def test_the_worker_answers_as_the_site_app_and_keeps_its_state_in_the_context(t
     first = site_client.exchange("pca", train_message(theta)[0], context)
     second = site_client.exchange("pca", train_message(theta, lr=0.2)[0], context)
     elapsed = time.perf_counter() - started
-    assert not first.has_error() and not second.has_error() and "skfedriem" in context.state.config_records
+    assert not first.has_error() and not second.has_error()
+    assert "skfedriem" not in context.state.config_records  # the site draws afresh in the worker, for every message
     fits = PrivacyBudget(np.inf, path=str(data) + ".privacy-ledger.json").fits  # the site's own ledger file
     assert len(fits) == 2
     refused = site_client.exchange("pca", train_message(theta, noise_std=0.0)[0], context)
     assert refused.has_error() and refused.error.reason == "refused by the site's privacy ledger"
     assert elapsed < 60  # torch and the records are loaded once, not per message
+
+
+def test_the_worker_runs_nothing_a_pickle_carries_and_still_answers(tmp_path, monkeypatch):
+    """Both ends unpickled what they received; the worker now hangs up on anything but a request of the channel."""
+    import pickle
+    import socket
+
+    from skfedriem.flower import _channel
+
+    monkeypatch.setattr(site_client, "IDLE_SECONDS", 5.0)
+    data = tmp_path / "site.npy"
+    np.save(data, records().numpy())
+    context = Context(run_id=1, node_id=1, node_config={"data-path": str(data)}, state=RecordDict(),
+                      run_config={"solver": "riemannian"})
+    query = Message(RecordDict(), dst_node_id=1, message_type="query")
+    assert not site_client.exchange("pca", query, context).has_error()  # the worker is up
+    mark = tmp_path / "ran"
+    exploit = pickle.dumps(type("Exploit", (), {"__reduce__": lambda self: (open, (str(mark), "w"))})())
+    folder = _channel.private_folder()
+    try:
+        connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        connection.connect(_channel.socket_address(folder, site_client.worker_name("pca", context)))
+        with connection:
+            connection.sendall(struct.pack("!Q", len(exploit)) + exploit)  # the old channel's frame
+            connection.shutdown(socket.SHUT_WR)
+            try:
+                assert connection.recv(100) == b""
+            except ConnectionResetError:
+                pass
+    finally:
+        os.close(folder)
+    assert not mark.exists()
+    assert dict(site_client.exchange("pca", query, context).content["client"])["n_records"] == 50
+
+
+def test_a_failure_of_the_light_clientapp_names_nothing_of_the_site(tmp_path, monkeypatch):
+    """A failure before the site app (the worker would not start) went to Flower with the site's log path and uid."""
+    secret = f"{tmp_path}/skfedriem-sites-{os.getuid()}/0123abcd.log"
+
+    def fails(*args, **kwargs):
+        raise RuntimeError(f"The site's worker exited; its log is {secret}.")
+
+    monkeypatch.setattr(site_client, "_connect", fails)
+    app = site_client.make_site_client_app("pca")
+    context = Context(run_id=1, node_id=1, node_config={"data-path": str(tmp_path / "site.npy")}, state=RecordDict(),
+                      run_config={})
+    for message in (Message(RecordDict(), dst_node_id=1, message_type="query"), train_message({})[0]):
+        reply = app(message, context)
+        assert reply.has_error() and reply.error.reason == FAILED and secret not in reply.error.reason

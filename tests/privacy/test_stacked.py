@@ -102,3 +102,41 @@ def test_only_declared_classes_and_plain_layers_stack():
     assert not supports_stacking(StiefelNet())  # its own forward was not written for a client axis
     assert supports_stacking(torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Identity()))
     assert not supports_stacking(torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Tanh()))
+
+
+class _MixesClientsSlightly(torch.nn.Module):
+    """Claims stacking; stacked, each client's output takes a share ``mix`` of the next client's."""
+
+    supports_client_stacking = True
+
+    def __init__(self, mix: float, dtype=torch.float32):
+        super().__init__()
+        self.mix = mix
+        self.weight = torch.nn.Parameter(torch.linspace(0.5, 1.5, 4, dtype=dtype))
+
+    def forward(self, X):
+        if self.weight.dim() == 1:  # alone
+            return X * self.weight
+        out = X * self.weight.unsqueeze(1)  # stacked: (K, B, 4)
+        return (1 - self.mix) * out + self.mix * out.roll(1, dims=0)
+
+
+def _mean_loss(output, target):
+    return ((output.sum(-1) - target) ** 2).view(-1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_check_catches_a_layer_that_mixes_clients_by_a_millionth(dtype):
+    """rtol 1e-3 let a 1e-6 share of another client's forward pass as rounding."""
+    from skfedriem.privacy.stacked import ClientStack
+
+    g = torch.Generator().manual_seed(0)
+    clients = [(torch.randn(12, 4, generator=g, dtype=dtype), torch.randn(12, generator=g, dtype=dtype))
+               for _ in range(3)]
+    honest = ClientStack(_MixesClientsSlightly(0.0, dtype), 3)
+    honest.load({"weight": honest.module.weight.detach()})
+    honest.verify(_mean_loss, clients)  # no mixing: passes
+    stack = ClientStack(_MixesClientsSlightly(1e-6, dtype), 3)
+    stack.load({"weight": stack.module.weight.detach()})
+    with pytest.raises(ValueError, match="mixes clients"):
+        stack.verify(_mean_loss, clients)
