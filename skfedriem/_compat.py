@@ -18,18 +18,29 @@ import numpy as np
 from sklearn.base import _fit_context
 from sklearn.utils._param_validation import (
     HasMethods,
-    Interval,
     InvalidParameterError,
     StrOptions,
     validate_parameter_constraints,
     validate_params,
 )
+from sklearn.utils._param_validation import Interval as _Interval
 
 __all__ = ["DP_ACCOUNTING_VERSIONS", "DensePMF", "HasMethods", "Interval", "InvalidParameterError", "StrOptions", "_fit_context",
            "dense_pmfs", "validate_estimator_params", "validate_parameter_constraints", "validate_params"]
 
 #: The dp-accounting releases whose PMF internals :func:`dense_pmfs` reads (pyproject.toml pins the same range).
 DP_ACCOUNTING_VERSIONS = (">=0.4", "<0.7")
+
+
+class Interval(_Interval):
+    """scikit-learn's ``Interval``, refusing booleans: ``n_rounds=True`` is not one round, nor ``eps=True`` ε = 1.
+
+    scikit-learn's own accepts them (``bool`` is an ``Integral``), so a flag passed
+    to the wrong parameter would run silently.
+    """
+
+    def is_satisfied_by(self, val) -> bool:
+        return not isinstance(val, (bool, np.bool_)) and super().is_satisfied_by(val)
 
 
 def validate_estimator_params(estimator) -> None:

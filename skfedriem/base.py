@@ -48,6 +48,7 @@ from ._clients import client_indices
 from ._compat import Interval, StrOptions, _fit_context
 from ._seeding import RunSeeds, run_seeds
 from ._warnings import warn_user
+from .exceptions import PositionalClientsWarning
 from .federated import FederatedTrainer, FederationSettings, TrainingState
 from .federated.settings import SettingDoc, doc_entry, setting_docs
 from .privacy import PrivacyBudget
@@ -207,7 +208,8 @@ class FederatedEstimatorMixin:
             site's record count is its file's whatever the run. A record that
             fails validation (not finite, not SPD, or not representable in the
             run's ``dtype``) becomes a *zero-weight* record: a placeholder
-            input that contributes nothing to any gradient (the site's own log
+            input that contributes nothing to any gradient (its gradient is
+            zero: adaptive clipping counts it as unclipped; the site's own log
             names it); so does a target outside the run's ``classes`` (torch's
             ignore index). A ValueError remains only for what the file's shape
             or the run's settings decide for every record alike.
@@ -310,6 +312,7 @@ class FederatedEstimatorMixin:
             With ``warm_start`` and a fitted estimator: starting from the
             fitted model, with its ledger and history carried on.
         """
+        self._check_combinations()
         if seeds is None:
             seeds = self._seeds(deployed=deployed)
         prior = None
@@ -333,6 +336,18 @@ class FederatedEstimatorMixin:
             module, loss_fn, settings, seed_sequence=seeds.server, client_seed=seeds.clients,
             privacy_budget=self.privacy_budget, run_name=repr(self), prior=prior,
             monitor=None if held_out is None else self._monitor(held_out, classes))
+
+    def _check_combinations(self) -> None:
+        """ValueError for settings of which one would silently drop the other."""
+        name, defaults, own = type(self).__name__, self._shared_defaults, self._shared_parameters
+        if "local_epochs" in own and self.local_steps not in (None, "auto") \
+                and self.local_epochs != defaults["local_epochs"]:
+            raise ValueError(f"{name} got local_steps={self.local_steps!r} and local_epochs={self.local_epochs!r}: "
+                             "local_steps fixes every client's steps per round and local_epochs would not be used. "
+                             "Set one of them.")
+        if "clip_quantile" in own and self.clip != "auto" and self.clip_quantile != defaults["clip_quantile"]:
+            raise ValueError(f"{name} got clip={self.clip!r} and clip_quantile={self.clip_quantile!r}: the quantile "
+                             "steers adaptive clipping only. Set clip='auto' to use it, or drop clip_quantile.")
 
     def _budget_share(self, module, loss_fn, input_shape, client_sizes) -> float:
         """``eps="budget"``: the ε this fit may target (:meth:`~skfedriem.privacy.PrivacyBudget.share`)."""
@@ -438,6 +453,12 @@ class FederatedEstimatorMixin:
                        classes=None, held_out=None):
         """``fit``'s common body: split into clients, run the rounds, set the fitted attributes."""
         seeds = self._seeds()
+        if groups is None and self.n_clients > 1:
+            warn_user(f"groups=None: {type(self).__name__} splits the records at random into n_clients="
+                      f"{self.n_clients} clients by position, not by site or subject. Pass groups= to fit. Inside "
+                      "cross_val_score, GridSearchCV or a Pipeline, scikit-learn passes groups on only with metadata "
+                      "routing: sklearn.set_config(enable_metadata_routing=True) and "
+                      "estimator.set_fit_request(groups=True).", PositionalClientsWarning)
         indices, names = client_indices(len(records[0]), groups, n_clients=self.n_clients,
                                         rng=np.random.default_rng(seeds.split))
         trainer = self.make_trainer(input_shape, classes=classes, held_out=held_out, seeds=seeds,

@@ -45,10 +45,12 @@ in every private cell.
 from __future__ import annotations
 
 import math
+import statistics
 import warnings
 from dataclasses import dataclass
 from typing import Literal
 
+from ._warnings import warn_user
 from .federated.plan import plan_run
 from .federated.settings import FederationSettings
 
@@ -192,6 +194,12 @@ def plan_classifier(
     reasons = []
     rounds = DEFAULT_ROUNDS if _is_auto(n_rounds) else int(n_rounds)
     batch = min(DEFAULT_BATCH[model], min(client_sizes)) if _is_auto(batch_size) else batch_size
+    median = statistics.median(client_sizes)
+    if _is_auto(batch_size) and batch < DEFAULT_BATCH[model] and 4 * min(client_sizes) <= median:
+        warn_user(f"batch_size='auto' is {batch} for every client because the smallest holds only "
+                  f"{min(client_sizes)} records (median {median:g}): the others then take up to "
+                  f"{math.ceil(max(client_sizes) / batch)} steps a round, each with the noise of a batch of {batch}. "
+                  "Leave the small client out or merge it with another, or set batch_size yourself.")
     epochs = 1.0 if _is_auto(local_epochs) else float(local_epochs)
     unplanned = [text for value, text in ((n_rounds, f"T = {rounds}"),
                                           (batch_size, f"B = {batch} (at most {DEFAULT_BATCH[model]})"),

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-__all__ = ["InvalidInstructionsError", "InvalidIterateError", "PrivacyBudgetExceeded", "SeededNoiseWarning"]
+__all__ = ["InvalidInstructionsError", "InvalidIterateError", "NoiseSwampsSignalWarning", "PositionalClientsWarning",
+           "PrivacyBudgetExceeded", "SeededNoiseWarning"]
 
 
 class SeededNoiseWarning(UserWarning):
@@ -15,6 +16,27 @@ class SeededNoiseWarning(UserWarning):
     clipped gradients of the records. Such a run is not private against them.
     Use ``random_state=None`` (the default) for a private run. Filter it in
     tests with ``warnings.filterwarnings("ignore", category=SeededNoiseWarning)``.
+    """
+
+
+class PositionalClientsWarning(UserWarning):
+    """A fit without ``groups``: its clients are a random split of the records by position, not their sites.
+
+    Passing ``groups=`` by habit to ``cross_val_score`` or ``GridSearchCV`` (for
+    a ``GroupKFold``) does not reach the estimator unless scikit-learn's
+    metadata routing is on (``sklearn.set_config(enable_metadata_routing=True)``
+    and ``set_fit_request(groups=True)``): the fit then trains a federation
+    that is not the user's, with plausible scores.
+    """
+
+
+class NoiseSwampsSignalWarning(UserWarning):
+    """A private fit whose noise exceeds, in every direction, the most its clipped gradients can add up to.
+
+    With σ the noise std of each step's mean, C the clip and T τ steps in the
+    whole run, the clipped means summed along any direction reach at most
+    T τ C while the summed noise has std σ √(T τ) there: when σ > √(T τ) C the
+    fit is a random walk (:func:`skfedriem.federated.noise_swamps_signal`).
     """
 
 

@@ -195,3 +195,59 @@ def test_history_never_reports_more_than_epsilon_(rows, spd):
     assert pca.history_[-1]["epsilon"] == pca.epsilon_ <= 1.0
     assert max(h["epsilon"] for h in pca.history_) <= pca.epsilon_
     assert math.isfinite(pca.epsilon_)
+
+
+# ------------------------------------------------------------------- what a user does by habit, never silently wrong
+def test_groups_lost_by_a_splitter_without_routing_are_warned_about(spd):
+    """cross_validate(..., groups=site) with routing off: the fit got no groups, split by position, said nothing."""
+    from sklearn.model_selection import GroupKFold, cross_validate
+    from sklearn.pipeline import Pipeline
+
+    from skfedriem import FederatedTangentSpaceClassifier
+    from skfedriem.exceptions import PositionalClientsWarning
+
+    X, y, groups = spd
+    pipe = Pipeline([("clf", FederatedTangentSpaceClassifier(eps=10.0, n_rounds=1, random_state=0))])
+    with pytest.warns(PositionalClientsWarning, match=r"by position.*enable_metadata_routing=True"):
+        cross_validate(pipe, X, y, cv=GroupKFold(3), groups=groups)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PositionalClientsWarning)
+        FederatedTangentSpaceClassifier(eps=10.0, n_rounds=1, random_state=0).fit(X, y, groups=groups)
+
+
+@pytest.mark.parametrize("settings, match", [
+    (dict(local_steps=3, local_epochs=5), "local_steps=3 and local_epochs=5.*Set one of them"),
+    (dict(clip=1.0, clip_quantile=0.9), "clip=1.0 and clip_quantile=0.9.*clip='auto'"),
+    (dict(n_rounds=True), "'n_rounds' parameter.*Got True"),
+    (dict(eps=True), "'eps' parameter.*Got True"),
+    (dict(eps=1e6), r"'eps' parameter.*\(0.0, 100.0\].*Got 1000000.0"),  # was OverflowError: math range error
+    (dict(delta=1e-300), r"'delta' parameter.*\[1e-15, 1.0\).*Got 1e-300"),  # was "cannot convert float NaN"
+])
+def test_settings_that_would_drop_or_misread_another_are_refused(spd, settings, match):
+    from skfedriem import FederatedTangentSpaceClassifier
+
+    X, y, groups = spd
+    with pytest.raises(ValueError, match=match):
+        FederatedTangentSpaceClassifier(**{"n_rounds": 1, **settings}).fit(X, y, groups=groups)
+
+
+def test_an_infinite_budget_is_not_shared_as_a_fit_without_noise(spd):
+    from skfedriem import FederatedTangentSpaceClassifier
+    from skfedriem.privacy import PrivacyBudget
+
+    X, y, groups = spd
+    clf = FederatedTangentSpaceClassifier(eps="budget", privacy_budget=PrivacyBudget(math.inf, n_fits=2), n_rounds=1)
+    with pytest.raises(ValueError, match="epsilon=inf, which only records"):
+        clf.fit(X, y, groups=groups)  # trained with no noise, epsilon_ = inf
+
+
+def test_noise_that_swamps_every_direction_is_warned_about(spd):
+    from skfedriem import FederatedTangentSpaceClassifier
+    from skfedriem.exceptions import NoiseSwampsSignalWarning
+
+    X, y, groups = spd
+    with pytest.warns(NoiseSwampsSignalWarning, match="random walk"):
+        FederatedTangentSpaceClassifier(eps=1e-6, n_rounds=2).fit(X, y, groups=groups)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NoiseSwampsSignalWarning)
+        FederatedTangentSpaceClassifier(eps=10.0, n_rounds=2).fit(X, y, groups=groups)

@@ -81,6 +81,16 @@ def test_auto_batches_are_clamped_silently_and_eegnet_keeps_its_paper_settings()
         FederatedSPDNetClassifier(eps=4.0, n_rounds=2).fit(X, y, groups=groups)
 
 
+def test_one_tiny_client_setting_every_clients_batch_is_warned_about():
+    """One 3-trial client made B = 3 for all: 39 steps a round at a noise std of 34.7, without a word."""
+    with pytest.warns(UserWarning, match=r"batch_size='auto' is 3 for every client.*only 3 records.*up to 40 steps"):
+        plan = plan_classifier(model="tangent", client_sizes=[3, 120, 118], eps=4.0)
+    assert plan.batch_size == 3
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # comparable clients: B follows them quietly
+        plan_classifier(model="spdnet", client_sizes=[30, 36, 41], eps=4.0)
+
+
 def test_a_site_resolves_the_optimizer_as_the_server_plans_it():
     """A deployed site knows no other client's size: the planned optimiser depends on the model's kind alone."""
     for cls, kind in ((FederatedSPDNetClassifier, "spdnet"), (FederatedTangentSpaceClassifier, "tangent"),

@@ -146,7 +146,7 @@ def test_pipeline_and_grid_search_with_groups_routed():
 @pytest.mark.parametrize(
     "kwargs, fit_kwargs, match",
     [
-        (dict(eps=0.0), {}, r"'eps' parameter of FederatedPCA must be a float in the range \(0.0, inf\), None or a "
+        (dict(eps=0.0), {}, r"'eps' parameter of FederatedPCA must be a float in the range \(0.0, 100.0\], None or a "
                             r"str among {'budget'}"),
         (dict(eps=-1), {}, r"'eps'.*Got -1"),
         (dict(delta=1.0), {}, r"'delta'.*Got 1.0"),

@@ -61,6 +61,18 @@ def _linear_algebra_in_words(dtype: str) -> Iterator[None]:
                          "(e.g. Covariances('oas')).") from error
 
 
+def _check_label_types(labels: np.ndarray, name: str) -> None:
+    """ValueError when ``labels`` mix strings with numbers (numpy cannot sort them: no label set)."""
+    if labels.dtype != object:
+        return
+    kinds = {isinstance(label, str) for label in labels.ravel()}
+    if len(kinds) > 1:
+        strings = next(label for label in labels.ravel() if isinstance(label, str))
+        other = next(label for label in labels.ravel() if not isinstance(label, str))
+        raise ValueError(f"{name} mixes strings and other labels (e.g. {strings!r} and {other!r}): they have no "
+                         f"common order, so no label set. Convert them to one type, e.g. {name}.astype(str).")
+
+
 def _forward_in_chunks(module: torch.nn.Module, inputs: torch.Tensor) -> torch.Tensor:
     with torch.no_grad():
         return torch.cat([module(inputs[i : i + _PREDICT_CHUNK]) for i in range(0, len(inputs), _PREDICT_CHUNK)])
@@ -188,6 +200,7 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
         """
         warm = self._warm()
         X, y = self._validate(X, y, allow_nd=True, ensure_min_samples=2, reset=not warm)
+        _check_label_types(y, "y")
         check_classification_targets(y)
         classes = self.classes_ if warm and self.classes is None else self._label_set(y)
         records = self.prepare_records(X, y, classes=classes)
@@ -206,6 +219,7 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
                                  f"{classes.tolist()!r}. Pass the public label set as classes=.")
             return classes
         given = np.asarray(self.classes)
+        _check_label_types(given, "classes")
         classes = np.unique(given)
         if given.ndim != 1 or len(classes) != len(given) or len(classes) < 2:
             raise ValueError(f"The 'classes' parameter of {type(self).__name__} must list at least 2 distinct "
@@ -285,7 +299,7 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
 
     def _model(self, input_shape, classes, generator):
         module = self._build_module(input_shape, len(classes), generator, DTYPES[self.dtype])
-        if self.init is not None:
+        if self.init is not None and not self._warm():  # a warm start continues its own model
             self._start_from_init(module, classes)
         return module, per_record_cross_entropy
 
@@ -296,6 +310,10 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
             raise ValueError(f"The 'init' parameter of {name} is the estimator itself: continue a fit with "
                              "warm_start=True, which keeps its privacy ledger.")
         if isinstance(source, BaseEstimator):
+            if not isinstance(source, FederatedClassifier):
+                raise ValueError(f"The 'init' parameter of {name} is a {type(source).__name__}, which has no network "
+                                 "to start from: pass a fitted skfedriem classifier of the same architecture, its "
+                                 "module_, or module_.state_dict().")
             if getattr(source, "module_", None) is None:
                 raise ValueError(f"The 'init' parameter of {name} is an unfitted {type(source).__name__} (note that "
                                  "scikit-learn's clone unfits estimator-valued parameters: pass init=fitted.module_ "

@@ -7,7 +7,7 @@ from .client import (OPTIMIZERS, ClientRecipe, ClientState, RoundInstructions, i
 from .engine import FederatedTrainer, lr_at_round, resolve_device
 from .lockstep import lockstep_groups, run_clients, run_lockstep
 from .parallel import THREADS_PER_JOB, ParallelTransport, effective_n_jobs, thread_budget
-from .plan import PrivacyPlan, plan_run
+from .plan import PrivacyPlan, noise_swamps_signal, plan_run
 from .settings import BACKENDS, FederationSettings, register_backend
 from .transport import LocalTransport, Transport
 
@@ -32,6 +32,7 @@ __all__ = [
     "is_elementwise",
     "lockstep_groups",
     "lr_at_round",
+    "noise_swamps_signal",
     "plan_run",
     "register_aggregation",
     "register_backend",

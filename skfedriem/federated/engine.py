@@ -20,6 +20,8 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from .._warnings import warn_user
+from ..exceptions import NoiseSwampsSignalWarning
 from ..manifolds import manifold_of
 from ..privacy import PrivacyAccountant, PrivacyBudget
 from ..privacy.per_sample import trainable_parameters
@@ -35,7 +37,7 @@ from .adaptive_clip import FRACTION_RANGE, next_clip
 from .client import (CLIPPED_FRACTION, ClientRecipe, ClientState, RoundInstructions, is_elementwise,
                      resolve_optimizer, step_plan)
 from .parallel import ParallelTransport, effective_n_jobs, thread_budget
-from .plan import PrivacyPlan, check_client_sizes, plan_run
+from .plan import PrivacyPlan, check_client_sizes, noise_swamps_signal, plan_run
 from .settings import BACKENDS, FederationSettings, register_backend
 from .transport import LocalTransport, Transport
 
@@ -396,7 +398,7 @@ class FederatedTrainer:
         selected client replied, and a round cut short by a crash counts too.
         Resuming from a checkpoint taken at a round's start sends that round
         again, bit for bit, without charging it again: a client that already
-        answered it answers the same (a Flower site keeps its last replies),
+        answered it answers the same (a Flower site keeps its last 256 replies),
         and one that never got it takes its steps once. The round's update
         averages the submissions that arrived (θ is unchanged when none did);
         ``history_`` records who replied.
@@ -405,6 +407,12 @@ class FederatedTrainer:
         k = self._clients_per_round(n_clients)
         self.plan_ = self.plan(client_sizes, client_names)
         self._client_sizes = [int(m) for m in client_sizes]
+        if noise_swamps_signal(self.plan_):
+            warn_user(f"The noise swamps the signal: each step's noise std σ = {self.plan_.noise_std:.3g} exceeds "
+                      f"√(T τ) C = {math.sqrt(self.plan_.total_steps) * self.plan_.clip:.3g}, the most the "
+                      f"{self.plan_.total_steps} steps' clipped gradients can add up to along any direction "
+                      "against the noise: the fit will be a random walk. Raise eps, or give the clients more "
+                      "records per step (a larger batch_size) or fewer rounds.", NoiseSwampsSignalWarning)
         if resume is not None:
             self._check_resume(resume)
         if self.privacy_budget is not None and resume is None:

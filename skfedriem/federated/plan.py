@@ -11,7 +11,7 @@ from ..privacy.step_plan import sensitivity_factor
 from .adaptive_clip import INITIAL_CLIP, split_mu0
 from .settings import FederationSettings
 
-__all__ = ["PrivacyPlan", "check_client_sizes", "plan_run"]
+__all__ = ["PrivacyPlan", "check_client_sizes", "noise_swamps_signal", "plan_run"]
 
 
 @dataclass(frozen=True)
@@ -92,6 +92,29 @@ class PrivacyPlan:
     def n_rounds(self) -> int:
         """T = total_steps / τ."""
         return self.total_steps // self.steps_per_round
+
+
+def noise_swamps_signal(plan: PrivacyPlan) -> bool:
+    """Whether even the best direction of the whole run carries less signal than noise.
+
+    Over the run's T τ steps, the clipped means summed along any one direction
+    reach at most T τ C, while the summed noise has std σ √(T τ) along it
+    (σ, each step's noise std). When σ > √(T τ) C the noise exceeds the largest
+    possible signal in every direction: nothing can be learnt, and the fit is
+    a random walk of the noise.
+
+    Parameters
+    ----------
+    plan : PrivacyPlan
+
+    Returns
+    -------
+    bool
+    """
+    if plan.mu0 is None or math.isinf(plan.clip):
+        return False
+    sigmas = [plan.client_noise_std(i) for i in range(len(plan.local_steps))]
+    return min(sigmas) > math.sqrt(plan.total_steps) * plan.clip
 
 
 def check_client_sizes(client_sizes: list[int], client_names: list) -> None:

@@ -24,6 +24,7 @@ from sklearn import get_config
 from .._backends import BACKENDS, register_backend
 from .._compat import Interval, StrOptions, validate_parameter_constraints
 from ..privacy.accounting_methods import ACCOUNTINGS, RunAccounting
+from ..privacy.subsampled_gaussian import MAX_EPSILON, MIN_DELTA
 from .aggregation import AGGREGATIONS, Aggregation
 from .client import OPTIMIZERS
 
@@ -77,12 +78,13 @@ class FederationSettings:
     """
 
     eps: float | None = _setting(
-        None, "float or None", [Interval(Real, 0, None, closed="neither"), None],
-        "Target ε of the whole run, for record-level (ε, δ)-DP under substitution of one record of any client. "
-        "None trains without clipping and noise: every round is then charged as infinite loss.")
+        None, "float or None", [Interval(Real, 0, MAX_EPSILON, closed="right"), None],
+        "Target ε of the whole run, in (0, 100], for record-level (ε, δ)-DP under substitution of one record of "
+        "any client. None trains without clipping and noise: every round is then charged as infinite loss.")
     delta: float = _setting(
-        1e-5, "float", [Interval(Real, 0, 1, closed="neither")],
-        "Target δ, in (0, 1); keep it well below 1 / (records of the smallest client).")
+        1e-5, "float", [Interval(Real, MIN_DELTA, 1, closed="left")],
+        "Target δ, in [1e-15, 1) (the accountant certifies nothing smaller); keep it well below 1 / (records of "
+        "the smallest client).")
     clip: float | str = _setting(
         1.0, 'float or "auto"', [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
         "C, the per-record gradient clip norm, over all parameter blocks together. ``\"auto\"``: adaptive "

@@ -3,12 +3,14 @@
 Light (Flower and the standard library). Three guarantees, each against a
 local attacker on the site's host who is not the site's account:
 
-* **The folder is the site's.** The sockets live in
-  ``$TMPDIR/skfedriem-sites-<uid>``, opened with ``O_NOFOLLOW`` and checked on
-  the open descriptor (a directory, owned by this account, mode 0700), never
-  by a path that a symlink could redirect between the check and the use:
-  every later access goes through that descriptor (``/proc/self/fd/N/...``),
-  and the worker inherits the same descriptor.
+* **The folder is the site's.** The sockets live in :func:`default_folder`
+  (``$XDG_RUNTIME_DIR/skfedriem-sites``, else ``~/.cache/skfedriem/sites``:
+  folders of the account, never a shared temporary folder where another
+  account could take the name first), opened with ``O_NOFOLLOW`` and checked
+  on the open descriptor (a directory, owned by this account, mode 0700),
+  never by a path that a symlink could redirect between the check and the
+  use: every later access goes through that descriptor
+  (``/proc/self/fd/N/...``), and the worker inherits the same descriptor.
 * **The peer is the site's.** Each end reads the other's credentials from the
   kernel (``SO_PEERCRED``) and hangs up on any other account.
 * **Nothing received runs code.** Frames are a fixed layout of byte parts
@@ -31,7 +33,9 @@ import socket
 import stat
 import struct
 import sys
-import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from flwr.app import Context, Message, RecordDict
@@ -41,8 +45,9 @@ from flwr.proto.message_pb2 import Context as ProtoContext
 from flwr.proto.message_pb2 import Message as ProtoMessage
 from flwr.proto.recorddict_pb2 import RecordDict as ProtoRecordDict
 
-__all__ = ["MAX_FRAME_BYTES", "ChannelError", "check_folder", "check_peer", "decode_reply", "decode_request", "encode_reply",
-           "encode_request", "private_folder", "receive_frame", "send_frame", "socket_address", "supported"]
+__all__ = ["MAX_FRAME_BYTES", "ChannelError", "check_folder", "check_peer", "decode_reply", "decode_request",
+           "default_folder", "encode_reply", "encode_request", "private_folder", "receive_frame", "send_frame",
+           "socket_address", "socket_lock", "supported"]
 
 #: The largest frame either end accepts (a site's model and θ_t are a few MB at most).
 MAX_FRAME_BYTES = 256 << 20
@@ -61,13 +66,29 @@ def supported() -> bool:
     return sys.platform.startswith("linux") and hasattr(socket, "SO_PEERCRED") and os.path.isdir("/proc/self/fd")
 
 
+def default_folder() -> Path:
+    """Where a site's worker sockets live: ``$XDG_RUNTIME_DIR/skfedriem-sites``, else ``~/.cache/skfedriem/sites``.
+
+    Both belong to the site's account (a shared temporary folder would let
+    another account create the folder's name first and shut the site out).
+
+    Returns
+    -------
+    Path
+    """
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.isabs(runtime):
+        return Path(runtime) / "skfedriem-sites"
+    return Path.home() / ".cache" / "skfedriem" / "sites"
+
+
 def private_folder(folder: str | Path | None = None) -> int:
-    """A descriptor of the site's socket folder (created if absent), or PermissionError.
+    """A descriptor of the site's socket folder (created if absent, with its parents), or PermissionError.
 
     Parameters
     ----------
     folder : str or Path, optional
-        Default ``$TMPDIR/skfedriem-sites-<uid>``.
+        Default :func:`default_folder`.
 
     Returns
     -------
@@ -76,7 +97,8 @@ def private_folder(folder: str | Path | None = None) -> int:
         this account and is closed to every other (mode 0700). The caller
         closes it.
     """
-    folder = Path(tempfile.gettempdir()) / f"skfedriem-sites-{os.geteuid()}" if folder is None else Path(folder)
+    folder = default_folder() if folder is None else Path(folder)
+    folder.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     try:
         os.mkdir(folder, 0o700)
     except FileExistsError:
@@ -108,6 +130,20 @@ def socket_address(folder_fd: int, name: str) -> str:
     return f"/proc/self/fd/{folder_fd}/{name}"
 
 
+@contextmanager
+def socket_lock(folder_fd: int, name: str) -> Iterator[None]:
+    """An exclusive lock on socket ``name`` of the folder: held while a ClientApp starts its worker and while a
+    worker removes its socket, so that neither removes the socket of a worker that just started."""
+    import fcntl  # Unix only, like the channel (see supported())
+
+    fd = os.open(name + ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=folder_fd)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def check_peer(connection: socket.socket) -> None:
     """ChannelError unless the process at the other end runs as this account."""
     pid, uid, _ = _CREDENTIALS.unpack(connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
@@ -124,12 +160,17 @@ def send_frame(connection: socket.socket, parts: list[bytes]) -> None:
     connection.sendall(_HEADER.pack(_MAGIC, len(parts), total) + b"".join(_PART.pack(len(p)) + p for p in parts))
 
 
-def receive_frame(connection: socket.socket, n_parts: int) -> list[bytes]:
-    """The ``n_parts`` byte parts of the next frame, or ChannelError for anything else."""
-    magic, count, total = _HEADER.unpack(_read(connection, _HEADER.size))
+def receive_frame(connection: socket.socket, n_parts: int, *, seconds: float | None = None) -> list[bytes]:
+    """The ``n_parts`` byte parts of the next frame, or ChannelError for anything else.
+
+    ``seconds`` bounds the whole frame's arrival (None: no bound): a peer
+    that trickles bytes cannot hold the reader past it.
+    """
+    deadline = None if seconds is None else time.monotonic() + seconds
+    magic, count, total = _HEADER.unpack(_read(connection, _HEADER.size, deadline))
     if magic != _MAGIC or count != n_parts or total > MAX_FRAME_BYTES:
         raise ChannelError(f"Not a frame of this channel (magic {magic!r}, {count} parts, {total} bytes).")
-    body, parts, at = _read(connection, total), [], 0
+    body, parts, at = _read(connection, total, deadline), [], 0
     for _ in range(count):
         if at + _PART.size > total:
             raise ChannelError("A frame's parts overrun it.")
@@ -144,10 +185,18 @@ def receive_frame(connection: socket.socket, n_parts: int) -> list[bytes]:
     return parts
 
 
-def _read(connection: socket.socket, size: int) -> bytes:
+def _read(connection: socket.socket, size: int, deadline: float | None) -> bytes:
     chunks, left = [], size
     while left:
-        chunk = connection.recv(min(left, 1 << 20))
+        if deadline is not None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ChannelError("The other end did not send its frame in time.")
+            connection.settimeout(remaining)
+        try:
+            chunk = connection.recv(min(left, 1 << 20))
+        except TimeoutError:
+            raise ChannelError("The other end did not send its frame in time.") from None
         if not chunk:
             raise ChannelError("The other end closed the connection mid-frame.")
         chunks.append(chunk)

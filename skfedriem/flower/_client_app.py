@@ -10,6 +10,7 @@ run itself.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from collections.abc import Callable
@@ -24,7 +25,7 @@ from ..exceptions import InvalidInstructionsError, InvalidIterateError, PrivacyB
 from ..federated.client import ClientRecipe, ClientState, check_iterate, step_plan
 from ..privacy import PrivacyBudget
 from ..privacy.randomness import SecureRandomness
-from ..privacy.subsampled_gaussian import DISCRETIZATION
+from ..privacy.subsampled_gaussian import DISCRETIZATION, MIN_DELTA
 from ..privacy.step_plan import StepPlan
 from ._errors import FAILED, error_reply
 from ._protocol import decode_arrays, decode_instructions, encode_arrays
@@ -93,8 +94,8 @@ class SiteGuard:
     def __post_init__(self) -> None:
         if not self.max_epsilon > 0:
             raise ValueError(f"max-epsilon must be > 0 (inf: no limit). Got {self.max_epsilon!r}.")
-        if not 0 < self.delta < 1:
-            raise ValueError(f"delta must be in (0, 1). Got {self.delta!r}.")
+        if not MIN_DELTA <= self.delta < 1:
+            raise ValueError(f"delta must be in [{MIN_DELTA:g}, 1). Got {self.delta!r}.")
         if self.allow_non_private and math.isfinite(self.max_epsilon):
             raise ValueError("non-private rounds are charged as infinite loss, which no finite budget admits: "
                              f"set max-epsilon=inf with non-private=true. Got max-epsilon={self.max_epsilon!r}.")
@@ -262,7 +263,9 @@ def make_client_app(setup: Callable[[Context], ClientSetup]) -> ClientApp:
             plan = step_plan(instructions, client.n_records, client.recipe.module)
             guard = client.guard
             replies = None if guard is None else guard.replies()
-            key = None if replies is None else ReplyCache.key(theta, instructions)
+            scope = json.dumps([type(client.recipe.module).__name__, dict(context.run_config)], sort_keys=True,
+                               default=str)
+            key = None if replies is None else ReplyCache.key(theta, instructions, scope)
             cached = None if replies is None else replies.get(key, charged=guard.charges())
             if cached is not None:
                 submission, seconds = cached

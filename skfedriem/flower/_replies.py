@@ -27,16 +27,22 @@ __all__ = ["ReplyCache"]
 
 
 class ReplyCache:
-    """The last ``keep`` replies of a site, in ``folder`` (files the site owns, next to its ledger)."""
+    """The last ``keep`` replies of a site, in ``folder`` (files the site owns, next to its ledger).
 
-    def __init__(self, folder: str | Path, *, keep: int = 16) -> None:
+    A resumed round older than the last ``keep`` requests is a new release,
+    charged anew by the site's ledger (the server's certificate counts the
+    round once, and it averages one reply of each site).
+    """
+
+    def __init__(self, folder: str | Path, *, keep: int = 256) -> None:
         self.folder = Path(folder)
         self.keep = keep
 
     @staticmethod
-    def key(theta: dict[str, torch.Tensor], instructions: RoundInstructions) -> str:
-        """A digest of the whole request: every block of θ_t bit for bit, and the instructions."""
-        h = hashlib.sha256(json.dumps(asdict(instructions), sort_keys=True).encode())
+    def key(theta: dict[str, torch.Tensor], instructions: RoundInstructions, scope: str = "") -> str:
+        """A digest of the whole request: every block of θ_t bit for bit, the instructions, and ``scope`` (what
+        else defines the model the request runs on: its kind and run configuration)."""
+        h = hashlib.sha256(json.dumps([scope, asdict(instructions)], sort_keys=True).encode())
         for name in sorted(theta):
             value = theta[name].detach().contiguous()
             h.update(f"{name}|{tuple(value.shape)}|{value.dtype}".encode())

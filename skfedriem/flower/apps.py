@@ -69,8 +69,10 @@ __all__ = ["APP_DIRS", "client_apps", "server_apps", "site_setup"]
 #: The Flower App project of each deployable kind shipped with skfedriem.
 APP_DIRS = {kind: Path(__file__).with_name("projects") / kind for kind in ESTIMATORS.names()}
 
-# Per process: a site's validated records and working model, by kind, data file and run configuration.
+# Per process: a site's validated records and working model, by kind, data file and run configuration; the
+# most recently used few only (a site's worker serves every run, and a server may open many).
 _SITES: dict[tuple, tuple] = {}
+_SITES_KEPT = 4
 
 
 def _classes(est, config) -> np.ndarray | None:
@@ -108,6 +110,9 @@ def site_setup(kind: str, context: Context) -> ClientSetup:
         records = est.prepare_records(X, y, classes=classes, site=True)
         module, loss_fn = est.make_model(X.shape[1:], classes)
         _SITES[key] = records, ClientRecipe(module, loss_fn, est.client_optimizer())
+        while len(_SITES) > _SITES_KEPT:
+            del _SITES[next(iter(_SITES))]
+    _SITES[key] = _SITES.pop(key)  # the most recently used last
     records, recipe = _SITES[key]
     guard = SiteGuard(ledger_path=default_ledger_path(node),
                       max_epsilon=float(node.get("max-epsilon", DEFAULT_MAX_EPSILON)),

@@ -41,7 +41,7 @@ from flwr.clientapp import ClientApp
 from flwr.supercore.task_identity import TaskIdentity
 
 from ._channel import (check_peer, decode_reply, encode_request, private_folder, receive_frame, send_frame,
-                       socket_address, supported)
+                       socket_address, socket_lock, supported)
 from ._errors import FAILED, error_reply
 
 __all__ = ["IDLE_SECONDS", "STARTUP_SECONDS", "default_ledger_path", "exchange", "make_site_client_app",
@@ -71,20 +71,24 @@ def default_ledger_path(node_config) -> str:
 
 
 def worker_name(kind: str, context: Context) -> str:
-    """The socket name of the worker of this site, kind and run configuration (in the site's private folder).
+    """The socket name of the worker of this site and kind (in the site's private folder).
+
+    One worker per site and kind, whatever the run configuration: it serves
+    every run (keeping a few runs' records and models loaded), so a server
+    that opens many runs cannot make a site start a process for each.
 
     Parameters
     ----------
     kind : str
         The deployable kind.
     context : flwr.app.Context
-        The node's context (its node and run configurations).
+        The node's context (its node configuration).
 
     Returns
     -------
     str
     """
-    identity = json.dumps([kind, dict(context.node_config), dict(context.run_config)], sort_keys=True, default=str)
+    identity = json.dumps([kind, dict(context.node_config)], sort_keys=True, default=str)
     return f"{hashlib.sha256(identity.encode()).hexdigest()[:24]}.sock"
 
 
@@ -101,8 +105,8 @@ def _connect(folder: int, name: str) -> socket.socket | None:
 def _start_worker(kind: str, folder: int, name: str) -> subprocess.Popen:
     log = os.open(name.removesuffix(".sock") + ".log", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
                   | os.O_CLOEXEC, 0o600, dir_fd=folder)
-    try:
-        return subprocess.Popen([sys.executable, "-m", "skfedriem.flower.site_worker", "--kind", kind,
+    try:  # -P: the working folder (the SuperNode's, perhaps writable by others) is not on the import path
+        return subprocess.Popen([sys.executable, "-P", "-m", "skfedriem.flower.site_worker", "--kind", kind,
                                  "--folder-fd", str(folder), "--socket-name", name, "--parent-pid", str(os.getppid()),
                                  "--idle-seconds", str(IDLE_SECONDS)],
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(folder,))
@@ -111,21 +115,29 @@ def _start_worker(kind: str, folder: int, name: str) -> subprocess.Popen:
 
 
 def _worker_connection(kind: str, folder: int, name: str) -> socket.socket:
-    connection = _connect(folder, name)
-    if connection is not None:
+    """A connection to the worker, started first if none listens (under the socket's lock: one start at a time)."""
+    with socket_lock(folder, name):
+        connection = _connect(folder, name)
+        if connection is not None:
+            return connection
+        try:  # a worker that is gone leaves its socket behind
+            os.unlink(name, dir_fd=folder)
+        except FileNotFoundError:
+            pass
+        worker = _start_worker(kind, folder, name)
+        deadline = time.monotonic() + STARTUP_SECONDS
+        while (connection := _connect(folder, name)) is None:
+            if worker.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"The site's worker {'exited' if worker.poll() is not None else 'did not start'}"
+                                   f"; its log is {name.removesuffix('.sock')}.log in the site's socket folder.")
+            time.sleep(0.05)
         return connection
-    try:  # a worker that is gone leaves its socket behind
-        os.unlink(name, dir_fd=folder)
-    except FileNotFoundError:
-        pass
-    worker = _start_worker(kind, folder, name)
-    deadline = time.monotonic() + STARTUP_SECONDS
-    while (connection := _connect(folder, name)) is None:
-        if worker.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"The site's worker {'exited' if worker.poll() is not None else 'did not start'}; "
-                               f"its log is {name.removesuffix('.sock')}.log in the site's socket folder.")
-        time.sleep(0.05)
-    return connection
+
+
+def _reply_seconds(message: Message) -> float:
+    """How long to wait for the worker: until Flower would discard the reply (the message's time to live)."""
+    left = message.metadata.created_at + message.metadata.ttl - time.time()
+    return max(1.0, left)
 
 
 def exchange(kind: str, message: Message, context: Context) -> Message:
@@ -153,7 +165,7 @@ def exchange(kind: str, message: Message, context: Context) -> Message:
             check_peer(connection)
             send_frame(connection, encode_request(message, context, (TaskIdentity.task_id, TaskIdentity.run_id,
                                                                      TaskIdentity.node_id)))
-            reply, state = decode_reply(receive_frame(connection, 2))
+            reply, state = decode_reply(receive_frame(connection, 2, seconds=_reply_seconds(message)))
     finally:
         os.close(folder)
     context.state = state

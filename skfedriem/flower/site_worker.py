@@ -25,12 +25,14 @@ import torch
 from flwr.supercore.task_identity import TaskIdentity
 
 from ._channel import (ChannelError, check_folder, check_peer, decode_request, encode_reply, receive_frame, send_frame,
-                       socket_address)
+                       socket_address, socket_lock)
+from ._errors import FAILED, error_reply
 from .apps import client_apps
 
 __all__ = ["READ_SECONDS", "main", "serve"]
 
-#: How long the worker waits for a connected peer's request before hanging up (a stalled peer blocks no one).
+#: How long the worker waits for a connected peer's whole request before hanging up (a stalled or trickling peer
+#: blocks the worker at most this long).
 READ_SECONDS = 30.0
 _log = logging.getLogger("skfedriem.flower.site")
 
@@ -49,13 +51,16 @@ def _answer(app, connection: socket.socket) -> None:
     """Answer one connection's request, or hang up on a peer or a frame that is not the site's."""
     try:
         check_peer(connection)
-        connection.settimeout(READ_SECONDS)
-        message, context, (task, run, node) = decode_request(receive_frame(connection, 3))
+        message, context, (task, run, node) = decode_request(receive_frame(connection, 3, seconds=READ_SECONDS))
     except (ChannelError, OSError) as error:
         _log.warning("the worker refused a connection: %s: %s", type(error).__name__, error)
         return
     TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = task, run, node
-    reply = app(message, context)  # every failure is already an error reply
+    try:  # the site app answers its own failures; a message it has no handler for (an unknown type) raises
+        reply = app(message, context)
+    except Exception as error:  # noqa: BLE001 - the worker must not die of it
+        _log.warning("the site app could not answer: %s: %s", type(error).__name__, error, exc_info=True)
+        reply = error_reply(message, FAILED)
     connection.settimeout(None)
     try:
         send_frame(connection, encode_reply(reply, context.state))
@@ -85,6 +90,7 @@ def serve(kind: str, folder_fd: int, name: str, *, parent_pid: int | None = None
     app = client_apps[kind]
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(socket_address(folder_fd, name))
+    mine = os.stat(name, dir_fd=folder_fd, follow_symlinks=False).st_ino
     os.chmod(name, 0o600, dir_fd=folder_fd, follow_symlinks=False)
     listener.listen()
     listener.settimeout(1.0)
@@ -99,11 +105,13 @@ def serve(kind: str, folder_fd: int, name: str, *, parent_pid: int | None = None
                 _answer(app, connection)
             last = time.monotonic()
     finally:
-        listener.close()
-        try:
-            os.unlink(name, dir_fd=folder_fd)
-        except FileNotFoundError:
-            pass
+        listener.close()  # first: a ClientApp that finds no listener starts a new worker (under the lock)
+        with socket_lock(folder_fd, name):  # then remove the socket only if it is still this worker's
+            try:
+                if os.stat(name, dir_fd=folder_fd, follow_symlinks=False).st_ino == mine:
+                    os.unlink(name, dir_fd=folder_fd)
+            except FileNotFoundError:
+                pass
 
 
 def main(argv: list[str] | None = None) -> None:

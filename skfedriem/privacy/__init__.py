@@ -23,10 +23,13 @@ from .sampling import BatchSampler, FixedSizeSampler, PoissonSampler, make_sampl
 from .stacked import ClientStack, StackedDenseGradients
 from .stacking import StackedLinear, stacked_gradients_available, stacked_module, supports_stacking
 from .step_plan import StepPlan, round_release
-from .subsampled_gaussian import DISCRETIZATION, calibrate_mu0, epsilon_spent, gdp_epsilon, gdp_mu, gdp_mu_for_epsilon
+from .subsampled_gaussian import (DISCRETIZATION, MAX_EPSILON, MIN_DELTA, calibrate_mu0, epsilon_spent, gdp_epsilon,
+                                  gdp_mu, gdp_mu_for_epsilon)
 
 __all__ = [
     "DISCRETIZATION",
+    "MAX_EPSILON",
+    "MIN_DELTA",
     "BatchSampler",
     "ClientStack",
     "DenseGradients",

@@ -33,7 +33,7 @@ from pathlib import Path
 from .._compat import Interval, validate_params
 from ..exceptions import PrivacyBudgetExceeded
 from .ledger import PrivacyAccountant
-from .subsampled_gaussian import DISCRETIZATION
+from .subsampled_gaussian import DISCRETIZATION, MAX_EPSILON, MIN_DELTA
 from .ledger_file import locked_ledger, read_ledger
 
 __all__ = ["PrivacyBudget"]
@@ -99,7 +99,7 @@ class PrivacyBudget:
     """
 
     @validate_params(
-        {"epsilon": [Interval(Real, 0, None, closed="right")], "delta": [Interval(Real, 0, 1, closed="neither")],
+        {"epsilon": [Interval(Real, 0, None, closed="right")], "delta": [Interval(Real, MIN_DELTA, 1, closed="left")],
          "path": [str, os.PathLike, None], "discretization": [Interval(Real, 0, None, closed="neither")],
          "n_fits": [Interval(Integral, 1, None, closed="left"), None]},
         prefer_skip_nested_validation=True,
@@ -131,6 +131,53 @@ class PrivacyBudget:
         if any(math.isinf(f["epsilon"]) for f in fits):
             return math.inf
         return _composition(fits).get_epsilon(self.delta, discretization=self.discretization)
+
+    def summary(self) -> str:
+        """What is spent, of what, over how many of the planned fits, and what is left (one line).
+
+        Examples
+        --------
+        >>> PrivacyBudget(4.0, n_fits=3).summary()
+        'spent 0 of epsilon=4 (delta=1e-05) over 0 of 3 planned fits; 4 left'
+        """
+        spent, fits = self.spent(), len(self.fits)
+        planned = f" of {self.n_fits} planned" if self.n_fits is not None else ""
+        left = max(self.epsilon - spent, 0.0)
+        return (f"spent {spent:.4g} of epsilon={self.epsilon:g} (delta={self.delta:g}) over {fits}{planned} fits; "
+                f"{left:.4g} left")
+
+    @staticmethod
+    def n_fits_for(cv, param_grid=None, *, refit: bool = True, X=None, y=None, groups=None) -> int:
+        """How many fits a search charges: folds × candidates, plus the refit.
+
+        Parameters
+        ----------
+        cv : int, cross-validation generator or iterable
+            As ``GridSearchCV`` and ``cross_val_score`` take it (an int is a
+            number of folds; a splitter may need ``X``, ``y`` or ``groups`` to
+            count its splits, e.g. ``LeaveOneGroupOut``).
+        param_grid : dict or list of dicts, optional
+            The grid of ``GridSearchCV`` (None: one candidate, as in
+            ``cross_val_score``).
+        refit : bool, default=True
+            Whether the search refits the best candidate on all the data.
+        X, y, groups : array-like, optional
+            Passed to the splitter's ``get_n_splits``.
+
+        Returns
+        -------
+        int
+
+        Examples
+        --------
+        >>> PrivacyBudget.n_fits_for(5, {"lr": [0.1, 0.5], "n_rounds": [50, 100, 200]})
+        31
+        """
+        from sklearn.model_selection import ParameterGrid, check_cv
+
+        folds = check_cv(cv).get_n_splits(X, y, groups)
+        candidates = 1 if param_grid is None else len(ParameterGrid(param_grid))
+        return folds * candidates + int(bool(refit))
 
     def share(self, release_at: Callable[[float], PrivacyAccountant], *, label: str = "this fit") -> float:
         """The largest ε a fit may target so that it and every remaining planned fit, each like it, fit the budget.
@@ -171,10 +218,14 @@ class PrivacyBudget:
         remaining = self.n_fits - len(fits)
         if remaining < 1:
             raise ValueError(f"{label} asks for its share, but all n_fits={self.n_fits} planned fits were charged "
-                             f"already ({len(fits)} fits). Plan more fits, or give this one its own eps.")
-        spent = self.spent()
+                             f"already ({len(fits)} fits): n_fits was too small for this search. Plan "
+                             "n_fits=PrivacyBudget.n_fits_for(cv, param_grid) before it starts, or give this fit its "
+                             "own eps.")
         if math.isinf(self.epsilon):
-            return math.inf
+            raise ValueError(f"{label} asks for its share (eps='budget') of a PrivacyBudget with epsilon=inf, which "
+                             "only records: its share would be a fit without noise. Give the budget a finite "
+                             "epsilon, or give the fit its own eps.")
+        spent = self.spent()
         if spent >= self.epsilon:
             raise PrivacyBudgetExceeded(f"{label} cannot run: this budget is spent ({spent:.4g} of epsilon="
                                         f"{self.epsilon:g}).")
@@ -215,7 +266,7 @@ class PrivacyBudget:
         while high - low > 1e-2 * low:
             middle = math.sqrt(low * high)
             low, high = (middle, high) if fits_in(middle) else (low, middle)
-        eps = min(self.epsilon, scaled(low).get_epsilon(self.delta, discretization=self.discretization))
+        eps = min(self.epsilon, MAX_EPSILON, scaled(low).get_epsilon(self.delta, discretization=self.discretization))
         for _ in range(20):  # a fit whose shape moves with its target (e.g. a planned T) is checked as it is
             if composed(release_at(eps), self.discretization) <= self.epsilon:
                 return eps

@@ -11,7 +11,7 @@ from numbers import Integral, Real
 import numpy as np
 
 from .._compat import DensePMF, Interval, StrOptions, dense_pmfs, validate_params
-from .subsampled_gaussian import DISCRETIZATION, single_step_pld
+from .subsampled_gaussian import DISCRETIZATION, MIN_DELTA, single_step_pld
 
 __all__ = ["PrivacyAccountant", "RunningEpsilon"]
 
@@ -78,7 +78,7 @@ class PrivacyAccountant:
         return all(math.isfinite(e.mu0) for e in self.history)
 
     @validate_params(
-        {"delta": [Interval(Real, 0, 1, closed="neither")]}, prefer_skip_nested_validation=True
+        {"delta": [Interval(Real, MIN_DELTA, 1, closed="left")]}, prefer_skip_nested_validation=True
     )
     def get_epsilon(self, delta: float, *, discretization: float = DISCRETIZATION) -> float:
         """Certified ε (an upper bound) of everything recorded, at ``delta``.

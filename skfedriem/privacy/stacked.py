@@ -86,9 +86,18 @@ def _close(stacked: torch.Tensor, alone: torch.Tensor) -> bool:
     return torch.allclose(stacked[finite], alone[finite], rtol=resolution, atol=resolution * scale)
 
 
+_BITS = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.float32: torch.int32,
+         torch.float64: torch.int64}
+
+
 def _identical(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Bit for bit the same (NaN where NaN)."""
-    return a.shape == b.shape and torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(), b.nan_to_num())
+    """Bit for bit the same (their bit patterns: -0.0 is not 0.0, inf is not the largest float)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    bits = _BITS.get(a.dtype)
+    if bits is None:
+        return torch.equal(a, b)
+    return torch.equal(a.contiguous().view(bits), b.contiguous().view(bits))
 
 
 def _stacked_losses(loss_fn: LossFn):

@@ -45,6 +45,8 @@ from .._compat import Interval, StrOptions, validate_params
 
 __all__ = [
     "DISCRETIZATION",
+    "MAX_EPSILON",
+    "MIN_DELTA",
     "calibrate_mu0",
     "epsilon_spent",
     "gdp_epsilon",
@@ -60,11 +62,18 @@ DISCRETIZATION = 1e-4
 #: Log of the noise mass dp-accounting may truncate (it is charged to δ).
 _LOG_MASS_TRUNCATION = -50.0
 
+#: The largest ε a run may target: e^100 bounds nothing a user can read, and the accountant's grids grow with ε.
+#: A run without privacy is ``eps=None``.
+MAX_EPSILON = 100.0
+#: The smallest δ the accountant certifies: it truncates each step's privacy-loss distribution at mass
+#: e^-50 (about 2e-22) and charges it to δ, so a δ near that is unreachable whatever the noise.
+MIN_DELTA = 1e-15
+
 _COMMON_CONSTRAINTS = {
     "mu0": [Interval(Real, 0, None, closed="neither")],
     "sample_rate": [Interval(Real, 0, 1, closed="right")],
     "steps": [Interval(Integral, 1, None, closed="left")],
-    "delta": [Interval(Real, 0, 1, closed="neither")],
+    "delta": [Interval(Real, MIN_DELTA, 1, closed="left")],
     "sampling": [StrOptions({"fixed", "poisson"})],
 }
 
@@ -172,7 +181,7 @@ def epsilon_spent(
 
 
 @validate_params(
-    {"eps": [Interval(Real, 0, None, closed="neither")], **_COMMON_CONSTRAINTS},
+    {"eps": [Interval(Real, 0, MAX_EPSILON, closed="right")], **_COMMON_CONSTRAINTS},
     prefer_skip_nested_validation=True,
 )
 def calibrate_mu0(
@@ -340,8 +349,8 @@ def gdp_mu_for_epsilon(eps: float, delta: float) -> float:
 
 
 def _gdp_delta(eps: float, mu: float) -> float:
-    """δ(ε) of μ-GDP: Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2)."""
-    return norm.cdf(-eps / mu + mu / 2) - math.exp(eps) * norm.cdf(-eps / mu - mu / 2)
+    """δ(ε) of μ-GDP: Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2) (the second term in log space: e^ε overflows past 709)."""
+    return norm.cdf(-eps / mu + mu / 2) - math.exp(min(eps + norm.logcdf(-eps / mu - mu / 2), 709.0))
 
 
 def _clt_mu0(eps: float, delta: float, sample_rate: float, steps: int) -> float:

@@ -116,3 +116,25 @@ def test_a_module_or_state_dict_init_warns_that_its_origin_cannot_be_traced(pret
     clf = FederatedSPDNetClassifier(eps=None, dims=(3,), n_rounds=1, init=init, random_state=1)
     with pytest.warns(UserWarning, match="cannot tell where a module's or a state dict's weights come from"):
         clf.fit(X, y, groups=groups)
+
+
+def test_a_fitted_scikit_learn_model_is_named_for_what_it_lacks(public_and_private):
+    """It was called 'unfitted'."""
+    from sklearn.linear_model import LogisticRegression
+
+    _, (X, y, groups) = public_and_private
+    fitted = LogisticRegression().fit(X.reshape(len(X), -1), y)
+    with pytest.raises(ValueError, match="is a LogisticRegression, which has no network to start from"):
+        FederatedSPDNetClassifier(dims=(3,), n_rounds=1, init=fitted).fit(X, y, groups=groups)
+
+
+def test_a_warm_start_does_not_warn_about_the_init_it_ignores(pretrained, public_and_private):
+    import warnings
+
+    _, (X, y, groups) = public_and_private
+    clf = FederatedSPDNetClassifier(eps=None, dims=(3,), n_rounds=1, init=pretrained.module_, warm_start=True,
+                                    random_state=1).fit(X, y, groups=groups)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        clf.fit(X, y, groups=groups)  # continues its own model: init is not used
+    assert not [w for w in caught if "init:" in str(w.message)]

@@ -92,3 +92,15 @@ def test_in_a_pipeline_after_covariances_with_routed_groups():
 def test_it_shares_the_settings_of_the_other_classifiers():
     ours, spdnet = FederatedTangentSpaceClassifier().get_params(), FederatedSPDNetClassifier().get_params()
     assert set(ours) - {"reference"} == set(spdnet) - {"dims", "reeig_eps"}
+
+
+def test_labels_that_mix_strings_and_numbers_are_a_clear_error():
+    """numpy's TypeError ('<' not supported between 'int' and 'str') reached the user."""
+    from skfedriem.datasets import make_spd_classification
+
+    X, y, groups = make_spd_classification(3, 10, 3, random_state=0)
+    mixed = np.array([1 if i % 2 else "a" for i in range(len(y))], dtype=object)
+    with pytest.raises(ValueError, match=r"y mixes strings and other labels.*astype\(str\)"):
+        FederatedTangentSpaceClassifier(n_rounds=1).fit(X, mixed, groups=groups)
+    with pytest.raises(ValueError, match="classes mixes strings"):
+        FederatedTangentSpaceClassifier(n_rounds=1, classes=np.array([0, "b"], dtype=object)).fit(X, y, groups=groups)

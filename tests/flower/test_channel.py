@@ -272,3 +272,43 @@ def test_an_oversized_frame_is_refused_before_it_is_read():
             receive_frame(b, 3)
         with pytest.raises(ChannelError, match="exceeds"):
             send_frame(a, [b"x" * (MAX_FRAME_BYTES + 1)])
+
+
+def test_a_trickling_peer_cannot_hold_the_reader_past_its_deadline():
+    """A timeout per recv let a peer sending one byte every few seconds block the worker indefinitely."""
+    import time
+
+    a, b = socket.socketpair()
+    header = _channel._HEADER.pack(_channel._MAGIC, 3, 100)
+
+    def trickle():
+        for byte in header:
+            try:
+                a.send(bytes([byte]))
+            except OSError:
+                return
+            time.sleep(0.1)
+
+    sender = threading.Thread(target=trickle)
+    sender.start()
+    started = time.monotonic()
+    with pytest.raises(ChannelError, match="in time"):
+        receive_frame(b, 3, seconds=0.5)
+    assert time.monotonic() - started < 1.0
+    b.close()
+    sender.join()
+    a.close()
+
+
+def test_a_message_the_site_app_cannot_handle_gets_the_generic_reply_and_the_worker_lives_on():
+    from skfedriem.flower._errors import FAILED
+
+    def no_handler(message, context):
+        raise ValueError("No evaluate function registered")
+
+    a, b = socket.socketpair()
+    with a, b:
+        send_frame(a, _request())
+        _answer(no_handler, b)
+        reply, _ = decode_reply(receive_frame(a, 2))
+    assert reply.has_error() and reply.error.reason == FAILED

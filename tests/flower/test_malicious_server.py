@@ -88,6 +88,7 @@ class Step:
     denominator: float = math.nan
     noise_gain: float = 0.0
     count_gain: float | None = None  # the std of the noise the step's count really got (None: no count released)
+    rtol: float = 1e-6  # how precisely the fit of the release measures it (its dtype's resolution)
 
     @property
     def sample_rate(self) -> float:
@@ -180,6 +181,7 @@ class Instruments:
             fit = torch.linalg.lstsq(design, observed.unsqueeze(1)).solution[:, 0]
             step = self.steps[-1]
             step.noise_gain = abs(float(fit[1]))
+            step.rtol = max(1e-6, 1e3 * torch.finfo(next(iter(released.values())).dtype).eps)
             resolution = 1e3 * torch.finfo(next(iter(released.values())).dtype).eps * float(observed.norm())
             if float(fit[0]) * float(design[:, 0].norm()) > resolution:
                 step.denominator = 1 / float(fit[0])
@@ -372,7 +374,7 @@ def play(script, ledger: str, seed: int | None = None) -> None:
             (entry,) = PrivacyAccountant.from_state_dict({"history": new_charges[0]["steps"]}).history
             assert entry.steps >= len(ran) and {s.sampling for s in ran} == {entry.sampling}
             for step in ran:
-                assert entry.mu0 >= step.mu * (1 - 1e-6), f"charged mu0 {entry.mu0} < ran {step.mu}"
+                assert entry.mu0 >= step.mu * (1 - step.rtol), f"charged mu0 {entry.mu0} < ran {step.mu}"
                 assert entry.sample_rate >= step.sample_rate * (1 - 1e-12), \
                     f"charged q {entry.sample_rate} < ran {step.sample_rate}"
             assert new_charges[0]["epsilon"] >= independent_epsilon(ran), "charged epsilon below what ran"
@@ -569,7 +571,7 @@ def play_deployed(script, folder) -> None:
             diameter = math.sqrt(2) if module is not None and isinstance(module, SecondMoment) else 2.0
             for step in ran:
                 step.diameter = diameter
-                assert entry.mu0 >= step.mu * (1 - 1e-6), f"charged mu0 {entry.mu0} < ran {step.mu}"
+                assert entry.mu0 >= step.mu * (1 - step.rtol), f"charged mu0 {entry.mu0} < ran {step.mu}"
                 assert entry.sample_rate >= step.sample_rate * (1 - 1e-12), \
                     f"charged q {entry.sample_rate} < ran {step.sample_rate}"
             assert new_charges[0]["epsilon"] >= independent_epsilon(ran), "charged epsilon below what ran"

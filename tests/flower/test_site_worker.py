@@ -111,3 +111,42 @@ def test_a_failure_of_the_light_clientapp_names_nothing_of_the_site(tmp_path, mo
     for message in (Message(RecordDict(), dst_node_id=1, message_type="query"), train_message({})[0]):
         reply = app(message, context)
         assert reply.has_error() and reply.error.reason == FAILED and secret not in reply.error.reason
+
+
+def test_a_package_planted_in_the_working_folder_never_runs_in_the_worker(tmp_path, monkeypatch):
+    """``python -m`` put the working folder (the SuperNode's, perhaps writable by others) first on the import path:
+    a planted ``skfedriem`` package ran as the site, with its records."""
+    monkeypatch.setattr(site_client, "IDLE_SECONDS", 5.0)
+    planted = tmp_path / "shared" / "skfedriem"
+    planted.mkdir(parents=True)
+    mark = tmp_path / "planted-code-ran"
+    (planted / "__init__.py").write_text(f"open({str(mark)!r}, 'w').write('ran')\n")
+    monkeypatch.chdir(planted.parent)
+    data = tmp_path / "site.npy"
+    np.save(data, records().numpy())
+    context = Context(run_id=1, node_id=1, node_config={"data-path": str(data)}, state=RecordDict(),
+                      run_config={"solver": "riemannian"})
+    reply = site_client.exchange("pca", Message(RecordDict(), dst_node_id=1, message_type="query"), context)
+    assert dict(reply.content["client"])["n_records"] == 50 and not mark.exists()
+
+
+def test_one_worker_serves_every_run_configuration_of_a_site():
+    """A worker per run configuration let a server open runs until the site ran out of memory."""
+    node = {"data-path": "/data/site.npz"}
+    names = {site_client.worker_name("spdnet", Context(run_id=r, node_id=1, node_config=node, state=RecordDict(),
+                                                         run_config=run))
+             for r, run in enumerate([{}, {"dims": "2"}, {"classes": "a,b", "unknown-key": 1}])}
+    assert len(names) == 1
+    assert site_client.worker_name("pca", Context(run_id=1, node_id=1, node_config=node, state=RecordDict(),
+                                                  run_config={})) not in names
+
+
+def test_the_socket_folder_is_the_accounts_own_not_a_shared_temporary_folder(monkeypatch, tmp_path):
+    """Under $TMPDIR another account could create the folder's name first and shut the site out for good."""
+    from skfedriem.flower._channel import default_folder
+
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
+    assert default_folder() == tmp_path / "run" / "skfedriem-sites"
+    monkeypatch.delenv("XDG_RUNTIME_DIR")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert default_folder() == tmp_path / "home" / ".cache" / "skfedriem" / "sites"

@@ -169,3 +169,25 @@ def test_a_ledger_file_outlives_the_object(tmp_path):
     with pytest.raises(ValueError, match="'epsilon'.*Got -1"):
         PrivacyBudget(epsilon=-1)
     assert np.isfinite(later.spent())
+
+
+def test_a_search_is_planned_from_its_splitter_and_grid_and_the_leftover_is_reported():
+    from sklearn.model_selection import GroupKFold, LeaveOneGroupOut
+
+    grid = {"lr": [0.1, 0.5], "n_rounds": [50, 100]}
+    assert PrivacyBudget.n_fits_for(5, grid) == 5 * 4 + 1
+    assert PrivacyBudget.n_fits_for(GroupKFold(3), grid, refit=False) == 12
+    groups = np.repeat([0, 1, 2, 3], 5)
+    assert PrivacyBudget.n_fits_for(LeaveOneGroupOut(), None, groups=groups) == 4 + 1
+    budget = PrivacyBudget(epsilon=3.0, n_fits=3)
+    budget.charge(release(), label="fold 1")
+    spent = budget.spent()
+    assert budget.summary() == (f"spent {spent:.4g} of epsilon=3 (delta=1e-05) over 1 of 3 planned fits; "
+                                f"{3 - spent:.4g} left")
+
+
+def test_a_search_that_outgrows_its_plan_says_how_to_plan_it():
+    budget = PrivacyBudget(epsilon=3.0, n_fits=1)
+    budget.charge(release(), label="the only planned fit")
+    with pytest.raises(ValueError, match=r"n_fits was too small.*n_fits_for\(cv, param_grid\)"):
+        budget.share(lambda eps: release(), label="one more")

@@ -140,3 +140,12 @@ def test_the_check_catches_a_layer_that_mixes_clients_by_a_millionth(dtype):
     stack.load({"weight": stack.module.weight.detach()})
     with pytest.raises(ValueError, match="mixes clients"):
         stack.verify(_mean_loss, clients)
+
+
+def test_the_cross_talk_check_compares_bit_patterns():
+    from skfedriem.privacy.stacked import _identical
+
+    big = torch.finfo(torch.float32).max
+    assert not _identical(torch.tensor([0.0]), torch.tensor([-0.0]))
+    assert not _identical(torch.tensor([float("inf")]), torch.tensor([big]))
+    assert _identical(torch.tensor([float("nan"), 1.0]), torch.tensor([float("nan"), 1.0]))
