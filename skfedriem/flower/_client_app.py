@@ -10,7 +10,6 @@ run itself.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections.abc import Callable
@@ -152,6 +151,11 @@ class ClientSetup:
     timings : bool, default=False
         Send the time Sub took with every submission (it times work done on the
         records: not private).
+    scope : str, default=""
+        What defines the model a request runs on besides θ and the
+        instructions (a deployed site's kind and estimator settings): part of
+        the key under which its replies are kept, so that a reply is served
+        again only to the same request on the same model.
     """
 
     name: str
@@ -161,6 +165,7 @@ class ClientSetup:
     secure_mode: bool = False
     guard: SiteGuard | None = None
     timings: bool = False
+    scope: str = ""
 
     def __post_init__(self) -> None:
         if self.secure_mode and self.seed is not None:
@@ -263,9 +268,7 @@ def make_client_app(setup: Callable[[Context], ClientSetup]) -> ClientApp:
             plan = step_plan(instructions, client.n_records, client.recipe.module)
             guard = client.guard
             replies = None if guard is None else guard.replies()
-            scope = json.dumps([type(client.recipe.module).__name__, dict(context.run_config)], sort_keys=True,
-                               default=str)
-            key = None if replies is None else ReplyCache.key(theta, instructions, scope)
+            key = None if replies is None else ReplyCache.key(theta, instructions, client.scope)
             cached = None if replies is None else replies.get(key, charged=guard.charges())
             if cached is not None:
                 submission, seconds = cached

@@ -61,7 +61,8 @@ from sklearn.base import is_classifier
 from ..federated import ClientRecipe, TrainingState
 from ._client_app import DEFAULT_MAX_EPSILON, ClientSetup, SiteGuard, make_client_app
 from ._protocol import FlowerTransport, NodeDirectory
-from .run_config import ESTIMATORS, classes_from_run_config, estimator_from_run_config, load_site_records
+from .run_config import (DEPLOYMENT_KEYS, ESTIMATORS, classes_from_run_config, estimator_from_run_config,
+                         load_site_records)
 from .site_client import default_ledger_path
 
 __all__ = ["APP_DIRS", "client_apps", "server_apps", "site_setup"]
@@ -117,8 +118,13 @@ def site_setup(kind: str, context: Context) -> ClientSetup:
     guard = SiteGuard(ledger_path=default_ledger_path(node),
                       max_epsilon=float(node.get("max-epsilon", DEFAULT_MAX_EPSILON)),
                       delta=float(node.get("delta", 1e-5)), allow_non_private=_flag(node, "non-private"))
+    # the model a request runs on: the kind and the estimator's settings (not the deployment's own keys: a resumed
+    # run, with resume=true, re-sends its round to the same model and must get the same reply)
+    model = {k: v for k, v in dict(config).items() if k not in DEPLOYMENT_KEYS or k == "classes"}
+    scope = json.dumps([kind, model], sort_keys=True, default=str)
     return ClientSetup(name=str(node.get("name", Path(path).stem)), data=records, recipe=recipe,
-                       secure_mode=_flag(node, "secure-mode"), guard=guard, timings=_flag(node, "client-timings"))
+                       secure_mode=_flag(node, "secure-mode"), guard=guard, timings=_flag(node, "client-timings"),
+                       scope=scope)
 
 
 def _flag(node, key: str) -> bool:

@@ -473,3 +473,25 @@ def test_the_reply_cache_never_serves_a_reply_its_ledger_did_not_charge(tmp_path
     assert not torch.equal(first["weight"], again["weight"])  # a fresh release, not the uncharged cached one
     repeat = decode_arrays(app(train_message(theta)[0], context()).content["submission"])
     assert torch.equal(repeat["weight"], again["weight"]) and charged_rounds(ledger) == 1
+
+
+def test_a_resumed_run_gets_its_cached_reply_and_another_model_does_not(tmp_path):
+    """The reply cache is keyed by the model the request runs on: the deployment's own keys (resume=true) are not
+    part of it, the estimator's settings are."""
+    data = tmp_path / "site.npz"
+    X = _trials_with_bad_ones(1)[1:]
+    np.savez(data, X=X, y=np.arange(len(X)) % 2)
+    node = {"data-path": str(data), "max-epsilon": 100.0}
+    ledger = tmp_path / "site.npz.privacy-ledger.json"
+    replies, theta = [], None
+    for run in ({"classes": "0,1"}, {"classes": "0,1", "resume": "true", "round-timeout": 5.0}, {"classes": "1,0"}):
+        apps._SITES.clear()
+        ctx = context(node_config=node, run_config={"dims": "2", **run})
+        module = apps.site_setup("spdnet", ctx).recipe.module
+        theta = theta_of(module) if theta is None else theta
+        theta["classifier.weight"] = torch.zeros_like(module.classifier.weight)  # every model takes this θ
+        theta["classifier.bias"] = torch.zeros_like(module.classifier.bias)
+        replies.append(decode_arrays(client_apps["spdnet"](train_message(theta, batch_size=5)[0], ctx)
+                                     .content["submission"]))
+    assert all(torch.equal(replies[0][k], replies[1][k]) for k in replies[0])  # the resumed request: cached
+    assert charged_rounds(ledger) == 2  # the first run's round, and the other model's (a new release)
