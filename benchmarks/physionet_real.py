@@ -1,8 +1,11 @@
 """Real EEG: PhysioNet eegmmidb, 5 subjects, imagined left vs right hand, offline.
 
-FederatedSPDNetClassifier (ε = none and 10) next to pyRiemann's MDM and
-tangent space + logistic regression, all after Covariances("oas"), on the same
-splits. LeftRightImagery(fmin=8, fmax=32, resample=128); 45 trials per subject.
+FederatedSPDNetClassifier (ε = none and 10) and FederatedTangentSpaceClassifier
+(its default reference, which is the clients' mean without privacy and the
+identity under privacy, and the identity without privacy; ε = none, 10, 4, 1)
+next to pyRiemann's MDM and tangent space + logistic regression, all after
+Covariances("oas"), on the same splits. LeftRightImagery(fmin=8, fmax=32,
+resample=128); 45 trials per subject.
 
 * pooled: subjects are the clients; a stratified third of every subject's
   trials is held out (seeds 0..n−1); accuracy on the held-out trials.
@@ -12,7 +15,7 @@ splits. LeftRightImagery(fmin=8, fmax=32, resample=128); 45 trials per subject.
 
 Needs the files of ../shared/data/eegmmidb (or --data) and the eeg extra.
 
-    python benchmarks/physionet_real.py
+    python benchmarks/physionet_real.py [--pipelines TS+LR "Tangent eps=none" ...] [--no-within]
 """
 
 import argparse
@@ -29,7 +32,7 @@ from pyriemann.tangentspace import TangentSpace
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 
-from skfedriem import FederatedSPDNetClassifier
+from skfedriem import FederatedSPDNetClassifier, FederatedTangentSpaceClassifier
 from skfedriem.datasets import load_moabb, use_local_eegmmidb
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "eegmmidb"
@@ -42,6 +45,12 @@ def pipelines(batch_size: int) -> dict:
         "SPDNet eps=10": make_pipeline(Covariances("oas"), FederatedSPDNetClassifier(eps=10.0, **spdnet)),
         "MDM": make_pipeline(Covariances("oas"), MDM()),
         "TS+LR": make_pipeline(Covariances("oas"), TangentSpace(), LogisticRegression(max_iter=1000)),
+        "Tangent eps=none": make_pipeline(Covariances("oas"), FederatedTangentSpaceClassifier(eps=None,
+                                                                                              random_state=0)),
+        "Tangent identity eps=none": make_pipeline(Covariances("oas"), FederatedTangentSpaceClassifier(
+            eps=None, reference=None, random_state=0)),
+        **{f"Tangent eps={eps:g}": make_pipeline(Covariances("oas"), FederatedTangentSpaceClassifier(eps=eps))
+           for eps in (10.0, 4.0, 1.0)},
     }
 
 
@@ -59,6 +68,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--pipelines", nargs="+", default=None, help="only these (default: all)")
+    parser.add_argument("--no-within", action="store_true", help="skip MOABB's within-session evaluation")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     from moabb.datasets import PhysionetMI
@@ -72,32 +83,40 @@ def main() -> None:
     paradigm = LeftRightImagery(fmin=8, fmax=32, resample=128)
     X, y, groups = load_moabb(dataset, paradigm, subjects=dataset.subject_list)
 
+    def chosen(batch_size):
+        return {k: v for k, v in pipelines(batch_size).items() if args.pipelines is None or k in args.pipelines}
+
     pooled = {}
-    for name, pipe in pipelines(batch_size=16).items():
+    for name, pipe in chosen(batch_size=16).items():
         t0 = time.perf_counter()
         scores = []
         for seed in range(args.seeds):
             test = held_out_mask(y, groups, seed)
-            fit_params = {"federatedspdnetclassifier__groups": groups[~test]} if "SPDNet" in name else {}
+            federated = pipe.steps[-1][0]
+            fit_params = {f"{federated}__groups": groups[~test]} if federated.startswith("federated") else {}
             scores.append(pipe.fit(X[~test], y[~test], **fit_params).score(X[test], y[test]))
         pooled[name] = {"mean": float(np.mean(scores)), "sd": float(np.std(scores)),
                         "seconds": (time.perf_counter() - t0) / args.seeds}
 
-    with tempfile.TemporaryDirectory() as results_dir:
-        evaluation = WithinSessionEvaluation(paradigm=paradigm, datasets=[dataset], overwrite=True,
-                                             hdf5_path=results_dir, random_state=0)
-        t0 = time.perf_counter()
-        frame = evaluation.process(pipelines(batch_size=8))
-        within_seconds = time.perf_counter() - t0
-    within = {name: {"mean": float(s.mean()), "sd": float(s.std())}
-              for name, s in frame.groupby("pipeline")["score"]}
+    within, within_seconds = {}, None
+    if not args.no_within:
+        with tempfile.TemporaryDirectory() as results_dir:
+            evaluation = WithinSessionEvaluation(paradigm=paradigm, datasets=[dataset], overwrite=True,
+                                                 hdf5_path=results_dir, random_state=0)
+            t0 = time.perf_counter()
+            frame = evaluation.process(chosen(batch_size=8))
+            within_seconds = time.perf_counter() - t0
+        within = {name: {"mean": float(s.mean()), "sd": float(s.std())}
+                  for name, s in frame.groupby("pipeline")["score"]}
 
     print(f"PhysioNet MI, subjects 1-5, left vs right imagery, {len(y)} trials")
-    print(f"{'pipeline':16} {'pooled acc (5 clients)':>24} {'within-session AUC':>20}")
+    print(f"{'pipeline':26} {'pooled acc (5 clients)':>24} {'within-session AUC':>20} {'s/fit':>6}")
     for name in pooled:
-        p, w = pooled[name], within[name]
-        print(f"{name:16} {p['mean']:>15.3f} ± {p['sd']:.3f} {w['mean']:>13.3f} ± {w['sd']:.3f}")
-    print(f"within-session evaluation: {within_seconds:.0f} s")
+        p, w = pooled[name], within.get(name)
+        inside = f"{w['mean']:>13.3f} ± {w['sd']:.3f}" if w else f"{'-':>21}"
+        print(f"{name:26} {p['mean']:>15.3f} ± {p['sd']:.3f} {inside} {p['seconds']:>6.1f}")
+    if within_seconds is not None:
+        print(f"within-session evaluation: {within_seconds:.0f} s")
     print(json.dumps({"benchmark": "physionet_real", "pooled_accuracy": pooled, "within_session_auc": within,
                       "within_seconds": within_seconds}))
 

@@ -51,7 +51,7 @@ from ._warnings import warn_user
 from .exceptions import PositionalClientsWarning
 from .federated import FederatedTrainer, FederationSettings, TrainingState
 from .federated.settings import SettingDoc, doc_entry, setting_docs
-from .privacy import PrivacyBudget
+from .privacy import PrivacyAccountant, PrivacyBudget
 from .privacy.per_sample import LossFn
 
 __all__ = ["ESTIMATOR_PARAMETERS", "FederatedEstimatorMixin", "federated_parameters"]
@@ -284,7 +284,8 @@ class FederatedEstimatorMixin:
     @_fit_context(prefer_skip_nested_validation=True)
     def make_trainer(self, input_shape: tuple[int, ...], *, classes=None, held_out=None,
                      deployed: bool = False, seeds: RunSeeds | None = None,
-                     client_sizes: list[int] | None = None) -> FederatedTrainer:
+                     client_sizes: list[int] | None = None,
+                     spent: PrivacyAccountant | None = None) -> FederatedTrainer:
         """The round loop with this estimator's settings, for records of ``input_shape``.
 
         Parameters
@@ -305,6 +306,10 @@ class FederatedEstimatorMixin:
         client_sizes : list of int, optional
             The clients' numbers of records (public), for estimators that plan
             their schedule from them (FederatedPCA's ``"auto"`` settings).
+        spent : PrivacyAccountant, optional
+            What this fit's clients released before its rounds (the tangent
+            space's reference point): the rounds target what is left of
+            ``eps`` after it, and every ε the run reports composes it.
 
         Returns
         -------
@@ -331,11 +336,32 @@ class FederatedEstimatorMixin:
         eps = self.eps
         if eps == "budget":
             eps = self._budget_share(module, loss_fn, input_shape, client_sizes)
+        if spent is not None:
+            eps = self._left_after(spent, eps, module, loss_fn, input_shape, client_sizes)
+            ledger = PrivacyAccountant.from_state_dict(prior.ledger) if prior is not None else PrivacyAccountant()
+            ledger.extend(spent)
+            prior = TrainingState(0, {}, ledger.state_dict(), [] if prior is None else prior.history)
         settings = self._settings(input_shape, client_sizes, eps)
         return FederatedTrainer(
             module, loss_fn, settings, seed_sequence=seeds.server, client_seed=seeds.clients,
             privacy_budget=self.privacy_budget, run_name=repr(self), prior=prior,
             monitor=None if held_out is None else self._monitor(held_out, classes))
+
+    def _left_after(self, spent: PrivacyAccountant, eps: float | None, module, loss_fn, input_shape,
+                    client_sizes) -> float | None:
+        """The ε the rounds may target so that they and ``spent`` compose to at most ``eps`` (None: no privacy)."""
+        if eps is None:
+            return None
+        if client_sizes is None:
+            raise ValueError(f"{type(self).__name__}.make_trainer needs client_sizes to plan after a release.")
+        whole = PrivacyBudget(eps, self.delta, n_fits=2)
+        whole.charge(spent, label="released before the rounds")
+
+        def release_at(target: float):
+            settings = self._settings(input_shape, client_sizes, target)
+            return FederatedTrainer(module, loss_fn, settings).planned_release(list(client_sizes))
+
+        return whole.share(release_at, label=f"{type(self).__name__}'s rounds")
 
     def _check_combinations(self) -> None:
         """ValueError for settings of which one would silently drop the other."""
@@ -461,10 +487,17 @@ class FederatedEstimatorMixin:
                       "estimator.set_fit_request(groups=True).", PositionalClientsWarning)
         indices, names = client_indices(len(records[0]), groups, n_clients=self.n_clients,
                                         rng=np.random.default_rng(seeds.split))
+        clients = [tuple(r[idx] for r in records) for idx in indices]
+        spent = None if self._warm() else self._release_before_training(clients, names, input_shape, seeds)
         trainer = self.make_trainer(input_shape, classes=classes, held_out=held_out, seeds=seeds,
-                                    client_sizes=[len(idx) for idx in indices])
-        trainer.fit([tuple(r[idx] for r in records) for idx in indices], client_names=names)
+                                    client_sizes=[len(idx) for idx in indices], spent=spent)
+        trainer.fit(clients, client_names=names)
         return self.set_fitted(trainer, input_shape=input_shape, classes=classes)
+
+    def _release_before_training(self, clients, names, input_shape, seeds: RunSeeds) -> PrivacyAccountant | None:
+        """What the clients release before the rounds (none here; the tangent-space model's reference point), as
+        the ledger it was charged to."""
+        return None
 
     def _check_warm_start(self, input_shape: tuple[int, ...], classes) -> None:
         """ValueError when this fit cannot continue the fitted model: other records, classes or model settings."""

@@ -3,6 +3,7 @@
 from ._base import FederatedClassifier
 from ._eegnet import FederatedEEGNetClassifier
 from ._spdnet import FederatedSPDNetClassifier
-from ._tangent_space import FederatedTangentSpaceClassifier
+from ._tangent_space import REFERENCE_CLIP, REFERENCE_SHARE, FederatedTangentSpaceClassifier
 
-__all__ = ["FederatedClassifier", "FederatedEEGNetClassifier", "FederatedSPDNetClassifier", "FederatedTangentSpaceClassifier"]
+__all__ = ["REFERENCE_CLIP", "REFERENCE_SHARE", "FederatedClassifier", "FederatedEEGNetClassifier",
+           "FederatedSPDNetClassifier", "FederatedTangentSpaceClassifier"]

@@ -69,7 +69,9 @@ def _convert(name: str, value):
         return None
     if name in _NONE_IF_ZERO and value == 0:
         return None
-    if name == "reference" and isinstance(value, str):  # "": the identity; else the matrix itself, row by row
+    if name == "reference" and isinstance(value, str):  # "": the identity; a mode; else the matrix, row by row
+        if value.strip() in ("auto", "mean"):
+            return value.strip()
         return _matrix_from_text(value) if value.strip() else None
     if name == "dims" and isinstance(value, str):  # "" keeps the estimator's default
         return tuple(int(d) for d in value.replace(" ", "").split(",") if d) or None

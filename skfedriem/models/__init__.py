@@ -5,7 +5,7 @@ from .pca import PCAProjector
 from .second_moment import SecondMoment
 from .spdnet import BiMap, LogEig, LogReEig, ReEig, SPDNet, TraceNormalize, Vech
 from .spectral import log_eig, log_re_eig, re_eig, spectral_function
-from .tangent_space import TangentSpace, TangentSpaceLogistic
+from .tangent_space import TangentMean, TangentSpace, TangentSpaceLogistic, reference_from_mean
 
 __all__ = [
     "BiMap",
@@ -16,6 +16,7 @@ __all__ = [
     "ReEig",
     "SPDNet",
     "SecondMoment",
+    "TangentMean",
     "TangentSpace",
     "TangentSpaceLogistic",
     "TraceNormalize",
@@ -24,5 +25,6 @@ __all__ = [
     "log_eig",
     "log_re_eig",
     "re_eig",
+    "reference_from_mean",
     "spectral_function",
 ]

@@ -12,20 +12,24 @@ tensors); only the linear layer is trained.
 For record-level privacy the reference must be public: pyRiemann's
 ``TangentSpace`` transformer fits it as the mean of the training matrices,
 which would make every record's features depend on every other record. Here it
-is fixed before training (the identity after each trial's own trace
-normalisation, or a matrix the user supplies from public data).
+is fixed before training: the identity after each trial's own trace
+normalisation, a matrix the user supplies from public data, or the
+federation's log-Euclidean mean released by the clients in a round of its own
+(:class:`TangentMean`, :func:`reference_from_mean`), charged like any round.
 """
 
 from __future__ import annotations
 
+import math
 import warnings
 
+import numpy as np
 import torch
 from torch import nn
 
 from .spdnet import TraceNormalize
 
-__all__ = ["TangentSpace", "TangentSpaceLogistic"]
+__all__ = ["TangentMean", "TangentSpace", "TangentSpaceLogistic", "reference_from_mean"]
 
 
 def _tangent_space(X: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
@@ -134,3 +138,82 @@ class TangentSpaceLogistic(nn.Module):
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         """Logits, shape (n_matrices, n_classes), for X of shape (n_matrices, C, C)."""
         return self.classifier(self.features(self.normalize(X)))
+
+
+class TangentMean(nn.Module):
+    """A linear layer w whose per-record loss is −⟨t(X̃), w⟩, t at the identity after trace normalisation.
+
+    Each record's gradient is −t(X̃), whatever w: one full-batch private step of
+    SGD at learning rate 1 from w = 0 makes w the mean of the client's clipped
+    tangent vectors plus the step's Gaussian noise, and ProjAvg (FedAvg for a
+    Euclidean block) averages the clients' means. So a one-round run of the
+    ordinary private protocol releases the federation's log-Euclidean mean,
+    clipped, noised and charged like any round; :func:`reference_from_mean`
+    turns it into a reference point.
+
+    Parameters
+    ----------
+    n_channels : int
+    dtype : torch.dtype, default=torch.float32
+
+    Examples
+    --------
+    >>> import torch
+    >>> model = TangentMean(3, dtype=torch.float64)
+    >>> model(2 * torch.eye(3, dtype=torch.float64)[None]).shape
+    torch.Size([1])
+    """
+
+    supports_client_stacking = True
+
+    def __init__(self, n_channels: int, *, dtype: torch.dtype = torch.float32) -> None:
+        super().__init__()
+        n = int(n_channels)
+        self.normalize = TraceNormalize()
+        self.features = TangentSpace(torch.eye(n, dtype=dtype))
+        self.mean = nn.utils.skip_init(nn.Linear, n * (n + 1) // 2, 1, bias=False, dtype=dtype)
+        with torch.no_grad():
+            self.mean.weight.zero_()
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        """Each record's loss −⟨t(X̃), w⟩, shape (n_matrices,)."""
+        return -self.mean(self.features(self.normalize(X)))[..., 0]
+
+
+def reference_from_mean(vector, n_channels: int, *, max_condition: float = 1e3) -> np.ndarray:
+    """The SPD reference point exp(L) of a mean tangent vector at the identity, its condition number bounded.
+
+    ``vector`` holds upper(L) with the off-diagonal entries weighted by √2 (the
+    layout of :class:`TangentSpace`). The eigenvalues of L are clipped to
+    within log(``max_condition``) of the largest, so that the reference whitens
+    in the model's dtype even when the mean is noisy (post-processing: it
+    reads nothing but the vector).
+
+    Parameters
+    ----------
+    vector : array-like of shape (n_channels (n_channels + 1) / 2,)
+    n_channels : int
+    max_condition : float, default=1e3
+
+    Returns
+    -------
+    ndarray of shape (n_channels, n_channels)
+        SPD, largest eigenvalue 1.
+
+    Examples
+    --------
+    >>> reference_from_mean([0.0, 0.0, 0.0], 2)
+    array([[1., 0.],
+           [0., 1.]])
+    """
+    vector = np.asarray(vector, dtype=np.float64).ravel()
+    rows, cols = np.triu_indices(n_channels)
+    if vector.shape != rows.shape:
+        raise ValueError(f"A mean tangent vector of {n_channels} channels has {rows.size} values. "
+                         f"Got {vector.size}.")
+    log = np.zeros((n_channels, n_channels))
+    log[rows, cols] = np.where(rows == cols, vector, vector / math.sqrt(2))
+    log = np.triu(log) + np.triu(log, 1).T
+    eigenvalues, vectors = np.linalg.eigh(log)
+    eigenvalues = np.clip(eigenvalues - eigenvalues.max(), -math.log(max_condition), 0.0)
+    return (vectors * np.exp(eigenvalues)) @ vectors.T
