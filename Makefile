@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 SHELL := /bin/bash
 .SHELLFLAGS := -eo pipefail -c
 # pip's notes about package folders this machine's configuration lists but lacks: not errors
-QUIET := 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }
+QUIET := 2>&1 | { grep --line-buffered -v "is ignored: it is neither a file nor a directory" || true; }
 # setuptools' banner on every editable install ("Please be careful with folders..."): not news
 EDITABLE := PYTHONWARNINGS="ignore:Editable installation"
 
@@ -18,8 +18,8 @@ $(PY):
 
 setup: $(PY)
 	$(PY) -m pip install --quiet --upgrade pip $(QUIET)
-	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install --quiet torch==2.13.0 $(QUIET)
-	$(EDITABLE) $(PY) -m pip install --quiet -e ".[test,eeg,flower]" $(QUIET)
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install --progress-bar on torch==2.13.0 $(QUIET)
+	$(EDITABLE) $(PY) -m pip install --progress-bar on -e ".[test,eeg,flower]" $(QUIET)
 
 demo: setup
 	$(PY) examples/demo.py

@@ -1,8 +1,9 @@
 """Real EEG: PhysioNet eegmmidb, 5 subjects, imagined left vs right hand, offline.
 
-FederatedSPDNetClassifier (ε = none and 10) and FederatedTangentSpaceClassifier
-(its default reference, which is the clients' mean without privacy and the
-identity under privacy, and the identity without privacy; ε = none, 10, 4, 1)
+FederatedSPDNetClassifier (ε = none, 10, 4, 1) and
+FederatedTangentSpaceClassifier (its default reference, which is the clients'
+mean without privacy and the identity under privacy, and the identity without
+privacy; ε = none, 10, 4, 1), every one with its default settings,
 next to pyRiemann's MDM and tangent space + logistic regression, all after
 Covariances("oas"), on the same splits. LeftRightImagery(fmin=8, fmax=32,
 resample=128); 45 trials per subject.
@@ -38,11 +39,12 @@ from skfedriem.datasets import load_moabb, use_local_eegmmidb
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "eegmmidb"
 
 
-def pipelines(batch_size: int) -> dict:
-    spdnet = dict(dims=(32,), n_rounds=100, batch_size=batch_size, lr=1e-2, random_state=0)
+def pipelines() -> dict:
+    """Every federated estimator with its defaults (the planned schedule), as a newcomer would run it."""
     return {
-        "SPDNet eps=none": make_pipeline(Covariances("oas"), FederatedSPDNetClassifier(eps=None, **spdnet)),
-        "SPDNet eps=10": make_pipeline(Covariances("oas"), FederatedSPDNetClassifier(eps=10.0, **spdnet)),
+        "SPDNet eps=none": make_pipeline(Covariances("oas"), FederatedSPDNetClassifier(eps=None, random_state=0)),
+        **{f"SPDNet eps={eps:g}": make_pipeline(Covariances("oas"), FederatedSPDNetClassifier(eps=eps))
+           for eps in (10.0, 4.0, 1.0)},
         "MDM": make_pipeline(Covariances("oas"), MDM()),
         "TS+LR": make_pipeline(Covariances("oas"), TangentSpace(), LogisticRegression(max_iter=1000)),
         "Tangent eps=none": make_pipeline(Covariances("oas"), FederatedTangentSpaceClassifier(eps=None,
@@ -83,11 +85,11 @@ def main() -> None:
     paradigm = LeftRightImagery(fmin=8, fmax=32, resample=128)
     X, y, groups = load_moabb(dataset, paradigm, subjects=dataset.subject_list)
 
-    def chosen(batch_size):
-        return {k: v for k, v in pipelines(batch_size).items() if args.pipelines is None or k in args.pipelines}
+    def chosen():
+        return {k: v for k, v in pipelines().items() if args.pipelines is None or k in args.pipelines}
 
     pooled = {}
-    for name, pipe in chosen(batch_size=16).items():
+    for name, pipe in chosen().items():
         t0 = time.perf_counter()
         scores = []
         for seed in range(args.seeds):
@@ -104,7 +106,7 @@ def main() -> None:
             evaluation = WithinSessionEvaluation(paradigm=paradigm, datasets=[dataset], overwrite=True,
                                                  hdf5_path=results_dir, random_state=0)
             t0 = time.perf_counter()
-            frame = evaluation.process(chosen(batch_size=8))
+            frame = evaluation.process(chosen())
             within_seconds = time.perf_counter() - t0
         within = {name: {"mean": float(s.mean()), "sd": float(s.std())}
                   for name, s in frame.groupby("pipeline")["score"]}

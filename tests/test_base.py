@@ -78,7 +78,7 @@ def test_the_settings_object_is_the_estimators_parameters(spd):
     clf = FederatedSPDNetClassifier(eps=None, lr=0.05, clip=0.5, **SPD)
     trainer = clf.make_trainer(X.shape[1:], classes=np.unique(y), client_sizes=[20, 20, 20])
     assert isinstance(trainer.settings, FederationSettings)
-    assert (trainer.settings.lr, trainer.settings.clip, trainer.settings.optimizer) == (0.05, 0.5, "sgd")  # planned
+    assert (trainer.settings.lr, trainer.settings.clip, trainer.settings.optimizer) == (0.05, 0.5, "adam")  # planned without privacy
     assert set(setting_docs()) >= {"eps", "client_timings", "backend", "n_jobs"}
 
 

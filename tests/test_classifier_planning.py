@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from skfedriem import FederatedEEGNetClassifier, FederatedSPDNetClassifier, FederatedTangentSpaceClassifier
-from skfedriem.classifier_planning import NOISE_WALK, ROUND_STEP, TANGENT_LR, plan_classifier, planned_optimizer
+from skfedriem.classifier_planning import ADAM_LR, NOISE_WALK, ROUND_STEP, TANGENT_LR, plan_classifier, planned_optimizer
 from skfedriem.datasets import make_spd_classification
 from skfedriem.federated import FederationSettings
 from skfedriem.federated.plan import plan_run
@@ -49,7 +49,7 @@ def test_the_regimes_get_the_steps_the_grid_found():
     """Large clients (τ = 16): a step of 0.5 per round; many small ones: a smaller step as the budget shrinks."""
     large = plan_classifier(model="spdnet", client_sizes=[1000] * 3, eps=10.0)
     assert (large.steps_per_round, large.lr) == (16, pytest.approx(ROUND_STEP / 16))
-    small = [plan_classifier(model="spdnet", client_sizes=[36] * 30, eps=eps).lr for eps in (1.0, 4.0, 10.0, None)]
+    small = [plan_classifier(model="spdnet", client_sizes=[36] * 30, eps=eps).lr for eps in (1.0, 4.0, 10.0, 1e2)]
     assert small == sorted(small) and small[-1] == ROUND_STEP
     assert plan_classifier(model="spdnet", client_sizes=[36] * 100, eps=1.0).lr > small[0]  # averaging over more
 
@@ -99,6 +99,18 @@ def test_a_site_resolves_the_optimizer_as_the_server_plans_it():
         for sizes in ([30] * 3, [2000] * 5):
             assert est.client_optimizer() == plan_classifier(model=kind, client_sizes=sizes, eps=1.0).optimizer
         assert cls(optimizer="adam").client_optimizer() == "adam" == planned_optimizer(kind, "adam")
+        plain = cls(eps=None)
+        assert plain.client_optimizer() == plan_classifier(model=kind, client_sizes=[30] * 3).optimizer
+
+
+def test_a_fit_without_privacy_plans_adam_with_a_cosine_schedule_for_spdnet():
+    """SPDNet's private SGD schedule stayed near chance on real EEG without privacy (0.51 against Adam's 0.68)."""
+    plan = plan_classifier(model="spdnet", client_sizes=[30, 31, 29])
+    assert (plan.optimizer, plan.lr, plan.lr_schedule) == ("adam", ADAM_LR["spdnet"], "cosine")
+    assert "without privacy" in plan.reason
+    assert plan_classifier(model="spdnet", client_sizes=[30, 31, 29], eps=4.0).optimizer == "sgd"
+    assert plan_classifier(model="tangent", client_sizes=[30, 31, 29]).optimizer == "sgd"
+    assert plan_classifier(model="spdnet", client_sizes=[30] * 3, optimizer="sgd").optimizer == "sgd"
 
 
 def test_the_fitted_plan_is_what_ran():

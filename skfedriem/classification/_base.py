@@ -377,7 +377,7 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
         return self._plan.settings()
 
     def client_optimizer(self):
-        return planned_optimizer(self._plan_kind, self.optimizer)
+        return planned_optimizer(self._plan_kind, self.optimizer, private=self.eps is not None)
 
     def _monitor(self, validation: tuple[torch.Tensor, torch.Tensor], classes):
         inputs, targets = validation

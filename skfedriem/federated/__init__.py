@@ -5,6 +5,7 @@ from .checkpoint import TrainingState
 from .client import (OPTIMIZERS, ClientRecipe, ClientState, RoundInstructions, is_elementwise, register_optimizer,
                      run_client_round)
 from .engine import FederatedTrainer, lr_at_round, resolve_device
+from .fixed_features import on_fixed_features
 from .lockstep import lockstep_groups, run_clients, run_lockstep
 from .parallel import THREADS_PER_JOB, ParallelTransport, effective_n_jobs, thread_budget
 from .plan import PrivacyPlan, noise_swamps_signal, plan_run
@@ -33,6 +34,7 @@ __all__ = [
     "lockstep_groups",
     "lr_at_round",
     "noise_swamps_signal",
+    "on_fixed_features",
     "plan_run",
     "register_aggregation",
     "register_backend",

@@ -34,6 +34,7 @@ from ..privacy.step_plan import round_release
 from .aggregation import get_aggregation
 from .checkpoint import TrainingState
 from .adaptive_clip import FRACTION_RANGE, next_clip
+from .fixed_features import on_fixed_features
 from .client import (CLIPPED_FRACTION, ClientRecipe, ClientState, RoundInstructions, is_elementwise,
                      resolve_optimizer, step_plan)
 from .parallel import ParallelTransport, effective_n_jobs, thread_budget
@@ -603,7 +604,7 @@ def run_locally(trainer: FederatedTrainer, clients: Sequence[tuple[torch.Tensor,
     n_jobs = min(effective_n_jobs(trainer.settings.n_jobs), trainer._clients_per_round(len(clients)))
     recipe = trainer.client_recipe(simulated=True)
     device = next(recipe.module.parameters(), torch.empty(0)).device
-    clients = [tuple(t.to(device) for t in records) for records in clients]
+    recipe, clients = on_fixed_features(recipe, [tuple(t.to(device) for t in records) for records in clients])
     if n_jobs == 1:
         trainer.serve(LocalTransport(recipe, clients, states), sizes, names, server_seq)
         return

@@ -59,6 +59,7 @@ from flwr.serverapp import Grid, ServerApp
 from sklearn.base import is_classifier
 
 from ..federated import ClientRecipe, TrainingState
+from ..federated.fixed_features import on_fixed_features
 from ._client_app import DEFAULT_MAX_EPSILON, ClientSetup, SiteGuard, make_client_app
 from ._protocol import FlowerTransport, NodeDirectory
 from .run_config import (DEPLOYMENT_KEYS, ESTIMATORS, classes_from_run_config, estimator_from_run_config,
@@ -110,7 +111,8 @@ def site_setup(kind: str, context: Context) -> ClientSetup:
         X, y = load_site_records(path, targets=is_classifier(est))
         records = est.prepare_records(X, y, classes=classes, site=True)
         module, loss_fn = est.make_model(X.shape[1:], classes)
-        _SITES[key] = records, ClientRecipe(module, loss_fn, est.client_optimizer())
+        recipe, (records,) = on_fixed_features(ClientRecipe(module, loss_fn, est.client_optimizer()), [records])
+        _SITES[key] = records, recipe
         while len(_SITES) > _SITES_KEPT:
             del _SITES[next(iter(_SITES))]
     _SITES[key] = _SITES.pop(key)  # the most recently used last

@@ -30,6 +30,7 @@ from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 from flwr.simulation import run_simulation
 from ..federated.client import ClientRecipe
+from ..federated.fixed_features import on_fixed_features
 from ._client_app import ClientSetup, make_client_app
 from ._protocol import FlowerTransport, NodeDirectory
 
@@ -55,8 +56,8 @@ class _SimulationClients:
         path = os.path.join(self.folder, f"client-{i}.pt")
         if path not in _LOADED:
             torch.set_num_threads(1)  # one core per virtual client
-            data = tuple(torch.load(path, weights_only=True))
-            _LOADED[path] = ClientSetup(self.names[i], data, copy.deepcopy(self.recipe), seed=self.seeds[i],
+            recipe, (data,) = on_fixed_features(copy.deepcopy(self.recipe), [tuple(torch.load(path, weights_only=True))])
+            _LOADED[path] = ClientSetup(self.names[i], data, recipe, seed=self.seeds[i],
                                         secure_mode=self.secure_mode, timings=self.timings)
         return _LOADED[path]
 

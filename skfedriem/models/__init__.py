@@ -5,11 +5,12 @@ from .pca import PCAProjector
 from .second_moment import SecondMoment
 from .spdnet import BiMap, LogEig, LogReEig, ReEig, SPDNet, TraceNormalize, Vech
 from .spectral import log_eig, log_re_eig, re_eig, spectral_function
-from .tangent_space import TangentMean, TangentSpace, TangentSpaceLogistic, reference_from_mean
+from .tangent_space import LinearOnFeatures, TangentMean, TangentSpace, TangentSpaceLogistic, reference_from_mean
 
 __all__ = [
     "BiMap",
     "EEGNet",
+    "LinearOnFeatures",
     "LogEig",
     "LogReEig",
     "PCAProjector",

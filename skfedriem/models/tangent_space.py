@@ -29,7 +29,7 @@ from torch import nn
 
 from .spdnet import TraceNormalize
 
-__all__ = ["TangentMean", "TangentSpace", "TangentSpaceLogistic", "reference_from_mean"]
+__all__ = ["LinearOnFeatures", "TangentMean", "TangentSpace", "TangentSpaceLogistic", "reference_from_mean"]
 
 
 def _tangent_space(X: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
@@ -93,8 +93,8 @@ class TangentSpaceLogistic(nn.Module):
 
     Every parameter is Euclidean (the linear layer), initialised at zero, as
     scikit-learn's ``LogisticRegression`` starts; the feature map has no
-    parameters, so a private step costs one eigendecomposition per record in
-    the forward pass and no backward through it.
+    parameters: the clients compute each record's tangent vector once per fit
+    (:meth:`fixed_features`) and train the linear layer on them.
 
     Parameters
     ----------
@@ -137,7 +137,37 @@ class TangentSpaceLogistic(nn.Module):
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         """Logits, shape (n_matrices, n_classes), for X of shape (n_matrices, C, C)."""
-        return self.classifier(self.features(self.normalize(X)))
+        return self.classifier(self.fixed_features(X))
+
+    def fixed_features(self, X: torch.Tensor) -> torch.Tensor:
+        """The tangent vectors the linear layer reads: trace normalisation and the map at the public reference,
+        which hold no parameter (the clients compute them once per fit,
+        :func:`~skfedriem.federated.on_fixed_features`)."""
+        return self.features(self.normalize(X))
+
+    def on_features(self) -> nn.Module:
+        """The linear layer alone, reading :meth:`fixed_features`' output (its parameters are this model's)."""
+        return LinearOnFeatures(self.classifier)
+
+
+class LinearOnFeatures(nn.Module):
+    """The linear layer of a :class:`TangentSpaceLogistic`, applied to tangent vectors computed beforehand.
+
+    Parameters
+    ----------
+    classifier : torch.nn.Linear
+        The model's own layer (shared, not copied: training this module trains the model).
+    """
+
+    supports_client_stacking = True
+
+    def __init__(self, classifier: nn.Linear) -> None:
+        super().__init__()
+        self.classifier = classifier
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        """Logits for tangent vectors of shape (..., n (n + 1) / 2)."""
+        return self.classifier(features)
 
 
 class TangentMean(nn.Module):

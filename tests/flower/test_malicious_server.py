@@ -404,7 +404,8 @@ def test_the_property_catches_the_pre_fix_site(tmp_path_factory):
     """Finding 2: a site that charges the server's B = 1.999 and runs batches of 1 is found out."""
     with site_charges_the_servers_numbers():
         found = find(scripts, lambda s: (caught(s, tmp_path_factory) or "").startswith("charged"),
-                     settings=settings(max_examples=300, deadline=None, database=None, phases=[Phase.generate]))
+                     settings=settings(max_examples=300, deadline=None, database=None, phases=[Phase.generate],
+                                     derandomize=True))  # a search that finds it on every run
     rounds = [move[1] for move in found[1] if move[0] == "round"]
     assert any(isinstance(r["batch_size"], float) for r in rounds)  # the fractional batch size is what it found
 
