@@ -36,6 +36,7 @@ import copy
 import inspect
 import logging
 import textwrap
+import warnings
 from numbers import Integral
 
 import numpy as np
@@ -48,7 +49,7 @@ from ._clients import client_indices
 from ._compat import Interval, StrOptions, _fit_context
 from ._seeding import RunSeeds, run_seeds
 from ._warnings import warn_user
-from .exceptions import PositionalClientsWarning
+from .exceptions import NoiseSwampsSignalWarning, PositionalClientsWarning, PrivacyBudgetExceeded
 from .federated import FederatedTrainer, FederationSettings, TrainingState
 from .federated.settings import SettingDoc, doc_entry, setting_docs
 from .privacy import PrivacyAccountant, PrivacyBudget
@@ -361,7 +362,12 @@ class FederatedEstimatorMixin:
             settings = self._settings(input_shape, client_sizes, target)
             return FederatedTrainer(module, loss_fn, settings).planned_release(list(client_sizes))
 
-        return whole.share(release_at, label=f"{type(self).__name__}'s rounds")
+        try:
+            return whole.share(release_at, label=f"{type(self).__name__}'s rounds")
+        except PrivacyBudgetExceeded:
+            raise ValueError(f"{type(self).__name__}(eps={eps!r}, delta={self.delta!r}) leaves the rounds no ε after "
+                             "what the clients release before them: raise eps, or pass a public reference (or "
+                             "reference=None for the identity).") from None
 
     def _check_combinations(self) -> None:
         """ValueError for settings of which one would silently drop the other."""
@@ -488,16 +494,32 @@ class FederatedEstimatorMixin:
         indices, names = client_indices(len(records[0]), groups, n_clients=self.n_clients,
                                         rng=np.random.default_rng(seeds.split))
         clients = [tuple(r[idx] for r in records) for idx in indices]
-        spent = None if self._warm() else self._release_before_training(clients, names, input_shape, seeds)
+        sizes = [len(idx) for idx in indices]
+        release = None if self._warm() else self._release_trainer(input_shape, sizes, seeds)
+        spent = None if release is None else release.planned_release(sizes, names)
         trainer = self.make_trainer(input_shape, classes=classes, held_out=held_out, seeds=seeds,
-                                    client_sizes=[len(idx) for idx in indices], spent=spent)
+                                    client_sizes=sizes, spent=spent)
+        if release is not None:
+            # the whole fit accounted and charged (one fit of the budget) before the release runs
+            trainer.charge_plan(sizes, names, released=spent)
+            with warnings.catch_warnings():  # its advice is for the rounds, which serve checks on their own
+                warnings.simplefilter("ignore", NoiseSwampsSignalWarning)
+                release.fit(clients, client_names=names)
+            if not _same_ledger(release.accountant_, spent):
+                raise RuntimeError("The release before the rounds ran other steps than it planned; nothing was "
+                                   "trained on it.")
+            self._use_release(release, trainer)
         trainer.fit(clients, client_names=names)
         return self.set_fitted(trainer, input_shape=input_shape, classes=classes)
 
-    def _release_before_training(self, clients, names, input_shape, seeds: RunSeeds) -> PrivacyAccountant | None:
-        """What the clients release before the rounds (none here; the tangent-space model's reference point), as
-        the ledger it was charged to."""
+    def _release_trainer(self, input_shape, client_sizes: list[int], seeds: RunSeeds) -> FederatedTrainer | None:
+        """The run in which the clients release something before the rounds (none here; the tangent-space model's
+        reference point), not yet run and charging no budget itself: ``fit`` plans and charges it with the rounds."""
         return None
+
+    def _use_release(self, release: FederatedTrainer, trainer: FederatedTrainer) -> None:
+        """Put what :meth:`_release_trainer`'s run released into the rounds' model (post-processing)."""
+        raise NotImplementedError
 
     def _check_warm_start(self, input_shape: tuple[int, ...], classes) -> None:
         """ValueError when this fit cannot continue the fitted model: other records, classes or model settings."""
@@ -514,6 +536,11 @@ class FederatedEstimatorMixin:
             now = ", ".join(f"{n}={getattr(self, n)!r}" for n in changed)
             raise ValueError(f"warm_start=True continues a model fitted with {then}; got {now}, which would change "
                              "the model itself. Set them back, or set warm_start=False to fit afresh.")
+
+
+def _same_ledger(a: PrivacyAccountant, b: PrivacyAccountant) -> bool:
+    """Whether two ledgers hold the same steps."""
+    return a.state_dict() == b.state_dict()
 
 
 def _same(a, b) -> bool:

@@ -18,7 +18,7 @@ from ._base import DTYPES, FederatedClassifier
 
 __all__ = ["REFERENCE_CLIP", "REFERENCE_SHARE", "FederatedTangentSpaceClassifier"]
 
-#: ``reference="auto"`` in a private fit: the share of ``eps`` its release of the clients' mean may spend (the
+#: ``reference="mean"`` in a private fit: the share of ``eps`` its release of the clients' mean may spend (the
 #: rounds take what is left, composed with it).
 REFERENCE_SHARE = 0.2
 #: The clip of each trial's tangent vector at the identity in that release, in units of √n_channels: on the real
@@ -51,7 +51,9 @@ class FederatedTangentSpaceClassifier(FederatedClassifier):
     trial's features depend on every other trial. With ``reference="mean"``
     the clients release their mean in a round of its own, before the
     training rounds: each client's mean of its trials' tangent vectors at the
-    identity (log-Euclidean), clipped at :data:`REFERENCE_CLIP` √n_channels
+    identity (log-Euclidean), the server averaging the clients' means with
+    equal weights (with clients of very different sizes this is not the
+    pooled trials' mean), clipped at :data:`REFERENCE_CLIP` √n_channels
     per trial and noised by the same private step as every round
     (:class:`~skfedriem.models.TangentMean`), at a :data:`REFERENCE_SHARE` of
     ``eps``; the training rounds take what is left, and ``epsilon_`` composes
@@ -125,9 +127,9 @@ class FederatedTangentSpaceClassifier(FederatedClassifier):
             return False
         return self.reference == "mean" or (self.reference == "auto" and self.eps is None)
 
-    def _release_before_training(self, clients, names, input_shape, seeds):
+    def _release_trainer(self, input_shape, client_sizes, seeds):
         """The clients' mean (``reference="mean"``, or ``"auto"`` without privacy): one round of
-        :class:`~skfedriem.models.TangentMean`."""
+        :class:`~skfedriem.models.TangentMean`, planned and charged with the rounds by ``fit``."""
         if not self._released_mean():
             return None
         if self.eps == "budget":
@@ -136,19 +138,29 @@ class FederatedTangentSpaceClassifier(FederatedClassifier):
         n = int(input_shape[0])
         module = TangentMean(n, dtype=DTYPES[self.dtype])
         settings = dataclasses.replace(
-            self._settings(input_shape, [len(c[0]) for c in clients], None),
+            self._settings(input_shape, client_sizes, None),
             eps=None if self.eps is None else REFERENCE_SHARE * self.eps, clip=REFERENCE_CLIP * math.sqrt(n),
             n_rounds=1, local_steps=1, local_epochs=1.0, batch_size=None, lr=1.0, lr_schedule="constant",
             optimizer="sgd", aggregation="projavg", clients_per_round=None, sampling="fixed", accounting="rfedproj")
         # the clients' secret streams of this release are their own, apart from the rounds' (a seeded run's too)
         client_seed = None if seeds.clients is None else np.random.SeedSequence(
             seeds.clients.entropy, spawn_key=(*seeds.clients.spawn_key, 2**32 - 1))
-        trainer = FederatedTrainer(module, _own_losses, settings, seed_sequence=seeds.server.spawn(1)[0],
-                                   client_seed=client_seed, privacy_budget=self.privacy_budget,
-                                   run_name=f"{self!r} reference")
-        trainer.fit(clients, client_names=names)
-        self._released_reference = reference_from_mean(module.mean.weight.detach()[0].double().numpy(), n)
-        return trainer.accountant_
+        return FederatedTrainer(module, _own_losses, settings, seed_sequence=seeds.server.spawn(1)[0],
+                                client_seed=client_seed, run_name=f"{self!r} reference")
+
+    def _use_release(self, release, trainer) -> None:
+        mean = release.module.mean.weight.detach()[0].double().numpy()
+        trainer.module.at_reference(torch.from_numpy(reference_from_mean(mean, trainer.module.n_channels)))
+
+    def make_trainer(self, input_shape, *, spent=None, **options):
+        """:meth:`~skfedriem.base.FederatedEstimatorMixin.make_trainer`; with the clients' mean as reference
+        (``reference="mean"``, or ``"auto"`` without privacy) only inside ``fit``, which releases it."""
+        if self._released_mean() and not self._warm() and spent is None:
+            raise ValueError(f"{type(self).__name__}(reference={self.reference!r}, eps={self.eps!r}) takes the "
+                             "clients' mean, which fit releases and charges before the rounds; a trainer made on "
+                             "its own (a deployment, a loop of your own) has no such release: pass the public "
+                             "reference's values, or reference=None for the identity.")
+        return super().make_trainer(input_shape, spent=spent, **options)
 
     def _check_inputs(self, X: np.ndarray, name: str = "X") -> np.ndarray:
         return check_spd(X, name=name)
@@ -160,14 +172,7 @@ class FederatedTangentSpaceClassifier(FederatedClassifier):
     def _build_module(self, input_shape, n_classes, generator, dtype):
         # zero-initialised, like scikit-learn's LogisticRegression: the generator has nothing to draw
         reference = None
-        if self._released_mean():
-            reference = getattr(self, "_released_reference", None)
-            if reference is None:
-                raise ValueError(f"{type(self).__name__}(reference={self.reference!r}) takes the clients' mean, "
-                                 "released when it fits; a deployment does not release it: pass the public "
-                                 "reference's values, or leave reference empty for the identity.")
-            reference = torch.from_numpy(reference)
-        elif isinstance(self.reference, str):  # "auto" in a private fit
+        if isinstance(self.reference, str):  # the identity; with the clients' mean, fit sets it once released
             reference = None
         elif self.reference is not None:
             reference = check_array(self.reference, dtype=np.float64, input_name="reference")

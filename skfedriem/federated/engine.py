@@ -216,6 +216,7 @@ class FederatedTrainer:
         self.prior = prior
         self.monitor = monitor
         self.record_transcript = record_transcript
+        self._charged = False
 
     @property
     def n_rounds(self) -> int:
@@ -333,6 +334,44 @@ class FederatedTrainer:
         self._client_sizes = [int(m) for m in client_sizes]
         return self._whole_run()
 
+    def charge_plan(self, client_sizes: list[int], client_names: list | None = None, *,
+                    released: PrivacyAccountant | None = None) -> None:
+        """Before anything runs: check the run can be accounted and charge it, with what is released before it.
+
+        A fit that releases something before its rounds (the tangent-space
+        classifier's reference point) calls this first, so that a budget
+        refuses, or the accountant rejects, the whole fit before its first
+        release; its privacy budget is charged once, for both, as one fit.
+        :meth:`serve` then does not charge the budget again.
+
+        Parameters
+        ----------
+        client_sizes : list of int
+        client_names : list, optional
+        released : PrivacyAccountant, optional
+            The planned ledger of what is released before the rounds (it is
+            in ``prior``'s ledger too, so the reported ε composes it).
+
+        Raises
+        ------
+        ValueError
+            When the accounting method cannot account the whole ledger (the
+            rounds composed with ``prior``).
+        """
+        rounds = self.planned_release(client_sizes, client_names)
+        ledger = PrivacyAccountant() if self.prior is None else PrivacyAccountant.from_state_dict(self.prior.ledger)
+        ledger.extend(rounds)
+        if ledger.private:
+            self.accounting.epsilon(ledger, self.settings.delta, steps_per_round=self.plan_.steps_per_round,
+                                    n_rounds=self.plan_.n_rounds, discretization=DISCRETIZATION)
+        if self.privacy_budget is not None:
+            whole = PrivacyAccountant()
+            if released is not None:
+                whole.extend(released)
+            whole.extend(rounds)
+            self.privacy_budget.charge(whole, label=self.run_name or type(self.module).__name__)
+        self._charged = True
+
     def _whole_run(self) -> PrivacyAccountant:
         planned = PrivacyAccountant()
         for t in range(self.n_rounds):
@@ -408,15 +447,16 @@ class FederatedTrainer:
         k = self._clients_per_round(n_clients)
         self.plan_ = self.plan(client_sizes, client_names)
         self._client_sizes = [int(m) for m in client_sizes]
-        if noise_swamps_signal(self.plan_):
-            warn_user(f"The noise swamps the signal: each step's noise std σ = {self.plan_.noise_std:.3g} exceeds "
+        if noise_swamps_signal(self.plan_, k):
+            warn_user(f"The noise swamps the signal: the noise std of each step of the {k} clients' mean exceeds "
                       f"√(T τ) C = {math.sqrt(self.plan_.total_steps) * self.plan_.clip:.3g}, the most the "
                       f"{self.plan_.total_steps} steps' clipped gradients can add up to along any direction "
-                      "against the noise: the fit will be a random walk. Raise eps, or give the clients more "
-                      "records per step (a larger batch_size) or fewer rounds.", NoiseSwampsSignalWarning)
+                      f"against the noise (each client's σ = {self.plan_.noise_std:.3g}): the fit will be a random "
+                      "walk. Raise eps, or give the clients more records per step (a larger batch_size) or fewer "
+                      "rounds.", NoiseSwampsSignalWarning)
         if resume is not None:
             self._check_resume(resume)
-        if self.privacy_budget is not None and resume is None:
+        if self.privacy_budget is not None and resume is None and not self._charged:
             self.privacy_budget.charge(self._whole_run(), label=self.run_name or type(self.module).__name__)
         server_rng = np.random.default_rng(server_seq)
         params = trainable_parameters(self.module)

@@ -94,27 +94,39 @@ class PrivacyPlan:
         return self.total_steps // self.steps_per_round
 
 
-def noise_swamps_signal(plan: PrivacyPlan) -> bool:
+def noise_swamps_signal(plan: PrivacyPlan, clients_per_round: int = 1) -> bool:
     """Whether even the best direction of the whole run carries less signal than noise.
 
-    Over the run's T τ steps, the clipped means summed along any one direction
-    reach at most T τ C, while the summed noise has std σ √(T τ) along it
-    (σ, each step's noise std). When σ > √(T τ) C the noise exceeds the largest
-    possible signal in every direction: nothing can be learnt, and the fit is
-    a random walk of the noise.
+    Over the run's T τ steps, the server's mean of the clients' clipped means,
+    summed along any one direction, reaches at most T τ C, while its summed
+    noise has std σ̄ √(T τ) along it, with σ̄ = √(mean of σ_i² / k) the noise
+    std of the mean of k clients' steps (σ_i, client i's per-step noise std).
+    When σ̄ > √(T τ) C the noise exceeds the largest possible signal in every
+    direction: nothing can be learnt, and the fit is a random walk of the
+    noise.
 
     Parameters
     ----------
     plan : PrivacyPlan
+    clients_per_round : int, default=1
+        k, the clients the server averages each round.
 
     Returns
     -------
     bool
+
+    Examples
+    --------
+    >>> from skfedriem.federated import FederationSettings
+    >>> plan = plan_run([20] * 100, list(range(100)), FederationSettings(eps=0.1, batch_size=20, n_rounds=200))
+    >>> noise_swamps_signal(plan), noise_swamps_signal(plan, clients_per_round=100)
+    (True, False)
     """
     if plan.mu0 is None or math.isinf(plan.clip):
         return False
     sigmas = [plan.client_noise_std(i) for i in range(len(plan.local_steps))]
-    return min(sigmas) > math.sqrt(plan.total_steps) * plan.clip
+    spread = math.sqrt(sum(s * s for s in sigmas) / len(sigmas) / clients_per_round)
+    return spread > math.sqrt(plan.total_steps) * plan.clip
 
 
 def check_client_sizes(client_sizes: list[int], client_names: list) -> None:

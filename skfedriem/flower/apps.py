@@ -49,6 +49,7 @@ the run whose checkpoint is in ``output`` after a server crash).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import pickle
 from pathlib import Path
@@ -111,22 +112,34 @@ def site_setup(kind: str, context: Context) -> ClientSetup:
         X, y = load_site_records(path, targets=is_classifier(est))
         records = est.prepare_records(X, y, classes=classes, site=True)
         module, loss_fn = est.make_model(X.shape[1:], classes)
+        digest = _records_digest(records)
         recipe, (records,) = on_fixed_features(ClientRecipe(module, loss_fn, est.client_optimizer()), [records])
-        _SITES[key] = records, recipe
+        _SITES[key] = records, recipe, digest
         while len(_SITES) > _SITES_KEPT:
             del _SITES[next(iter(_SITES))]
     _SITES[key] = _SITES.pop(key)  # the most recently used last
-    records, recipe = _SITES[key]
+    records, recipe, digest = _SITES[key]
     guard = SiteGuard(ledger_path=default_ledger_path(node),
                       max_epsilon=float(node.get("max-epsilon", DEFAULT_MAX_EPSILON)),
                       delta=float(node.get("delta", 1e-5)), allow_non_private=_flag(node, "non-private"))
-    # the model a request runs on: the kind and the estimator's settings (not the deployment's own keys: a resumed
-    # run, with resume=true, re-sends its round to the same model and must get the same reply)
+    # the model a request runs on, and the records it trains on: the kind and the estimator's settings (not the
+    # deployment's own keys: a resumed run, with resume=true, re-sends its round to the same model and must get the
+    # same reply), and the records' digest (another file, or this one rewritten, is another site)
     model = {k: v for k, v in dict(config).items() if k not in DEPLOYMENT_KEYS or k == "classes"}
-    scope = json.dumps([kind, model], sort_keys=True, default=str)
+    scope = json.dumps([kind, model, digest], sort_keys=True, default=str)
     return ClientSetup(name=str(node.get("name", Path(path).stem)), data=records, recipe=recipe,
                        secure_mode=_flag(node, "secure-mode"), guard=guard, timings=_flag(node, "client-timings"),
                        scope=scope)
+
+
+def _records_digest(records) -> str:
+    """SHA-256 of the site's prepared records (shapes, dtypes and values)."""
+    digest = hashlib.sha256()
+    for tensor in records:
+        array = tensor.detach().cpu().contiguous().numpy()
+        digest.update(f"{array.dtype.str}{array.shape}".encode())
+        digest.update(array.tobytes())
+    return digest.hexdigest()
 
 
 def _flag(node, key: str) -> bool:

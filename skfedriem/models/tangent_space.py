@@ -127,6 +127,7 @@ class TangentSpaceLogistic(nn.Module):
         if reference.shape != (n, n):
             raise ValueError(f"The reference point must have shape ({n}, {n}) like the inputs. "
                              f"Got {tuple(reference.shape)} instead.")
+        self.n_channels = n
         self.normalize = TraceNormalize() if normalize else nn.Identity()
         self.features = TangentSpace(self.normalize(reference))
         # skip_init: nn.Linear's own init would draw from (and advance) torch's global generator
@@ -138,6 +139,20 @@ class TangentSpaceLogistic(nn.Module):
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         """Logits, shape (n_matrices, n_classes), for X of shape (n_matrices, C, C)."""
         return self.classifier(self.fixed_features(X))
+
+    def at_reference(self, reference: torch.Tensor) -> None:
+        """Take the tangent space at another reference point (before training: the features change with it).
+
+        Parameters
+        ----------
+        reference : torch.Tensor of shape (C, C)
+            SPD; trace-normalised like the inputs.
+        """
+        reference = torch.as_tensor(reference, dtype=self.features.reference.dtype)
+        if reference.shape != self.features.reference.shape:
+            raise ValueError(f"The reference point must have shape {tuple(self.features.reference.shape)} like the "
+                             f"inputs. Got {tuple(reference.shape)} instead.")
+        self.features = TangentSpace(self.normalize(reference))
 
     def fixed_features(self, X: torch.Tensor) -> torch.Tensor:
         """The tangent vectors the linear layer reads: trace normalisation and the map at the public reference,
@@ -176,8 +191,10 @@ class TangentMean(nn.Module):
     Each record's gradient is −t(X̃), whatever w: one full-batch private step of
     SGD at learning rate 1 from w = 0 makes w the mean of the client's clipped
     tangent vectors plus the step's Gaussian noise, and ProjAvg (FedAvg for a
-    Euclidean block) averages the clients' means. So a one-round run of the
-    ordinary private protocol releases the federation's log-Euclidean mean,
+    Euclidean block) averages the clients' means with equal weights. So a
+    one-round run of the ordinary private protocol releases the federation's
+    log-Euclidean mean (of the clients' means: not the pooled trials' mean when
+    client sizes differ),
     clipped, noised and charged like any round; :func:`reference_from_mean`
     turns it into a reference point.
 

@@ -174,3 +174,51 @@ def test_one_extreme_trial_moves_the_released_mean_by_at_most_its_sensitivity(cl
     moved = float((released[0] - released[1]).norm())
     bound = 2 * 4.0 * np.sqrt(6) / 20
     assert (moved <= bound * (1 + 1e-9)) == np.isfinite(clip)
+
+
+def test_a_trainer_made_outside_fit_cannot_reuse_an_earlier_fits_mean(spd_data):
+    """make_trainer + set_fitted after a fit at the exact mean trained privately at it and charged nothing for it."""
+    X, y, groups = spd_data
+    clf = FederatedTangentSpaceClassifier(eps=None, reference="mean", **FAST).fit(X, y, groups=groups)
+    clf.set_params(eps=1.0)
+    with pytest.raises(ValueError, match="takes the clients' mean, which fit releases and charges"):
+        clf.make_trainer(X.shape[1:], classes=np.unique(y), client_sizes=[60, 60, 60])
+
+
+@pytest.mark.parametrize("case", ["budget too small", "accounting that cannot compose the release"])
+def test_a_fit_the_budget_or_the_accountant_refuses_is_refused_before_the_mean_is_released(spd_data, case,
+                                                                                           monkeypatch):
+    from skfedriem.federated import FederatedTrainer
+    from skfedriem.exceptions import PrivacyBudgetExceeded
+    from skfedriem.privacy import PrivacyBudget
+
+    X, y, groups = spd_data
+    fits = []
+    original = FederatedTrainer.fit
+    monkeypatch.setattr(FederatedTrainer, "fit", lambda self, *a, **k: (fits.append(self.run_name),
+                                                                        original(self, *a, **k))[1])
+    budget = PrivacyBudget(0.5 if case == "budget too small" else 10.0)
+    options = dict(accounting="prirfed", sampling="poisson") if case != "budget too small" else {}
+    clf = FederatedTangentSpaceClassifier(eps=1.0, reference="mean", privacy_budget=budget, **options, **FAST)
+    with pytest.raises(PrivacyBudgetExceeded if case == "budget too small" else ValueError):
+        clf.fit(X, y, groups=groups)
+    assert fits == [] and budget.fits == []  # nothing released, nothing charged
+
+
+def test_the_mean_and_the_rounds_are_one_fit_of_a_budget(spd_data):
+    from skfedriem.privacy import PrivacyBudget
+
+    X, y, groups = spd_data
+    budget = PrivacyBudget(6.0, n_fits=3)
+    clf = FederatedTangentSpaceClassifier(eps=2.0, reference="mean", privacy_budget=budget, **FAST).fit(
+        X, y, groups=groups)
+    assert len(budget.fits) == 1 and budget.spent() == pytest.approx(clf.epsilon_, rel=1e-3)
+    assert "1 of 3 planned fits" in budget.summary()
+
+
+@pytest.mark.parametrize("settings", [dict(eps=1e-12), dict(eps=1.0, delta=0.9)])
+def test_an_eps_the_release_leaves_nothing_of_is_a_value_error_naming_it(spd_data, settings):
+    """Was PrivacyBudgetExceeded about "0 remaining planned fits" to a user who passed no budget."""
+    X, y, groups = spd_data
+    with pytest.raises(ValueError, match=r"leaves the rounds no ε"):
+        FederatedTangentSpaceClassifier(reference="mean", **settings, **FAST).fit(X, y, groups=groups)

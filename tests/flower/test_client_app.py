@@ -495,3 +495,23 @@ def test_a_resumed_run_gets_its_cached_reply_and_another_model_does_not(tmp_path
                                      .content["submission"]))
     assert all(torch.equal(replies[0][k], replies[1][k]) for k in replies[0])  # the resumed request: cached
     assert charged_rounds(ledger) == 2  # the first run's round, and the other model's (a new release)
+
+
+def test_a_site_whose_records_changed_gets_a_fresh_release_not_the_cached_one(tmp_path):
+    """Two files sharing one ledger, or one file rewritten: the reply cached for the old records is not served."""
+    data = tmp_path / "site.npz"
+    X = _trials_with_bad_ones(1)[1:]
+    ledger = tmp_path / "ledger.json"
+    node = {"data-path": str(data), "max-epsilon": 100.0, "ledger-path": str(ledger)}
+    replies, theta = [], None
+    for trials in (X, X[::-1].copy(), X):
+        np.savez(data, X=trials, y=np.arange(len(trials)) % 2)
+        apps._SITES.clear()  # the site process restarts and reads its file again
+        ctx = context(node_config=node, run_config={"dims": "2", "classes": "0,1"})
+        module = apps.site_setup("spdnet", ctx).recipe.module
+        theta = theta_of(module) if theta is None else theta
+        replies.append(decode_arrays(client_apps["spdnet"](train_message(theta, batch_size=5)[0], ctx)
+                                     .content["submission"]))
+    assert not all(torch.equal(replies[0][k], replies[1][k]) for k in replies[0])  # a fresh, charged release
+    assert all(torch.equal(replies[0][k], replies[2][k]) for k in replies[0])  # the first records' cached reply
+    assert charged_rounds(ledger) == 2

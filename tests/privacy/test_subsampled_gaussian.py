@@ -185,3 +185,13 @@ def test_the_vectorised_epsilon_equals_dp_accountings_loop(sampling, mu0, q, ste
     pld = _steps_pld(mu0, q, sampling, steps, 1e-3)
     for delta in (1e-9, 1e-5, 1e-2, 0.5):
         assert _epsilon_for_delta(pld, delta) == pytest.approx(pld.get_epsilon_for_delta(delta), rel=1e-9, abs=1e-12)
+
+
+@pytest.mark.parametrize("eps, q, steps, sampling", [(0.1, 1.0, 1, "fixed"), (1.0, 1.0, 200, "fixed"),
+                                                     (10.0, 0.1, 200, "fixed"), (1.0, 0.1, 200, "poisson")])
+def test_the_smallest_delta_accepted_is_one_the_calibration_reaches(eps, q, steps, sampling):
+    """At δ = 1e-15 (the old floor) each of these raised: a NaN, a zero sensitivity or a 13 TiB grid."""
+    from skfedriem.privacy import MIN_DELTA, calibrate_mu0, epsilon_spent
+
+    mu0 = calibrate_mu0(eps, MIN_DELTA, q, steps, sampling)
+    assert 0 < epsilon_spent(mu0, q, steps, MIN_DELTA, sampling) <= eps * (1 + 1e-3)
