@@ -43,6 +43,9 @@ def pipelines() -> dict:
     """Every federated estimator with its defaults (the planned schedule), as a newcomer would run it."""
     return {
         "SPDNet eps=none": make_pipeline(Covariances("oas"), FederatedSPDNetClassifier(eps=None, random_state=0)),
+        # the private schedule (planned SGD) without privacy: SPDNet's eps=None default before it planned Adam
+        "SPDNet SGD eps=none": make_pipeline(Covariances("oas"), FederatedSPDNetClassifier(
+            eps=None, optimizer="sgd", random_state=0)),
         **{f"SPDNet eps={eps:g}": make_pipeline(Covariances("oas"), FederatedSPDNetClassifier(eps=eps))
            for eps in (10.0, 4.0, 1.0)},
         "MDM": make_pipeline(Covariances("oas"), MDM()),

@@ -127,7 +127,6 @@ class TangentSpaceLogistic(nn.Module):
         if reference.shape != (n, n):
             raise ValueError(f"The reference point must have shape ({n}, {n}) like the inputs. "
                              f"Got {tuple(reference.shape)} instead.")
-        self.n_channels = n
         self.normalize = TraceNormalize() if normalize else nn.Identity()
         self.features = TangentSpace(self.normalize(reference))
         # skip_init: nn.Linear's own init would draw from (and advance) torch's global generator
