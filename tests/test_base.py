@@ -254,7 +254,11 @@ def test_noise_that_swamps_every_direction_is_warned_about(spd):
 
 
 def test_noise_averaged_over_many_clients_is_not_called_a_random_walk():
-    """Each client's σ exceeded √(T τ) C, but the server's mean of 100 clients has a tenth of it, and learnt."""
+    """Each client's σ exceeded √(T τ) C, but the server's mean of 100 clients has a tenth of it, and learnt.
+
+    Seeded: at eps=0.1 the fitted score ranged 0.53-0.97 over twelve noise draws (an unseeded run failed CI at
+    0.675); at eps=0.2 (σ still 1.6 √T C) it ranged 0.81-0.99.
+    """
     from skfedriem import FederatedTangentSpaceClassifier
     from skfedriem.datasets import make_spd_classification
     from skfedriem.exceptions import NoiseSwampsSignalWarning
@@ -262,6 +266,6 @@ def test_noise_averaged_over_many_clients_is_not_called_a_random_walk():
     X, y, groups = make_spd_classification(100, 20, 4, class_sep=2.0, random_state=0)
     with warnings.catch_warnings():
         warnings.simplefilter("error", NoiseSwampsSignalWarning)
-        clf = FederatedTangentSpaceClassifier(eps=0.1, n_rounds=20).fit(X, y, groups=groups)
+        clf = FederatedTangentSpaceClassifier(eps=0.2, n_rounds=20, random_state=0).fit(X, y, groups=groups)
     assert clf.noise_std_ > np.sqrt(20) * 1.0  # one client's noise alone would swamp every direction
     assert clf.score(X, y) > 0.8
