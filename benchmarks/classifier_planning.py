@@ -13,6 +13,10 @@ than something a user re-runs on private records.
 * ``bnci``: 3 clients × 1300 trials (1000 to train), 22 channels, 4 classes (BNCI2014_001 size).
 * ``many-10``, ``many-30``, ``many-100``: 10, 30 or 100 clients × 45 trials (36 to train), 8 channels,
   2 classes (PhysionetMI-like subjects as clients).
+* ``physionet``: the real PhysioNet eegmmidb subjects 1–5 (imagined left vs right hand, 8–32 Hz,
+  OAS covariances of 64 channels), one client per subject, a stratified third of each subject's
+  trials held out (30–31 to train): ``benchmarks/physionet_real.py``'s pooled split. Needs the
+  files of ../shared/data/eegmmidb (or ``--data``).
 
 "default" is the estimator's own (planned) schedule; ``sgd lr=X/tau`` a step of X per round over the
 run's τ local steps; ``planned walk=W`` the planner's step at another noise walk W
@@ -27,6 +31,7 @@ import argparse
 import json
 import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 
@@ -34,11 +39,16 @@ from skfedriem import FederatedSPDNetClassifier, FederatedTangentSpaceClassifier
 from skfedriem.classifier_planning import plan_classifier
 from skfedriem.datasets import make_spd_classification
 
+DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "eegmmidb"
+
+#: The real-EEG federation: its clients are the recorded subjects, not a generator's.
+REAL = "physionet"
 FEDERATIONS = {
     "small-clients": dict(n_clients=20, n_matrices_per_client=50, n_channels=8, n_classes=2, heterogeneity=0.5),
     "bnci": dict(n_clients=3, n_matrices_per_client=1300, n_channels=22, n_classes=4, heterogeneity=0.5),
     **{f"many-{n}": dict(n_clients=n, n_matrices_per_client=45, n_channels=8, n_classes=2, heterogeneity=0.5)
        for n in (10, 30, 100)},
+    REAL: dict(n_classes=2),
 }
 TEST_SHARE = {"small-clients": 0.2, "bnci": 300 / 1300, **{f"many-{n}": 9 / 45 for n in (10, 30, 100)}}
 
@@ -74,14 +84,44 @@ CANDIDATES = {
 }
 
 
-def steps_per_round(groups: np.ndarray, batch_size: int = 64) -> int:
-    """τ of a one-epoch round at ``batch_size`` (clamped to the smallest client), as the trainer plans it."""
-    sizes = np.unique(groups, return_counts=True)[1]
-    batch = min(batch_size, int(sizes.min()))
-    return int(max(np.ceil(sizes / batch)))
+def steps_per_round(groups: np.ndarray, model: str, eps: float | None) -> int:
+    """τ of the estimator's planned round on these clients (one epoch of the smallest client under privacy)."""
+    sizes = np.unique(groups, return_counts=True)[1].tolist()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return plan_classifier(model=model, client_sizes=sizes, eps=eps).steps_per_round
 
 
-def split(name: str, seed: int):
+def real_split(data: Path, seed: int):
+    """The real subjects' covariances, split as ``benchmarks/physionet_real.py`` splits them."""
+    from moabb.datasets import PhysionetMI
+    from moabb.paradigms import LeftRightImagery
+    from physionet_real import held_out_mask
+    from pyriemann.estimation import Covariances
+
+    from skfedriem.datasets import load_moabb, use_local_eegmmidb
+
+    if seed not in _REAL:
+        if "covariances" not in _REAL:
+            use_local_eegmmidb(data)
+            dataset = PhysionetMI(imagined=True)
+            dataset.feet_runs = []  # only left/right imagery runs are on disk
+            dataset.subject_list = [1, 2, 3, 4, 5]
+            X, y, groups = load_moabb(dataset, LeftRightImagery(fmin=8, fmax=32, resample=128),
+                                      subjects=dataset.subject_list)
+            _REAL["covariances"] = (Covariances("oas").fit_transform(X), y, groups)
+        C, y, groups = _REAL["covariances"]
+        test = held_out_mask(y, groups, seed)
+        _REAL[seed] = (C[~test], y[~test], groups[~test]), (C[test], y[test])
+    return _REAL[seed]
+
+
+_REAL: dict = {}
+
+
+def split(name: str, seed: int, data: Path = DEFAULT_DATA):
+    if name == REAL:
+        return real_split(data, seed)
     X, y, groups = make_spd_classification(**FEDERATIONS[name], class_sep=0.3, scale=1e-10, random_state=seed)
     rng = np.random.default_rng(seed)
     test = np.zeros(len(y), dtype=bool)
@@ -99,13 +139,14 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=2, help="federations (and runs) per setting")
     parser.add_argument("--rounds", type=int, default=None, help="n_rounds (default: the estimator's)")
     parser.add_argument("--candidates", nargs="+", default=None, help="only these candidate labels")
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="the eegmmidb files (physionet)")
     args = parser.parse_args()
     epsilons = [None if e == "none" else float(e) for e in args.eps]
     scores: dict = {}
     started = time.perf_counter()
     for federation in args.federations:
         n_classes = FEDERATIONS[federation]["n_classes"]
-        data = [split(federation, seed) for seed in range(args.seeds)]
+        data = [split(federation, seed, args.data) for seed in range(args.seeds)]
         for model in args.models:
             cls, candidates = CANDIDATES[model]
             for eps in epsilons:
@@ -116,7 +157,7 @@ def main() -> None:
                     for seed, ((X, y, groups), (Xt, yt)) in enumerate(data):
                         extra = {} if args.rounds is None else {"n_rounds": args.rounds}
                         if isinstance(params.get("lr"), str):  # "X/tau"
-                            extra["lr"] = float(params["lr"].split("/")[0]) / steps_per_round(groups)
+                            extra["lr"] = float(params["lr"].split("/")[0]) / steps_per_round(groups, model, eps)
                         if "noise_walk" in params:  # the planner's η at another noise walk
                             sizes = np.unique(groups, return_counts=True)[1].tolist()
                             extra["lr"] = plan_classifier(model=model, client_sizes=sizes, eps=eps,

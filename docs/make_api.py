@@ -1,4 +1,4 @@
-"""Write ``docs/api.rst``: every public name of every module, once (where it is defined first in this list).
+"""Write ``docs/api.rst`` and ``docs/api/``: every public name of every module, once (where it is defined first in this list).
 
 Run after adding a public name; ``tests/test_docs.py`` checks the page is complete.
 """
@@ -52,16 +52,30 @@ def api_names() -> list[tuple[str, str, str, list[str]]]:
     return sections
 
 
+def slug(title: str) -> str:
+    """A section's page name: ``"Flower site client"`` -> ``"flower-site-client"``."""
+    return "-".join(title.lower().replace(",", "").split())
+
+
 def main() -> None:
-    out = ["API reference", "=============", "",
-           "Every public name, by module, each with a page generated from its numpydoc docstring.", ""]
+    """``docs/api.rst`` (a toctree of the sections, so the sidebar groups names by module) and one page per section
+    under ``docs/api/``, whose names appear under their short name (the templates' ``objname``)."""
+    folder = Path(__file__).with_name("api")
+    folder.mkdir(exist_ok=True)
+    for old in folder.glob("*.rst"):
+        old.unlink()
+    index = ["API reference", "=============", "",
+             "Every public name, by module, each with a page generated from its numpydoc docstring.", "",
+             ".. toctree::", "   :maxdepth: 2", ""]
     for title, modname, blurb, names in api_names():
-        out += [title, "-" * len(title), ""]
+        page = [title, "=" * len(title), ""]
         if blurb:
-            out += [blurb, ""]
-        out += [f".. currentmodule:: {modname}", "", ".. autosummary::", "   :toctree: generated/",
-                "   :nosignatures:", "", *[f"   {n}" for n in names], ""]
-    (Path(__file__).with_name("api.rst")).write_text("\n".join(out))
+            page += [blurb, ""]
+        page += [f"``{modname}``", "", f".. currentmodule:: {modname}", "", ".. autosummary::",
+                 "   :toctree: ../generated/", "   :nosignatures:", "", *[f"   {n}" for n in names], ""]
+        (folder / f"{slug(title)}.rst").write_text("\n".join(page))
+        index.append(f"   api/{slug(title)}")
+    (Path(__file__).with_name("api.rst")).write_text("\n".join(index + [""]))
 
 
 if __name__ == "__main__":

@@ -36,11 +36,15 @@ class Interval(_Interval):
     """scikit-learn's ``Interval``, refusing booleans: ``n_rounds=True`` is not one round, nor ``eps=True`` ε = 1.
 
     scikit-learn's own accepts them (``bool`` is an ``Integral``), so a flag passed
-    to the wrong parameter would run silently.
+    to the wrong parameter would run silently. It also refuses numbers that are
+    neither Python's nor numpy's (``fractions.Fraction``, ``decimal.Decimal``):
+    scikit-learn's check crashes on them with numpy's ``TypeError``.
     """
 
     def is_satisfied_by(self, val) -> bool:
-        return not isinstance(val, (bool, np.bool_)) and super().is_satisfied_by(val)
+        if isinstance(val, (bool, np.bool_)) or not isinstance(val, (int, float, np.integer, np.floating)):
+            return False
+        return super().is_satisfied_by(val)
 
 
 def validate_estimator_params(estimator) -> None:

@@ -54,6 +54,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Literal
 
+from ._plan_text import plan_table
 from ._warnings import warn_user
 from .federated.plan import plan_run
 from .federated.settings import FederationSettings
@@ -114,6 +115,17 @@ class ClassifierPlan:
     local_steps: int | None
     steps_per_round: int
     reason: str
+
+    def __str__(self) -> str:
+        steps = (f"{self.local_steps} (set)" if self.local_steps is not None
+                 else f"{self.steps_per_round} a round ({self.local_epochs:g} local epoch(s))")
+        rows = {"optimizer": self.optimizer, "lr": self.lr, "lr_schedule": self.lr_schedule,
+                "n_rounds": self.n_rounds, "batch_size": "full batches" if self.batch_size is None else self.batch_size,
+                "local steps": steps}
+        return plan_table("ClassifierPlan", rows, self.reason)
+
+    def _repr_pretty_(self, printer, cycle: bool) -> None:  # IPython and Jupyter show the table
+        printer.text(str(self))
 
     def settings(self) -> dict:
         """The planned values as estimator settings (what replaces every ``"auto"``)."""
@@ -205,12 +217,6 @@ def plan_classifier(
     reasons = []
     rounds = DEFAULT_ROUNDS if _is_auto(n_rounds) else int(n_rounds)
     batch = min(DEFAULT_BATCH[model], min(client_sizes)) if _is_auto(batch_size) else batch_size
-    median = statistics.median(client_sizes)
-    if _is_auto(batch_size) and batch < DEFAULT_BATCH[model] and 4 * min(client_sizes) <= median:
-        warn_user(f"batch_size='auto' is {batch} for every client because the smallest holds only "
-                  f"{min(client_sizes)} records (median {median:g}): the others then take up to "
-                  f"{math.ceil(max(client_sizes) / batch)} steps a round, each with the noise of a batch of {batch}. "
-                  "Leave the small client out or merge it with another, or set batch_size yourself.")
     epochs = 1.0 if _is_auto(local_epochs) else float(local_epochs)
     unplanned = [text for value, text in ((n_rounds, f"T = {rounds}"),
                                           (batch_size, f"B = {batch} (at most {DEFAULT_BATCH[model]})"),
@@ -224,6 +230,16 @@ def plan_classifier(
         warnings.simplefilter("ignore")
         privacy = plan_run(list(client_sizes), list(range(len(client_sizes))), settings)  # τ and σ as the trainer's
     tau = privacy.steps_per_round
+    median = statistics.median(client_sizes)
+    if _is_auto(batch_size) and batch < DEFAULT_BATCH[model] and 4 * min(client_sizes) <= median:
+        if eps is None:
+            work = f"the others then take up to {tau} steps a round of {batch} records"
+        else:
+            work = (f"every client then takes the smallest's {tau} step(s) a round, each with the noise of a batch "
+                    f"of {batch}, and the largest sees {batch * tau / max(client_sizes):.0%} of its records a round")
+        warn_user(f"batch_size='auto' is {batch} for every client because the smallest holds only "
+                  f"{min(client_sizes)} records (median {median:g}): {work}. Leave the small client out or merge it "
+                  "with another, or set batch_size yourself.")
     chosen = planned_optimizer(model, optimizer, private=eps is not None)
     if _is_auto(optimizer):
         if model == "eegnet":

@@ -45,6 +45,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+from ._plan_text import plan_table
 from .manifolds import Grassmann, Stiefel
 from .privacy import gdp_mu_for_epsilon
 
@@ -93,6 +94,15 @@ class PCAPlan:
     mu: float
     signal_to_noise: float
     reason: str
+
+    def __str__(self) -> str:
+        rows = {"solver": self.solver, "n_rounds": self.n_rounds, "local_steps": self.local_steps,
+                "batch_size": "full batches" if self.batch_size is None else self.batch_size, "lr": self.lr,
+                "mu (whole run)": self.mu, "signal_to_noise": self.signal_to_noise}
+        return plan_table("PCAPlan", rows, self.reason)
+
+    def _repr_pretty_(self, printer, cycle: bool) -> None:  # IPython and Jupyter show the table
+        printer.text(str(self))
 
     @property
     def horizon(self) -> float:

@@ -4,6 +4,7 @@ change the model, registries read when used, warnings at the caller's line."""
 import inspect
 import math
 import warnings
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -222,6 +223,8 @@ def test_groups_lost_by_a_splitter_without_routing_are_warned_about(spd):
     (dict(eps=True), "'eps' parameter.*Got True"),
     (dict(eps=1e6), r"'eps' parameter.*\(0.0, 100.0\].*Got 1000000.0"),  # was OverflowError: math range error
     (dict(delta=1e-300), r"'delta' parameter.*\[1e-12, 1.0\).*Got 1e-300"),  # was "cannot convert float NaN"
+    (dict(eps=Fraction(10)), r"'eps' parameter.*Got Fraction\(10, 1\)"),  # was numpy's TypeError from isnan
+    (dict(classes=(True, False)), r"'classes' parameter.*bool labels but y holds number labels"),  # was silent
 ])
 def test_settings_that_would_drop_or_misread_another_are_refused(spd, settings, match):
     from skfedriem import FederatedTangentSpaceClassifier

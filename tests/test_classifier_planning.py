@@ -72,7 +72,8 @@ def test_explicit_settings_are_kept_and_the_rest_planned_around_them():
 
 def test_auto_batches_are_clamped_silently_and_eegnet_keeps_its_paper_settings():
     plan = plan_classifier(model="spdnet", client_sizes=[40, 50], eps=4.0)
-    assert plan.batch_size == 40 and plan.steps_per_round == 2
+    assert plan.batch_size == 40 and plan.steps_per_round == 1  # under privacy, the smallest client's count
+    assert plan_classifier(model="spdnet", client_sizes=[40, 50], eps=None).steps_per_round == 2
     eegnet = plan_classifier(model="eegnet", client_sizes=[100] * 3, eps=4.0)
     assert (eegnet.optimizer, eegnet.lr, eegnet.lr_schedule, eegnet.batch_size) == ("adam", 1e-3, "cosine", 16)
     X, y, groups = _spd(0, per_client=20)
@@ -83,9 +84,12 @@ def test_auto_batches_are_clamped_silently_and_eegnet_keeps_its_paper_settings()
 
 def test_one_tiny_client_setting_every_clients_batch_is_warned_about():
     """One 3-trial client made B = 3 for all: 39 steps a round at a noise std of 34.7, without a word."""
-    with pytest.warns(UserWarning, match=r"batch_size='auto' is 3 for every client.*only 3 records.*up to 40 steps"):
+    with pytest.warns(UserWarning, match=r"batch_size='auto' is 3 for every client.*only 3 records.*smallest's 1 "
+                                         r"step.*noise of a batch of 3.*largest sees 2% of its records"):
         plan = plan_classifier(model="tangent", client_sizes=[3, 120, 118], eps=4.0)
     assert plan.batch_size == 3
+    with pytest.warns(UserWarning, match=r"batch_size='auto' is 3.*up to 40 steps a round of 3 records"):
+        plan_classifier(model="tangent", client_sizes=[3, 120, 118], eps=None)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # comparable clients: B follows them quietly
         plan_classifier(model="spdnet", client_sizes=[30, 36, 41], eps=4.0)

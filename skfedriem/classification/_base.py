@@ -73,6 +73,24 @@ def _check_label_types(labels: np.ndarray, name: str) -> None:
                          f"common order, so no label set. Convert them to one type, e.g. {name}.astype(str).")
 
 
+def _label_kind(labels: np.ndarray) -> str:
+    """'bool', 'number', 'string' or 'other': what kind of value a label array holds."""
+    if labels.dtype.kind == "b":
+        return "bool"
+    if labels.dtype.kind in "iuf":
+        return "number"
+    if labels.dtype.kind in "US":
+        return "string"
+    values = labels.ravel().tolist()
+    for kind, types in (("bool", (bool, np.bool_)), ("string", str)):
+        if values and all(isinstance(v, types) for v in values):
+            return kind
+    if values and all(isinstance(v, (int, float, np.number)) and not isinstance(v, (bool, np.bool_))
+                      for v in values):
+        return "number"
+    return "other"
+
+
 def _forward_in_chunks(module: torch.nn.Module, inputs: torch.Tensor) -> torch.Tensor:
     with torch.no_grad():
         return torch.cat([module(inputs[i : i + _PREDICT_CHUNK]) for i in range(0, len(inputs), _PREDICT_CHUNK)])
@@ -220,6 +238,11 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
             return classes
         given = np.asarray(self.classes)
         _check_label_types(given, "classes")
+        if _label_kind(given) != _label_kind(np.asarray(y)):  # True == 1: bools would match numbers silently
+            raise ValueError(f"The 'classes' parameter of {type(self).__name__} lists {_label_kind(given)} labels "
+                             f"but y holds {_label_kind(np.asarray(y))} labels (e.g. {np.asarray(y).ravel()[0]!r}); "
+                             f"they would be matched by equality (True == 1) and predict would return the classes' "
+                             f"type. Got classes={self.classes!r}; give them in y's type.")
         classes = np.unique(given)
         if given.ndim != 1 or len(classes) != len(given) or len(classes) < 2:
             raise ValueError(f"The 'classes' parameter of {type(self).__name__} must list at least 2 distinct "

@@ -18,7 +18,6 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from .._warnings import warn_user
 from ..exceptions import NoiseSwampsSignalWarning
@@ -39,6 +38,7 @@ from .client import (CLIPPED_FRACTION, ClientRecipe, ClientState, RoundInstructi
                      resolve_optimizer, step_plan)
 from .parallel import ParallelTransport, effective_n_jobs, thread_budget
 from .plan import PrivacyPlan, check_client_sizes, noise_swamps_signal, plan_run
+from .progress import round_progress
 from .settings import BACKENDS, FederationSettings, register_backend
 from .transport import LocalTransport, Transport
 
@@ -479,7 +479,7 @@ class FederatedTrainer:
         manifolds = {name: manifold_of(p) for name, p in params.items()}
 
         clip = self._clip_after(self.history_[self._round_offset + start - 1] if start > 0 else None)
-        for t in tqdm(range(start, self.n_rounds), disable=self.settings.verbose <= 0, desc="rounds", unit="round"):
+        for t in round_progress(range(start, self.n_rounds), self.settings.verbose):
             round_started = time.perf_counter()
             lr = self._lr(t)
             theta = {name: p.detach().clone() for name, p in params.items()}

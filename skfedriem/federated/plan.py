@@ -164,7 +164,9 @@ def plan_run(
         B (``batch_size``; None: full batches, each client's step uses all its
         records, q = 1, with its own noise σ_i = Δ C / (m_i μ0), so every
         client spends the same privacy), T, τ (``local_steps``, else
-        ``local_epochs``: τ_i = ⌈local_epochs · m_i / B⌉), (ε, δ), C and the sampling.
+        ``local_epochs``: τ_i = ⌈local_epochs · m_i / B⌉ without privacy, and
+        under privacy the smallest client's ⌈local_epochs · m⋆ / B⌉ for every
+        client, the count the round is charged at), (ε, δ), C and the sampling.
     accounting : RunAccounting, optional
         The accounting method (default: the one ``settings`` names).
     diameter : float, default=2.0
@@ -203,8 +205,15 @@ def plan_run(
         taus = tuple(int(settings.local_steps) for _ in client_sizes)
     elif full_batch:
         taus = tuple(max(1, math.ceil(settings.local_epochs)) for _ in client_sizes)
-    else:
+    elif eps is None or math.isinf(eps):
         taus = tuple(max(1, math.ceil(settings.local_epochs * m / batch_size)) for m in client_sizes)
+    else:
+        # a round is charged at the largest τ_i and the largest rate B / m⋆ together (round_release), so a client
+        # with more steps than the smallest would make every client pay for τ_max steps at the smallest client's
+        # rate: clients of 31 and 30 records at B = 30 were charged two full-batch steps a round while the smallest
+        # ran one. Under privacy every client takes the smallest client's count, and the charge is what it runs.
+        tau_star = max(1, math.ceil(settings.local_epochs * m_star / batch_size))
+        taus = tuple(tau_star for _ in client_sizes)
     q = batch_size / m_star
     tau = max(taus)
     total = n_rounds * tau

@@ -97,8 +97,10 @@ class FederationSettings:
         200, "int", [Interval(Integral, 1, None, closed="left")], "T, the number of communication rounds.")
     local_epochs: float = _setting(
         1.0, "float", [Interval(Real, 0, None, closed="neither")],
-        "Local work per round: τ_i = ceil(local_epochs m_i / B) steps for a client of m_i records (with full "
-        "batches, ceil(local_epochs) steps). Each step draws a fresh uniform batch.")
+        "Local work per round: τ_i = ceil(local_epochs m_i / B) steps for a client of m_i records without "
+        "privacy; under privacy every client takes the smallest client's ceil(local_epochs m⋆ / B), since a "
+        "round is charged at the largest count and the smallest client's rate together (with full batches, "
+        "ceil(local_epochs) steps). Each step draws a fresh uniform batch.")
     local_steps: int | None = _setting(
         None, "int or None", [Interval(Integral, 1, None, closed="left"), None],
         "When set, every client takes exactly this many steps per round and ``local_epochs`` is not used.")
@@ -170,7 +172,11 @@ class FederationSettings:
         "``\"cuda\"`` / ``\"cuda:N\"`` where a GPU is available. The noise and batches are drawn on the CPU from each "
         "client's own secret randomness and copied to the device, so they keep their full entropy anywhere; the "
         "server and the fitted model stay on the CPU.")
-    verbose: int = _setting(0, "int", ["verbose"], "> 0 shows a progress bar over rounds.")
+    verbose: int | str = _setting(
+        "auto", 'int or "auto"', ["verbose", StrOptions({"auto"})],
+        "Progress over rounds on stderr. ``\"auto\"``: a bar once a fit has run 5 s, where someone is watching (a "
+        "terminal or a notebook; never in tests, pipes or logs); 0: none; 1: a bar from the first round; > 1 also "
+        "Flower's and Ray's logs.")
 
     def __post_init__(self) -> None:
         _check(**dataclasses.asdict(self))

@@ -31,6 +31,7 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.simulation import run_simulation
 from ..federated.client import ClientRecipe
 from ..federated.fixed_features import on_fixed_features
+from ..federated.progress import verbosity
 from ._client_app import ClientSetup, make_client_app
 from ._protocol import FlowerTransport, NodeDirectory
 
@@ -123,12 +124,12 @@ def run_trainer_in_simulation(trainer, clients: Sequence[tuple[torch.Tensor, ...
                 failure.append(exc)
                 raise
 
-        with _quiet_flower(trainer.settings.verbose), warnings.catch_warnings():
+        with _quiet_flower(verbosity(trainer.settings.verbose)), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Tip: In future versions of Ray", category=FutureWarning)
             try:
                 run_simulation(server, make_client_app(setup), num_supernodes=len(clients),
                                backend_config={"client_resources": {"num_cpus": cpus_per_client, "num_gpus": 0.0},
-                                               "init_args": {"log_to_driver": trainer.settings.verbose > 1}})
+                                               "init_args": {"log_to_driver": verbosity(trainer.settings.verbose) > 1}})
             except BaseException:
                 if not failure:
                     raise

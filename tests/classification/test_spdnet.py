@@ -211,9 +211,12 @@ def test_progress_bar_only_when_verbose(spd_data, capsys):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         FederatedSPDNetClassifier(**{**FAST, "n_rounds": 2}).fit(X, y, groups=groups)
+        assert capsys.readouterr().err == ""  # verbose="auto", and nobody watches a captured stderr
+        FederatedSPDNetClassifier(**{**FAST, "n_rounds": 2, "verbose": 0}).fit(X, y, groups=groups)
         assert capsys.readouterr().err == ""
         FederatedSPDNetClassifier(**{**FAST, "n_rounds": 2, "verbose": 1}).fit(X, y, groups=groups)
     assert "rounds" in capsys.readouterr().err
+
 
 
 def test_a_matrix_that_overflows_the_model_dtype_is_refused_by_index():

@@ -29,20 +29,34 @@ def trainer(seed=0, **kw):
     return FederatedTrainer(StiefelNet(seed=0), cross_entropy, FederationSettings(**args), **runtime)
 
 
-def test_accounting_uses_smallest_client_and_largest_tau():
+def test_accounting_uses_smallest_client_and_its_tau():
+    """Under privacy every client takes the smallest client's ⌈m⋆ / B⌉ steps: the rate and the count it runs."""
     data = clients()
     data[1] = (data[1][0][:25], data[1][1][:25])
     t = trainer(local_steps=None, local_epochs=1).fit(data)
     plan = t.plan_
-    assert plan.local_steps == (6, 3, 6)  # ceil(m_i / B)
+    assert plan.local_steps == (3, 3, 3)  # ceil(m⋆ / B) for every client
     assert plan.sample_rate == pytest.approx(10 / 25)
-    assert plan.steps_per_round == 6 and plan.total_steps == 18
+    assert plan.steps_per_round == 3 and plan.total_steps == 9
     (charged,) = t.accountant_.history  # μ0 = ΔC / (Bσ) as the clients run it: the plan's, up to an ulp
     assert charged.mu0 == pytest.approx(plan.mu0, rel=1e-14)
-    assert t.epsilon_ == pytest.approx(epsilon_spent(charged.mu0, 0.4, 18, 1e-5), rel=1e-12)
+    assert t.epsilon_ == pytest.approx(epsilon_spent(charged.mu0, 0.4, 9, 1e-5), rel=1e-12)
     assert t.epsilon_ <= 5.0
     eps = [h["epsilon"] for h in t.history_]
     assert eps == sorted(eps) and eps[-1] <= 5.0 * 1.01 and len(eps) == 3
+
+
+def test_a_client_with_a_few_more_records_does_not_double_the_charged_steps():
+    """Clients of 31 and 30 records at B = 30 were planned 2 steps and 1, and every client was charged two
+    full-batch steps a round (the largest count at the smallest client's rate): twice what the smallest ran."""
+    X, y = make_data(92, seed=1)
+    data = [(X[:31], y[:31]), (X[31:62], y[31:62]), (X[62:], y[62:])]
+    private = trainer(local_steps=None, local_epochs=1, batch_size=30, n_rounds=2).fit(data)
+    assert private.plan_.local_steps == (1, 1, 1) and private.plan_.steps_per_round == 1
+    (charged,) = private.accountant_.history
+    assert (charged.sample_rate, charged.steps) == (1.0, 2)  # one full-batch step a round, as the smallest runs
+    free = trainer(local_steps=None, local_epochs=1, batch_size=30, n_rounds=2, eps=None).fit(data)
+    assert free.plan_.local_steps == (2, 2, 1)  # without privacy nothing is charged: each client its own epoch
 
 
 def test_batch_size_clamped_to_smallest_client_with_warning():
@@ -260,7 +274,7 @@ def test_every_round_is_charged_from_the_steps_the_clients_run():
     data[1] = (data[1][0][:25], data[1][1][:25])
     t = trainer(local_steps=None, local_epochs=1, clients_per_round=1).fit(data)
     (entry,) = t.accountant_.history
-    assert (entry.sample_rate, entry.steps) == (10 / 25, 3 * 6)  # whoever was selected
+    assert (entry.sample_rate, entry.steps) == (10 / 25, 3 * 3)  # whoever was selected
     assert entry.mu0 == pytest.approx(t.plan_.mu0, rel=1e-14)  # ΔC / (Bσ) from the σ it was sent
 
 
