@@ -37,12 +37,17 @@ class Interval(_Interval):
 
     scikit-learn's own accepts them (``bool`` is an ``Integral``), so a flag passed
     to the wrong parameter would run silently. It also refuses numbers that are
-    neither Python's nor numpy's (``fractions.Fraction``, ``decimal.Decimal``):
-    scikit-learn's check crashes on them with numpy's ``TypeError``.
+    neither Python's nor numpy's (scikit-learn's check crashes on a
+    ``fractions.Fraction`` with numpy's ``TypeError``) and integers beyond any
+    float (``clip=10**400`` passed, then ``fit`` overflowed).
     """
 
     def is_satisfied_by(self, val) -> bool:
         if isinstance(val, (bool, np.bool_)) or not isinstance(val, (int, float, np.integer, np.floating)):
+            return False
+        try:
+            float(val)
+        except OverflowError:
             return False
         return super().is_satisfied_by(val)
 

@@ -8,7 +8,7 @@ WIDTH = 100
 
 
 def plan_table(title: str, rows: dict[str, object], reason: str) -> str:
-    """``title``, one ``name  value`` line per row, then ``reason``'s clauses (split at "; ") as wrapped bullets.
+    """``title``, one ``name  value`` line per row, then ``reason``'s clauses as wrapped bullets.
 
     Parameters
     ----------
@@ -16,7 +16,7 @@ def plan_table(title: str, rows: dict[str, object], reason: str) -> str:
     rows : dict of str to object
         The values, in order; a value is written with ``str`` (floats with 4 significant digits).
     reason : str
-        The plan's reasons, joined by "; ".
+        The plan's reasons, joined by "; " (a "; " inside parentheses does not split).
 
     Returns
     -------
@@ -34,12 +34,23 @@ def plan_table(title: str, rows: dict[str, object], reason: str) -> str:
     """
     width = max(map(len, rows)) + 2
     lines = [title] + [f"  {name:<{width}}{_value(value)}" for name, value in rows.items()]
-    clauses = [clause for clause in reason.split("; ") if clause]
+    clauses = [clause for clause in _clauses(reason) if clause]
     if clauses:
         lines.append("why:")
         for clause in clauses:
             lines.extend(textwrap.wrap(clause, WIDTH, initial_indent="  - ", subsequent_indent="    "))
     return "\n".join(lines)
+
+
+def _clauses(reason: str) -> list[str]:
+    """``reason`` split at each "; " outside parentheses (a clause's own aside keeps its semicolons)."""
+    clauses, depth, start = [], 0, 0
+    for i, char in enumerate(reason):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0 and reason.startswith("; ", i):
+            clauses.append(reason[start:i])
+            start = i + 2
+    return clauses + [reason[start:]]
 
 
 def _value(value: object) -> str:

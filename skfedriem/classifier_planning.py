@@ -8,8 +8,8 @@ user set; change the trials but keep those and the plan is the same.
 
     η = min(ROUND_STEP / τ, NOISE_WALK / (σ̄ √(T τ))),
 
-where τ is the local steps per round (one epoch: ⌈m_i / B⌉ for the largest
-client) and σ̄ the noise std, per coordinate, of the server's mean of k
+where τ is the local steps per round (one epoch of the smallest client,
+⌈m⋆ / B⌉, which every client takes under privacy) and σ̄ the noise std, per coordinate, of the server's mean of k
 clients' steps (σ̄ = σ / √k for equal clients; σ from the same calibration
 the trainer runs). The first term bounds the step per round: at η = 0.5 and
 τ = 16 steps a round, BNCI-size clients drift apart and SPDNet stayed at
@@ -232,11 +232,13 @@ def plan_classifier(
     tau = privacy.steps_per_round
     median = statistics.median(client_sizes)
     if _is_auto(batch_size) and batch < DEFAULT_BATCH[model] and 4 * min(client_sizes) <= median:
-        if eps is None:
+        if local_steps is not None:
+            work = f"every client then takes its {tau} set steps a round of {batch} records"
+        elif privacy.mu0 is None:
             work = f"the others then take up to {tau} steps a round of {batch} records"
         else:
             work = (f"every client then takes the smallest's {tau} step(s) a round, each with the noise of a batch "
-                    f"of {batch}, and the largest sees {batch * tau / max(client_sizes):.0%} of its records a round")
+                    f"of {batch}: a round draws {batch * tau} records of the largest client's {max(client_sizes)}")
         warn_user(f"batch_size='auto' is {batch} for every client because the smallest holds only "
                   f"{min(client_sizes)} records (median {median:g}): {work}. Leave the small client out or merge it "
                   "with another, or set batch_size yourself.")

@@ -224,6 +224,7 @@ def test_groups_lost_by_a_splitter_without_routing_are_warned_about(spd):
     (dict(eps=1e6), r"'eps' parameter.*\(0.0, 100.0\].*Got 1000000.0"),  # was OverflowError: math range error
     (dict(delta=1e-300), r"'delta' parameter.*\[1e-12, 1.0\).*Got 1e-300"),  # was "cannot convert float NaN"
     (dict(eps=Fraction(10)), r"'eps' parameter.*Got Fraction\(10, 1\)"),  # was numpy's TypeError from isnan
+    (dict(clip=10 ** 400), r"'clip' parameter.*Got 1000"),  # was an OverflowError inside fit
     (dict(classes=(True, False)), r"'classes' parameter.*bool labels but y holds number labels"),  # was silent
 ])
 def test_settings_that_would_drop_or_misread_another_are_refused(spd, settings, match):
@@ -232,6 +233,20 @@ def test_settings_that_would_drop_or_misread_another_are_refused(spd, settings, 
     X, y, groups = spd
     with pytest.raises(ValueError, match=match):
         FederatedTangentSpaceClassifier(**{"n_rounds": 1, **settings}).fit(X, y, groups=groups)
+
+
+def test_labels_of_another_kind_than_the_classes_are_refused_on_every_path(spd):
+    """Bools against numbers match by equality (True == 1): held-out labels and a warm start's y were not checked."""
+    from skfedriem import FederatedTangentSpaceClassifier
+
+    X, y, groups = spd
+    with pytest.raises(ValueError, match="y_valid holds bool labels"):
+        FederatedTangentSpaceClassifier(classes=[0, 1], eps=None, n_rounds=1).fit(
+            X, y, groups=groups, validation_data=(X, y == 1))
+    warm = FederatedTangentSpaceClassifier(eps=None, n_rounds=1, warm_start=True).fit(X, y, groups=groups)
+    with pytest.raises(ValueError, match=r"classes_\) lists number labels but y holds bool labels"):
+        warm.fit(X, y == 1, groups=groups)
+    warm.fit(X, y.astype(float), groups=groups)  # another numeric dtype is the same kind
 
 
 def test_an_infinite_budget_is_not_shared_as_a_fit_without_noise(spd):

@@ -85,7 +85,7 @@ def test_auto_batches_are_clamped_silently_and_eegnet_keeps_its_paper_settings()
 def test_one_tiny_client_setting_every_clients_batch_is_warned_about():
     """One 3-trial client made B = 3 for all: 39 steps a round at a noise std of 34.7, without a word."""
     with pytest.warns(UserWarning, match=r"batch_size='auto' is 3 for every client.*only 3 records.*smallest's 1 "
-                                         r"step.*noise of a batch of 3.*largest sees 2% of its records"):
+                                         r"step.*noise of a batch of 3.*draws 3 records of the largest client's 120"):
         plan = plan_classifier(model="tangent", client_sizes=[3, 120, 118], eps=4.0)
     assert plan.batch_size == 3
     with pytest.warns(UserWarning, match=r"batch_size='auto' is 3.*up to 40 steps a round of 3 records"):

@@ -17,3 +17,11 @@ def test_a_pca_plan_prints_its_solver_and_reason():
     plan = plan_pca(eps=2.0, delta=1e-5, client_sizes=[200] * 3, n_features=10, n_components=2)
     text = str(plan)
     assert text.startswith("PCAPlan\n") and plan.solver in text and "why:" in text
+
+
+def test_a_reasons_aside_in_parentheses_stays_in_its_bullet():
+    """The tangent-space reason's "(...; SPDNet's rule ...)" was cut into a bullet of its own."""
+    plan = plan_classifier(model="tangent", client_sizes=[40, 40], eps=4.0)
+    bullets = [line for line in str(plan).splitlines() if line.startswith("  - ")]
+    assert not any(line.startswith("  - SPDNet's rule") for line in bullets)
+    assert len(bullets) == 3

@@ -91,6 +91,17 @@ def _label_kind(labels: np.ndarray) -> str:
     return "other"
 
 
+def _check_same_kind(classes: np.ndarray, labels, what: str, name: str) -> None:
+    """ValueError when ``labels`` are of another kind than ``classes`` (bools against numbers match by equality,
+    True == 1, and predict would return the classes' type)."""
+    labels = np.asarray(labels)
+    if labels.size and _label_kind(classes) != _label_kind(labels):
+        raise ValueError(f"{what} lists {_label_kind(classes)} labels but {name} holds {_label_kind(labels)} labels "
+                         f"(e.g. {labels.ravel()[0]!r}); they would be matched by equality (True == 1) and predict "
+                         f"would return the classes' type. Got classes={classes.tolist()!r}; give {name} in the "
+                         "classes' type.")
+
+
 def _forward_in_chunks(module: torch.nn.Module, inputs: torch.Tensor) -> torch.Tensor:
     with torch.no_grad():
         return torch.cat([module(inputs[i : i + _PREDICT_CHUNK]) for i in range(0, len(inputs), _PREDICT_CHUNK)])
@@ -137,7 +148,9 @@ PLANNED_PARAMETERS: dict[str, SettingDoc] = {
         "(\"auto\": 64; 16 for EEGNet).", [Interval(Integral, 1, None, closed="left"), None, _AUTO]),
     "local_epochs": SettingDoc(
         'float or "auto"', "Local work per round: τ_i = ceil(local_epochs m_i / B) steps for a client of m_i "
-        "records (\"auto\": 1). Each step draws a fresh uniform batch.",
+        "records without privacy; under privacy every client takes the smallest client's ceil(local_epochs m⋆ / B), "
+        "since a round is charged at the largest count and the smallest client's rate together (\"auto\": 1). "
+        "Each step draws a fresh uniform batch.",
         [Interval(Real, 0, None, closed="neither"), _AUTO]),
     "optimizer": SettingDoc(
         'str, callable or "auto"', "The clients' local optimiser, fresh at each round: ``\"sgd\"``, "
@@ -220,7 +233,11 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
         X, y = self._validate(X, y, allow_nd=True, ensure_min_samples=2, reset=not warm)
         _check_label_types(y, "y")
         check_classification_targets(y)
-        classes = self.classes_ if warm and self.classes is None else self._label_set(y)
+        if warm and self.classes is None:
+            classes = self.classes_
+            _check_same_kind(classes, y, f"The fitted {type(self).__name__} (classes_)", "y")
+        else:
+            classes = self._label_set(y)
         records = self.prepare_records(X, y, classes=classes)
         held_out = None
         if validation_data is not None:
@@ -238,15 +255,11 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
             return classes
         given = np.asarray(self.classes)
         _check_label_types(given, "classes")
-        if _label_kind(given) != _label_kind(np.asarray(y)):  # True == 1: bools would match numbers silently
-            raise ValueError(f"The 'classes' parameter of {type(self).__name__} lists {_label_kind(given)} labels "
-                             f"but y holds {_label_kind(np.asarray(y))} labels (e.g. {np.asarray(y).ravel()[0]!r}); "
-                             f"they would be matched by equality (True == 1) and predict would return the classes' "
-                             f"type. Got classes={self.classes!r}; give them in y's type.")
         classes = np.unique(given)
         if given.ndim != 1 or len(classes) != len(given) or len(classes) < 2:
             raise ValueError(f"The 'classes' parameter of {type(self).__name__} must list at least 2 distinct "
                              f"labels. Got {self.classes!r} instead.")
+        _check_same_kind(given, y, f"The 'classes' parameter of {type(self).__name__}", "y")
         return classes
 
     def _validation_records(self, validation_data, classes) -> tuple[torch.Tensor, torch.Tensor]:
@@ -261,6 +274,7 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
         y_valid = np.asarray(y_valid)
         if y_valid.shape != (len(X_valid),):
             raise ValueError(f"y_valid must have shape ({len(X_valid)},). Got {y_valid.shape} instead.")
+        _check_same_kind(np.asarray(classes), y_valid, f"{type(self).__name__}'s label set", "y_valid")
         return self.prepare_records(X_valid, y_valid, classes=classes)
 
     # hooks of FederatedEstimatorMixin
