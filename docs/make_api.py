@@ -31,6 +31,8 @@ SECTIONS = [
     ("Flower loopback", "skfedriem.flower.loopback", ""),
     ("Flower simulation", "skfedriem.flower.simulation", ""),
     ("EEG study", "skfedriem.experiments.eeg", "The paper's EEG comparison as a resumable study."),
+    ("EEG study arms", "skfedriem.experiments.arms", "The study's arms, read by the study and its report."),
+    ("EEG study report", "skfedriem.experiments.report", "Tables and figures from a study folder."),
     ("Centralised training with skorch", "skfedriem.experiments.central", ""),
 ]
 

@@ -41,54 +41,12 @@ import torch
 from tqdm.auto import tqdm
 
 from ..classification import FederatedEEGNetClassifier, FederatedSPDNetClassifier, FederatedTangentSpaceClassifier
+from .arms import ARM_SPECS, ARMS
+from .report import write_report
 
-__all__ = ["ARMS", "ARM_SPECS", "Arm", "DATASETS", "DatasetConfig", "load_dataset", "run_study", "split_trials"]
-
-
-@dataclass(frozen=True)
-class Arm:
-    """One arm of the study: which estimator, on which inputs, federated or centralised, with which settings.
-
-    Parameters
-    ----------
-    name : str
-        The arm's label in tables and figures.
-    network : {"spdnet", "tangent", "eegnet"}
-        SPDNet and the tangent-space classifier train on the trials' covariance
-        matrices, EEGNet on the raw trials.
-    central : bool, default=False
-        All training trials in one client (the centralised reference); else
-        one client per group of subjects, with the study's participation.
-    settings : dict, default={}
-        Extra estimator parameters (aggregation, sampling, accounting).
-    paper_schedule : bool, default=True
-        Train with the dataset's paper settings (lr, batch size, rounds); else
-        with the estimator's planned ``"auto"`` schedule.
-    """
-
-    name: str
-    network: str
-    central: bool = False
-    settings: dict = field(default_factory=dict)
-    paper_schedule: bool = True
-
-    @property
-    def takes_covariances(self) -> bool:
-        return self.network in ("spdnet", "tangent")
+__all__ = ["DATASETS", "DatasetConfig", "load_dataset", "run_study", "split_trials"]
 
 
-ARM_SPECS: dict[str, Arm] = {arm.name: arm for arm in (
-    Arm("projavg", "spdnet", settings={"aggregation": "projavg"}),
-    Arm("rlavg", "spdnet", settings={"aggregation": "rlavg"}),
-    Arm("retavg", "spdnet", settings={"aggregation": "retavg"}),
-    Arm("prirfed", "spdnet", settings={"aggregation": "retavg", "sampling": "poisson", "accounting": "prirfed"}),
-    Arm("eegnet", "eegnet"),
-    Arm("central-spdnet", "spdnet", central=True),
-    Arm("central-eegnet", "eegnet", central=True),
-    Arm("planned", "spdnet", settings={"aggregation": "projavg"}, paper_schedule=False),
-    Arm("tangent", "tangent", paper_schedule=False),
-)}
-ARMS = tuple(ARM_SPECS)
 RUN_FIELDS = ["dataset", "arm", "eps", "seed", "participation", "test_accuracy", "epsilon_certified",
               "noise_std", "batch_size", "n_clients", "clients_per_round", "n_rounds", "seconds", "aggregation_ms_per_round"]
 CURVE_FIELDS = ["dataset", "arm", "eps", "seed", "participation", "round", "valid_accuracy", "epsilon"]
@@ -274,7 +232,7 @@ def run_study(dataset: str, arms, eps_values, seeds: int, participations, out: s
     dataset : str
         A key of :data:`DATASETS`.
     arms : sequence of str
-        From :data:`ARMS`.
+        From :data:`~skfedriem.experiments.arms.ARMS`.
     eps_values : sequence of float or None
         None is the non-private run.
     seeds : int
@@ -294,8 +252,6 @@ def run_study(dataset: str, arms, eps_values, seeds: int, participations, out: s
     -------
     out : Path
     """
-    from .report import write_report
-
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     bad = [a for a in arms if a not in ARMS]

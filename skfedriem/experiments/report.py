@@ -6,6 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .arms import ARM_SPECS
+
 __all__ = ["results_table", "write_report"]
 
 
@@ -16,8 +18,6 @@ def _eps_order(labels) -> list[str]:
 
 def _central(arms):
     """Which rows are centralised references (by the study's arm table)."""
-    from .eeg import ARM_SPECS  # the study imports this module
-
     return arms.map(lambda a: ARM_SPECS[a].central if a in ARM_SPECS else False)
 
 
@@ -26,6 +26,15 @@ def results_table(runs) -> str:
 
     The best federated arm of each column is in bold (centralised references
     are not ranked).
+
+    Parameters
+    ----------
+    runs : pandas.DataFrame
+        One row per run: ``arm``, ``eps``, ``participation``, ``test_accuracy`` (``runs.csv``'s columns).
+
+    Returns
+    -------
+    str
     """
     runs = runs.assign(eps=runs["eps"].astype(str), participation=runs["participation"].astype(float))
     eps_cols = _eps_order(runs["eps"])
@@ -66,7 +75,13 @@ def _concat(a, b):
 
 
 def write_report(out: str | Path) -> None:
-    """Write ``table.md``, ``learning_curves.png`` and ``privacy_utility.png`` into ``out``."""
+    """Write ``table.md``, ``learning_curves.png`` and ``privacy_utility.png`` into ``out``.
+
+    Parameters
+    ----------
+    out : str or Path
+        The study folder, holding ``runs.csv`` and ``curves.csv``.
+    """
     import pandas as pd
 
     out = Path(out)

@@ -63,9 +63,9 @@ from ..federated import ClientRecipe, TrainingState
 from ..federated.fixed_features import on_fixed_features
 from ._client_app import DEFAULT_MAX_EPSILON, ClientSetup, SiteGuard, make_client_app
 from ._protocol import FlowerTransport, NodeDirectory
+from ._site_files import default_ledger_path
 from .run_config import (DEPLOYMENT_KEYS, ESTIMATORS, classes_from_run_config, estimator_from_run_config,
                          load_site_records)
-from .site_client import default_ledger_path
 
 __all__ = ["APP_DIRS", "client_apps", "server_apps", "site_setup"]
 

@@ -43,6 +43,7 @@ from flwr.supercore.task_identity import TaskIdentity
 from ._channel import (check_peer, decode_reply, encode_request, private_folder, receive_frame, send_frame,
                        socket_address, socket_lock, supported)
 from ._errors import FAILED, error_reply
+from ._site_files import default_ledger_path
 
 __all__ = ["IDLE_SECONDS", "STARTUP_SECONDS", "default_ledger_path", "exchange", "make_site_client_app",
            "worker_name"]
@@ -53,21 +54,6 @@ IDLE_SECONDS = 600.0
 STARTUP_SECONDS = 180.0
 
 _log = logging.getLogger("skfedriem.flower.site")
-
-
-def default_ledger_path(node_config) -> str:
-    """The site's ledger file: ``ledger-path``, else next to its data file (``<data-path>.privacy-ledger.json``).
-
-    Parameters
-    ----------
-    node_config : mapping
-        The SuperNode's node configuration.
-
-    Returns
-    -------
-    str
-    """
-    return str(node_config.get("ledger-path", str(node_config["data-path"]) + ".privacy-ledger.json"))
 
 
 def worker_name(kind: str, context: Context) -> str:
