@@ -187,7 +187,7 @@ def step_ratio(model_factory, batch, repeats: int, blocks: int = 5) -> dict:
     The two arms alternate in ``blocks`` blocks of ``repeats`` steps; each arm's figure is its
     fastest block median, so a burst of load on the machine does not land on one arm only.
     """
-    from skfedriem.federated.client import make_optimizer
+    from skfedriem.federated.optimizers import make_optimizer
     from skfedriem.privacy import PrivateManifoldOptimizer, SeededRandomness
 
     randomness = SeededRandomness(np.random.SeedSequence(0))

@@ -29,7 +29,8 @@ from .._compat import HasMethods, Interval, StrOptions, _fit_context
 from .._warnings import warn_user
 from ..base import FederatedEstimatorMixin
 from ..classifier_planning import planned_optimizer, plan_classifier
-from ..federated.client import OPTIMIZERS, iterate_tolerance
+from ..federated.client import iterate_tolerance
+from ..federated.optimizers import OPTIMIZERS
 from ..federated.settings import SettingDoc
 from ..manifolds import manifold_of
 from ..privacy.per_sample import trainable_parameters

@@ -2,11 +2,11 @@
 
 from .aggregation import AGGREGATIONS, Aggregation, get_aggregation, register_aggregation
 from .checkpoint import TrainingState
-from .client import (OPTIMIZERS, ClientRecipe, ClientState, RoundInstructions, is_elementwise, register_optimizer,
-                     run_client_round)
+from .client import ClientRecipe, ClientState, RoundInstructions, run_client_round
 from .engine import FederatedTrainer, lr_at_round, resolve_device
 from .fixed_features import on_fixed_features
 from .lockstep import lockstep_groups, run_clients, run_lockstep
+from .optimizers import OPTIMIZERS, OptimizerEntry, is_elementwise, register_optimizer
 from .parallel import THREADS_PER_JOB, ParallelTransport, effective_n_jobs, thread_budget
 from .plan import PrivacyPlan, noise_swamps_signal, plan_run
 from .settings import BACKENDS, FederationSettings, register_backend
@@ -16,6 +16,7 @@ __all__ = [
     "AGGREGATIONS",
     "BACKENDS",
     "OPTIMIZERS",
+    "OptimizerEntry",
     "THREADS_PER_JOB",
     "Aggregation",
     "ClientRecipe",

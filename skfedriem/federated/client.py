@@ -10,7 +10,6 @@ it draws afresh for every message (:mod:`skfedriem.flower._client_app`).
 from __future__ import annotations
 
 import copy
-import functools
 import io
 import math
 import time
@@ -22,7 +21,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from .._registry import Registry
 from ..exceptions import InvalidInstructionsError, InvalidIterateError
 from ..manifolds import manifold_of
 from ..privacy import PrivateManifoldOptimizer
@@ -33,95 +31,10 @@ from ..privacy.randomness import SecretRandomness, SecureRandomness, SeededRando
 from ..privacy.stacked import ClientStack
 from ..privacy.step_plan import StepPlan
 from .aggregation import AGGREGATIONS, get_aggregation
+from .optimizers import make_optimizer
 
-__all__ = ["CLIPPED_FRACTION", "OPTIMIZERS", "ClientRecipe", "ClientState", "RoundInstructions", "check_iterate",
-           "is_elementwise", "make_optimizer", "register_optimizer", "resolve_optimizer", "run_client_round",
-           "step_plan"]
-
-#: The clients' optimisers by name, each ``factory(params, lr) -> torch.optim.Optimizer``
-#: (:func:`register_optimizer` adds one).
-OPTIMIZERS: Registry[Callable] = Registry("optimizer")
-
-# The factories registered as element-wise, by the name they were registered under.
-_ELEMENTWISE: dict[str, Callable] = {}
-
-
-def register_optimizer(factory: Callable, *, name: str, force: bool = False, elementwise: bool = False) -> Callable:
-    """Make ``factory(params, lr) -> torch.optim.Optimizer`` available as ``optimizer=name``.
-
-    Register a module-level function or a :func:`functools.partial` of an
-    optimiser class: worker processes (``n_jobs > 1``) receive it by pickle.
-
-    Parameters
-    ----------
-    factory : callable
-    name : str
-    force : bool, default=False
-        Replace an optimiser already registered under that name.
-    elementwise : bool, default=False
-        Its update of every coordinate depends only on that coordinate's
-        gradients and state (SGD, Adam, not LBFGS or a layer-norm-scaled
-        rule): simulated clients in lockstep may then step as one optimiser
-        over their stacked parameters, each client's slice being its own
-        optimiser (:mod:`skfedriem.federated.lockstep`).
-
-    Returns
-    -------
-    factory : callable
-        The same object.
-
-    Examples
-    --------
-    >>> import functools, torch
-    >>> register_optimizer(functools.partial(torch.optim.SGD, momentum=0.9), name="example_momentum")
-    functools.partial(<class 'torch.optim.sgd.SGD'>, momentum=0.9)
-    """
-    if not callable(factory):
-        raise TypeError(f"register_optimizer needs a callable factory(params, lr). Got {type(factory).__name__}.")
-    registered = OPTIMIZERS.register(factory, name=name, force=force)
-    if elementwise:
-        _ELEMENTWISE[name] = factory
-    else:
-        _ELEMENTWISE.pop(name, None)
-    return registered
-
-
-def is_elementwise(optimizer: str | Callable) -> bool:
-    """Whether ``optimizer`` (a registered name or factory) was registered with ``elementwise=True``.
-
-    Parameters
-    ----------
-    optimizer : str or callable
-        A registered name, or a factory (True only if it is a registered element-wise one).
-
-    Returns
-    -------
-    bool
-
-    Examples
-    --------
-    >>> is_elementwise("adam"), is_elementwise(lambda params, lr: None)
-    (True, False)
-    """
-    factory = resolve_optimizer(optimizer)
-    return any(f is factory for f in _ELEMENTWISE.values())
-
-
-def resolve_optimizer(optimizer: str | Callable) -> Callable:
-    """The factory ``optimizer`` names (a callable passes through); ValueError listing the registered names."""
-    return optimizer if callable(optimizer) else OPTIMIZERS.get(optimizer)
-
-
-def make_optimizer(optimizer: str | Callable, params, lr: float) -> torch.optim.Optimizer:
-    """A client optimiser: a registered name or ``callable(params, lr)``."""
-    return resolve_optimizer(optimizer)(params, lr)
-
-
-register_optimizer(functools.partial(torch.optim.SGD), name="sgd", elementwise=True)
-# Adam's fused CPU kernel: one kernel per tensor instead of about ten (0.09 against 0.18 ms per SPDNet step);
-# the same update up to rounding. SGD gains nothing from it.
-register_optimizer(functools.partial(torch.optim.Adam, fused=True), name="adam", elementwise=True)
-
+__all__ = ["CLIPPED_FRACTION", "ClientRecipe", "ClientState", "RoundInstructions", "check_iterate",
+           "run_client_round", "step_plan"]
 
 @dataclass(frozen=True)
 class ClientRecipe:

@@ -34,8 +34,8 @@ from .aggregation import get_aggregation
 from .checkpoint import TrainingState
 from .adaptive_clip import FRACTION_RANGE, next_clip
 from .fixed_features import on_fixed_features
-from .client import (CLIPPED_FRACTION, ClientRecipe, ClientState, RoundInstructions, is_elementwise,
-                     resolve_optimizer, step_plan)
+from .client import CLIPPED_FRACTION, ClientRecipe, ClientState, RoundInstructions, step_plan
+from .optimizers import is_elementwise, resolve_optimizer
 from .parallel import ParallelTransport, effective_n_jobs, thread_budget
 from .plan import PrivacyPlan, check_client_sizes, noise_swamps_signal, plan_run
 from .progress import round_progress

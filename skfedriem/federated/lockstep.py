@@ -15,7 +15,7 @@ Per client, and exactly as it would alone:
 * its per-record gradients, clipping, noise (its own draws, in its own
   order) and counts;
 * its optimiser: the stacked optimiser is element-wise
-  (:func:`~skfedriem.federated.client.is_elementwise`), so client k's slice
+  (:func:`~skfedriem.federated.optimizers.is_elementwise`), so client k's slice
   of it is client k's SGD or Adam, and a client that keeps its optimiser state
   between rounds keeps its own slice (Adam's moments);
 * its submission Sub(θ_t, θ_k), computed for it alone, and its fraction of unclipped records.
@@ -49,8 +49,8 @@ from ..privacy.optimizer import apply_gradients
 from ..privacy.per_sample import trainable_parameters
 from ..privacy.stacked import ClientStack
 from .aggregation import get_aggregation
-from .client import (CLIPPED_FRACTION, ClientRecipe, ClientState, RoundInstructions, check_iterate, make_optimizer,
-                     step_plan)
+from .client import CLIPPED_FRACTION, ClientRecipe, ClientState, RoundInstructions, check_iterate, step_plan
+from .optimizers import make_optimizer
 
 __all__ = ["lockstep_groups", "run_clients", "run_lockstep"]
 

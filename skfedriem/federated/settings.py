@@ -26,7 +26,7 @@ from .._compat import Interval, StrOptions, validate_parameter_constraints
 from ..privacy.accounting_methods import ACCOUNTINGS, RunAccounting
 from ..privacy.subsampled_gaussian import MAX_EPSILON, MIN_DELTA
 from .aggregation import AGGREGATIONS, Aggregation
-from .client import OPTIMIZERS
+from .optimizers import OPTIMIZERS
 
 __all__ = ["BACKENDS", "FederationSettings", "SettingDoc", "doc_entry", "register_backend", "setting_constraints",
            "setting_docs"]

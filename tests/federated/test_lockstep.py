@@ -9,9 +9,9 @@ import torch.nn.functional as F
 from skfedriem import FederatedPCA, FederatedSPDNetClassifier, FederatedTangentSpaceClassifier
 from skfedriem.datasets import make_spd_classification
 from skfedriem.federated import FederatedTrainer, FederationSettings, LocalTransport
-from skfedriem.federated.client import (CLIPPED_FRACTION, ClientRecipe, ClientState, RoundInstructions,
-                                        register_optimizer)
+from skfedriem.federated.client import CLIPPED_FRACTION, ClientRecipe, ClientState, RoundInstructions
 from skfedriem.federated.lockstep import lockstep_groups, run_clients, run_lockstep
+from skfedriem.federated.optimizers import register_optimizer
 from skfedriem.federated.parallel import ParallelTransport
 from skfedriem.models import BiMap, EEGNet, LogEig, PCAProjector, SPDNet, TangentSpaceLogistic
 from skfedriem.privacy.stacked import ClientStack
