@@ -306,7 +306,7 @@ def test_unknown_solver_is_named(data):
 
 
 def test_continuing_a_non_private_fit_reports_infinite_epsilon(data):
-    """Finding 1: warm_start after eps=None keeps the non-private rounds in the ledger, as infinite loss."""
+    """A warm_start after eps=None keeps the non-private rounds in the ledger, as infinite loss."""
     X, groups = data
     pca = small(eps=None, n_rounds=3, warm_start=True).fit(X, groups=groups)
     assert not pca.ledger_.private and pca.ledger_.steps == 3 * 5

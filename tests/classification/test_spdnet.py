@@ -256,7 +256,7 @@ def test_the_default_network_follows_the_number_of_channels():
 
 
 def test_the_public_label_set_fixes_the_network_whatever_the_trials(spd_data):
-    """Finding 4: with classes= the output width and predict_proba's shape do not depend on one trial."""
+    """With classes= the output width and predict_proba's shape do not depend on one trial."""
     X, y, groups = spd_data
     y = y.copy()
     y[y == 2] = 1
@@ -276,7 +276,7 @@ def test_the_public_label_set_fixes_the_network_whatever_the_trials(spd_data):
 
 
 def test_continuing_a_non_private_fit_reports_infinite_epsilon(spd_data):
-    """Finding 1: a non-private fit then one private round at a tiny rate is not a private model."""
+    """A non-private fit then one private round at a tiny rate is not a private model."""
     X, y, groups = spd_data
     clf = FederatedSPDNetClassifier(eps=None, warm_start=True, **FAST).fit(X, y, groups=groups)
     clf.set_params(eps=1.0, lr=1e-12, n_rounds=1)

@@ -258,7 +258,7 @@ def test_history_reports_the_ledgers_epsilon_after_every_round():
 
 
 def test_a_non_private_run_is_in_the_ledger_as_infinite_loss():
-    """Finding 1: a fit without noise leaves its rounds in the ledger, so nothing built on it is called private."""
+    """A fit without noise leaves its rounds in the ledger, so nothing built on it is called private."""
     first = trainer(n_rounds=2, eps=None).fit(clients())
     assert first.accountant_.steps == 2 * 2 and not first.accountant_.private
     assert all(math.isinf(e.mu0) for e in first.accountant_.history)
@@ -279,7 +279,7 @@ def test_every_round_is_charged_from_the_steps_the_clients_run():
 
 
 def test_a_resume_with_other_settings_is_refused(tmp_path):
-    """Finding 5: the checkpoint's plan is the run's; a resume at another σ or horizon is another run."""
+    """The checkpoint's plan is the run's; a resume at another σ or horizon is another run."""
     data = clients()
     crashed = trainer(n_rounds=4)
     states = [ClientState.fresh(s) for s in crashed.client_seeds(len(data))]

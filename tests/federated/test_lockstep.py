@@ -328,7 +328,7 @@ def _same_as_one_by_one(model, loss, clients, instructions, bitwise=False):
 
 @pytest.mark.parametrize("batch_size", [1, 3, 10])
 def test_a_frozen_linear_weight_with_a_trainable_bias_is_not_mixed_across_clients(batch_size):
-    """The review's P1: with B == K the shared weight's bias was broadcast over the records, client b's to record b."""
+    """With B == K the shared weight's bias was broadcast over the records, client b's to record b."""
     model, loss, clients, _ = _case("spdnet")
     model.classifier.weight.requires_grad_(False)
     changed = list(clients)
@@ -350,7 +350,7 @@ class _ClaimingBiMap(_OrdinaryBiMap):
 
 
 def test_a_subclass_does_not_inherit_the_claim_and_a_false_claim_is_refused():
-    """The review's P2: a subclass of BiMap was taken as stackable; one that claims it wrongly is caught."""
+    """A subclass of BiMap was taken as stackable; one that claims it wrongly is caught."""
     model, loss, clients, _ = _case("spdnet")
     model.features[1] = _OrdinaryBiMap(6, 4, generator=torch.Generator().manual_seed(5))
     assert not supports_stacking(model) and not stacked_gradients_available(model)  # its layers have rules
@@ -370,7 +370,7 @@ def _row_loss(out, y):  # out (B, 4, 3): per record, the sum of its rows' cross 
 
 
 def test_a_linear_on_more_than_flat_records_takes_the_vmap_route():
-    """The review's C2: a Linear on (B, 4, 4) inputs must not get the flat rule in a stack."""
+    """A Linear on (B, 4, 4) inputs must not get the flat rule in a stack."""
     model = torch.nn.Sequential(BiMap(6, 4, generator=torch.Generator().manual_seed(1)), LogEig(),
                                 torch.nn.Linear(4, 3))
     _, _, clients, _ = _case("spdnet")
@@ -394,7 +394,7 @@ class _Tied(torch.nn.Module):
 
 
 def test_tied_parameters_run_one_by_one():
-    """The review's C3: a parameter shared by two layers became two stacked blocks (KeyError): not stacked."""
+    """A parameter shared by two layers became two stacked blocks (KeyError): not stacked."""
     assert not stacked_gradients_available(_Tied())
     with pytest.raises(ValueError, match="one by one"):
         ClientStack(_Tied(), 2)
@@ -403,7 +403,7 @@ def test_tied_parameters_run_one_by_one():
 
 
 def test_instructions_that_are_equal_but_of_another_type_are_another_group():
-    """The review's M1: lr=True equals lr=1, yet a lone client refuses it, so it must be checked on its own."""
+    """lr=True equals lr=1, yet a lone client refuses it, so it must be checked on its own."""
     good, odd = _instructions(lr=1), _instructions(lr=True)
     states = [ClientState.fresh(np.random.SeedSequence(i)) for i in range(2)]
     assert lockstep_groups([0, 1], {0: good, 1: odd}, states, keeps_optimizer=False) == [[0], [1]]
@@ -416,7 +416,7 @@ def test_instructions_that_are_equal_but_of_another_type_are_another_group():
 
 
 def test_poisson_clients_run_one_by_one():
-    """The review's M2: a stack's width under Poisson sampling would be a secret batch size; they are not stacked."""
+    """A stack's width under Poisson sampling would be a secret batch size; they are not stacked."""
     model, loss, clients, _ = _case("spdnet")
     recipe = ClientRecipe(model, loss, "sgd", True, True)
     states = [ClientState.fresh(np.random.SeedSequence(i)) for i in range(3)]
@@ -428,7 +428,7 @@ def test_poisson_clients_run_one_by_one():
 
 
 def test_a_model_with_hooks_is_not_stacked():
-    """The review's M3: StackedLinear would have dropped a hook on the Linear it replaces."""
+    """StackedLinear would have dropped a hook on the Linear it replaces."""
     model, loss, clients, _ = _case("spdnet")
     model.classifier.register_forward_pre_hook(lambda module, args: (args[0] * 2,))
     assert not supports_stacking(model) and not stacked_gradients_available(model)
@@ -439,7 +439,7 @@ def _batch_scaled_loss(out, y):  # couples the records of a batch: not a per-rec
 
 
 def test_a_loss_that_is_not_per_record_is_refused_in_lockstep():
-    """The review's M4: the stack's loss sees K x B rows; a loss that reads the batch would differ, and is caught."""
+    """The stack's loss sees K x B rows; a loss that reads the batch would differ, and is caught."""
     model, _, clients, _ = _case("spdnet")
     recipe = ClientRecipe(model, _batch_scaled_loss, "sgd", True, True)
     states = [ClientState.fresh(np.random.SeedSequence(i)) for i in range(3)]

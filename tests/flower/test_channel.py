@@ -115,7 +115,7 @@ def test_a_folder_another_account_owns_is_refused(tmp_path):
 
 
 def test_a_path_swapped_for_a_symlink_after_the_check_does_not_redirect_the_connection(tmp_path):
-    """The race of the review: checked, then connected by path; a swap in between reached the attacker's socket."""
+    """Checked, then connected by path (a race): a swap in between reached the attacker's socket."""
     ours = tmp_path / "sites"
     fd = private_folder(ours)
     attacker = tmp_path / "attacker"

@@ -136,7 +136,7 @@ def test_a_deployed_site_refuses_rounds_it_cannot_run_privately_and_charges_noth
 
 
 def test_the_default_site_configuration_has_a_ledger_and_a_budget(tmp_path):
-    """Finding 3: a site started with nothing but its data refuses a noiseless, unclipped round."""
+    """A site started with nothing but its data refuses a noiseless, unclipped round."""
     data = tmp_path / "site.npy"
     np.save(data, records().numpy())
     app = client_apps["pca"]
@@ -268,7 +268,7 @@ def test_the_replay_check_recovers_the_gradient_when_the_noise_repeats(tmp_path)
 
 
 def test_a_deployed_site_refuses_a_seed(tmp_path):
-    """Finding 7: a seeded site that restarted would repeat its noise; deployed sites take no seed."""
+    """A seeded site that restarted would repeat its noise; deployed sites take no seed."""
     data = tmp_path / "site.npy"
     np.save(data, records().numpy())
     ctx = context(node_config={"data-path": str(data), "seed": 7}, run_config={"solver": "riemannian"})

@@ -401,7 +401,7 @@ def caught(script, tmp_path_factory) -> str | None:
 
 
 def test_the_property_catches_the_pre_fix_site(tmp_path_factory):
-    """Finding 2: a site that charges the server's B = 1.999 and runs batches of 1 is found out."""
+    """A site that charges the server's B = 1.999 and runs batches of 1 is found out."""
     with site_charges_the_servers_numbers():
         found = find(scripts, lambda s: (caught(s, tmp_path_factory) or "").startswith("charged"),
                      settings=settings(max_examples=300, deadline=None, database=None, phases=[Phase.generate],
