@@ -28,6 +28,7 @@ run's τ local steps; ``planned walk=W`` the planner's step at another noise wal
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import time
 import warnings
@@ -92,31 +93,23 @@ def steps_per_round(groups: np.ndarray, model: str, eps: float | None) -> int:
         return plan_classifier(model=model, client_sizes=sizes, eps=eps).steps_per_round
 
 
-def real_split(data: Path, seed: int):
-    """The real subjects' covariances, split as ``benchmarks/physionet_real.py`` splits them."""
-    from moabb.datasets import PhysionetMI
-    from moabb.paradigms import LeftRightImagery
-    from physionet_real import held_out_mask
+@functools.lru_cache(maxsize=1)
+def real_covariances(data: Path):
+    """The real subjects' OAS covariances, labels and subjects (``benchmarks/physionet_real.py``'s recordings)."""
+    from physionet_real import load_subjects
     from pyriemann.estimation import Covariances
 
-    from skfedriem.datasets import load_moabb, use_local_eegmmidb
-
-    if seed not in _REAL:
-        if "covariances" not in _REAL:
-            use_local_eegmmidb(data)
-            dataset = PhysionetMI(imagined=True)
-            dataset.feet_runs = []  # only left/right imagery runs are on disk
-            dataset.subject_list = [1, 2, 3, 4, 5]
-            X, y, groups = load_moabb(dataset, LeftRightImagery(fmin=8, fmax=32, resample=128),
-                                      subjects=dataset.subject_list)
-            _REAL["covariances"] = (Covariances("oas").fit_transform(X), y, groups)
-        C, y, groups = _REAL["covariances"]
-        test = held_out_mask(y, groups, seed)
-        _REAL[seed] = (C[~test], y[~test], groups[~test]), (C[test], y[test])
-    return _REAL[seed]
+    _, _, X, y, groups = load_subjects(data)
+    return Covariances("oas").fit_transform(X), y, groups
 
 
-_REAL: dict = {}
+def real_split(data: Path, seed: int):
+    """The real subjects split as ``benchmarks/physionet_real.py`` splits them (a held-out third per subject)."""
+    from physionet_real import held_out_mask
+
+    C, y, groups = real_covariances(data)
+    test = held_out_mask(y, groups, seed)
+    return (C[~test], y[~test], groups[~test]), (C[test], y[test])
 
 
 def split(name: str, seed: int, data: Path = DEFAULT_DATA):

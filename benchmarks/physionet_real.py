@@ -59,6 +59,20 @@ def pipelines() -> dict:
     }
 
 
+def load_subjects(data: Path):
+    """(dataset, paradigm, X, y, groups) of the five subjects' left/right imagery, read from ``data``."""
+    from moabb.datasets import PhysionetMI
+    from moabb.paradigms import LeftRightImagery
+
+    use_local_eegmmidb(data)
+    dataset = PhysionetMI(imagined=True)
+    dataset.feet_runs = []  # only left/right imagery runs are on disk
+    dataset.subject_list = [1, 2, 3, 4, 5]
+    paradigm = LeftRightImagery(fmin=8, fmax=32, resample=128)
+    X, y, groups = load_moabb(dataset, paradigm, subjects=dataset.subject_list)
+    return dataset, paradigm, X, y, groups
+
+
 def held_out_mask(y, groups, seed):
     rng = np.random.default_rng(seed)
     test = np.zeros(len(y), dtype=bool)
@@ -77,16 +91,9 @@ def main() -> None:
     parser.add_argument("--no-within", action="store_true", help="skip MOABB's within-session evaluation")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
-    from moabb.datasets import PhysionetMI
     from moabb.evaluations import WithinSessionEvaluation
-    from moabb.paradigms import LeftRightImagery
 
-    use_local_eegmmidb(args.data)
-    dataset = PhysionetMI(imagined=True)
-    dataset.feet_runs = []  # only left/right imagery runs are on disk
-    dataset.subject_list = [1, 2, 3, 4, 5]
-    paradigm = LeftRightImagery(fmin=8, fmax=32, resample=128)
-    X, y, groups = load_moabb(dataset, paradigm, subjects=dataset.subject_list)
+    dataset, paradigm, X, y, groups = load_subjects(args.data)
 
     def chosen():
         return {k: v for k, v in pipelines().items() if args.pipelines is None or k in args.pipelines}

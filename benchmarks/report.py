@@ -105,7 +105,7 @@ def readme_figures() -> str:
     figures, targets = speed["result"]["figures"], speed["result"]["targets"]
     lockstep, one_by_one = speed["result"]["bnci"]["1"], speed["result"]["bnci_one_by_one"]["1"]
     floor = lockstep["eigh_floor"]["floor_s"]
-    missed = [name for name in figures if name in targets and not _met(name, figures[name], targets[name])]
+    missed = [name for name in figures if name in targets and not _met(figures[name], targets[name])]
     real = _kept("physionet_real")
     pooled, within = real["result"]["pooled_accuracy"], real["result"]["within_session_auc"]
     private = {model: " / ".join(f"{pooled[f'{model} eps={e}']['mean']:.2f}" for e in ("10", "4", "1"))
@@ -156,7 +156,7 @@ def _span(values: list[float]) -> str:
     return f"{min(values):.2f}–{max(values):.2f}"
 
 
-def _met(name: str, value: float, target: float) -> bool:
+def _met(value: float, target: float) -> bool:
     return value <= target  # every target is an upper bound (seconds, ratios, megabytes)
 
 

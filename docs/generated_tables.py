@@ -35,8 +35,8 @@ def physionet_table() -> str:
     lines = [f".. list-table:: PhysionetMI subjects 1-5, imagined left vs right hand: accuracy on a held-out third of "
              f"every subject's trials (one client each), and MOABB's within-session ROC AUC (5-fold inside each "
              f"subject, 3 random clients) ({kept['date']}, ``{kept['command']}``)", "   :header-rows: 1", "",
-             "   * - pipeline", "     - pooled accuracy (mean ± sd over splits)", "     - within-session AUC (± sd over "
-             "subjects)", "     - seconds a pooled fit"]
+             "   * - pipeline", "     - pooled accuracy (mean ± sd over splits)",
+             "     - within-session AUC (± sd over subjects)", "     - seconds a pooled fit"]
     for name, row in pooled.items():
         inside = f"{within[name]['mean']:.3f} ± {within[name]['sd']:.3f}" if name in within else "–"
         lines += [f"   * - {name}", f"     - {row['mean']:.3f} ± {row['sd']:.3f}", f"     - {inside}",

@@ -1,4 +1,5 @@
-"""Write ``docs/api.rst`` and ``docs/api/``: every public name of every module, once (where it is defined first in this list).
+"""Write ``docs/api.rst`` and ``docs/api/``: every public name of every module, once (where it is defined first in
+this list).
 
 Run after adding a public name; ``tests/test_docs.py`` checks the page is complete.
 """

@@ -7,6 +7,13 @@ import textwrap
 WIDTH = 100
 
 
+class PrintedAsTable:
+    """Mixin of a plan whose ``__str__`` is its table: IPython and Jupyter show that table too."""
+
+    def _repr_pretty_(self, printer, cycle: bool) -> None:
+        printer.text(str(self))
+
+
 def plan_table(title: str, rows: dict[str, object], reason: str) -> str:
     """``title``, one ``name  value`` line per row, then ``reason``'s clauses as wrapped bullets.
 

@@ -9,8 +9,8 @@ user set; change the trials but keep those and the plan is the same.
     η = min(ROUND_STEP / τ, NOISE_WALK / (σ̄ √(T τ))),
 
 where τ is the local steps per round (one epoch of the smallest client,
-⌈m⋆ / B⌉, which every client takes under privacy) and σ̄ the noise std, per coordinate, of the server's mean of k
-clients' steps (σ̄ = σ / √k for equal clients; σ from the same calibration
+⌈m⋆ / B⌉, which every client takes under privacy) and σ̄ the noise std, per
+coordinate, of the server's mean of k clients' steps (σ̄ = σ / √k for equal clients; σ from the same calibration
 the trainer runs). The first term bounds the step per round: at η = 0.5 and
 τ = 16 steps a round, BNCI-size clients drift apart and SPDNet stayed at
 chance. The second bounds the random walk the noise makes in each
@@ -54,7 +54,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Literal
 
-from ._plan_text import plan_table
+from ._plan_text import PrintedAsTable, plan_table
 from ._warnings import warn_user
 from .federated.plan import plan_run
 from .federated.settings import FederationSettings
@@ -83,7 +83,7 @@ Auto = Literal["auto"]
 
 
 @dataclass(frozen=True)
-class ClassifierPlan:
+class ClassifierPlan(PrintedAsTable):
     """What :func:`plan_classifier` chose, and why.
 
     Parameters
@@ -123,9 +123,6 @@ class ClassifierPlan:
                 "n_rounds": self.n_rounds, "batch_size": "full batches" if self.batch_size is None else self.batch_size,
                 "local steps": steps}
         return plan_table("ClassifierPlan", rows, self.reason)
-
-    def _repr_pretty_(self, printer, cycle: bool) -> None:  # IPython and Jupyter show the table
-        printer.text(str(self))
 
     def settings(self) -> dict:
         """The planned values as estimator settings (what replaces every ``"auto"``)."""

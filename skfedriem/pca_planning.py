@@ -45,7 +45,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from ._plan_text import plan_table
+from ._plan_text import PrintedAsTable, plan_table
 from .manifolds import Grassmann, Stiefel
 from .privacy import gdp_mu_for_epsilon
 
@@ -64,7 +64,7 @@ Auto = Literal["auto"]
 
 
 @dataclass(frozen=True)
-class PCAPlan:
+class PCAPlan(PrintedAsTable):
     """What :func:`plan_pca` chose, and from what.
 
     Parameters
@@ -100,9 +100,6 @@ class PCAPlan:
                 "batch_size": "full batches" if self.batch_size is None else self.batch_size, "lr": self.lr,
                 "mu (whole run)": self.mu, "signal_to_noise": self.signal_to_noise}
         return plan_table("PCAPlan", rows, self.reason)
-
-    def _repr_pretty_(self, printer, cycle: bool) -> None:  # IPython and Jupyter show the table
-        printer.text(str(self))
 
     @property
     def horizon(self) -> float:

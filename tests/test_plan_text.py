@@ -25,3 +25,10 @@ def test_a_reasons_aside_in_parentheses_stays_in_its_bullet():
     bullets = [line for line in str(plan).splitlines() if line.startswith("  - ")]
     assert not any(line.startswith("  - SPDNet's rule") for line in bullets)
     assert len(bullets) == 3
+
+
+def test_a_notebook_shows_the_same_table():
+    plan = plan_pca(eps=2.0, delta=1e-5, client_sizes=[200] * 3, n_features=10, n_components=2)
+    shown = []
+    plan._repr_pretty_(type("P", (), {"text": lambda self, value: shown.append(value)})(), False)
+    assert shown == [str(plan)]

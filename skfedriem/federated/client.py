@@ -36,6 +36,7 @@ from .optimizers import make_optimizer
 __all__ = ["CLIPPED_FRACTION", "ClientRecipe", "ClientState", "RoundInstructions", "check_iterate",
            "run_client_round", "step_plan"]
 
+
 @dataclass(frozen=True)
 class ClientRecipe:
     """What a client needs of the model, besides its records: all public, the same for every client.

@@ -88,8 +88,8 @@ def is_elementwise(optimizer: str | Callable) -> bool:
     (True, False)
     """
     factory = resolve_optimizer(optimizer)
-    return any(OPTIMIZERS.get(name).factory is factory and OPTIMIZERS.get(name).elementwise
-               for name in OPTIMIZERS.names())
+    entries = (OPTIMIZERS.get(name) for name in OPTIMIZERS.names())
+    return any(entry.factory is factory and entry.elementwise for entry in entries)
 
 
 def resolve_optimizer(optimizer: str | Callable) -> Callable:

@@ -190,6 +190,7 @@ def plan_run(
                                             settings.clip)
     method.check_sampling(sampling)
     check_client_sizes(client_sizes, client_names)
+    private = eps is not None and not math.isinf(eps)
     smallest = min(range(len(client_sizes)), key=client_sizes.__getitem__)
     m_star = client_sizes[smallest]
     batch_size = settings.batch_size
@@ -205,7 +206,7 @@ def plan_run(
         taus = tuple(int(settings.local_steps) for _ in client_sizes)
     elif full_batch:
         taus = tuple(max(1, math.ceil(settings.local_epochs)) for _ in client_sizes)
-    elif eps is None or math.isinf(eps):
+    elif not private:
         taus = tuple(max(1, math.ceil(settings.local_epochs * m / batch_size)) for m in client_sizes)
     else:
         # a round is charged at the largest τ_i and the largest rate B / m⋆ together (round_release), so a client
@@ -221,7 +222,7 @@ def plan_run(
     shape = dict(batch_size=batch_size, local_steps=taus, sample_rate=q, steps_per_round=tau, total_steps=total,
                  accounting=method.name, sampling=sampling,
                  batch_sizes=tuple(int(m) for m in client_sizes) if full_batch else None, sensitivity=factor)
-    if eps is None or math.isinf(eps):
+    if not private:
         return PrivacyPlan(**shape, mu0=None, noise_std=0.0, clip=math.inf)
     adaptive = clip == "auto"
     if adaptive:

@@ -174,9 +174,9 @@ class FederationSettings:
         "server and the fitted model stay on the CPU.")
     verbose: int | str = _setting(
         "auto", 'int or "auto"', ["verbose", StrOptions({"auto"})],
-        "Progress over rounds on stderr. ``\"auto\"``: a bar once a fit has run 5 s, where someone is watching (a "
-        "terminal or a notebook; not when stderr is captured, piped or a log); 0: none; 1: a bar from the first round; > 1 also "
-        "Flower's and Ray's logs.")
+        "Progress over rounds on stderr. ``\"auto\"``: a bar once a fit has run 5 s, where someone is watching "
+        "(a terminal or a notebook; not when stderr is captured, piped or a log); 0: none; 1: a bar from the "
+        "first round; > 1 also Flower's and Ray's logs.")
 
     def __post_init__(self) -> None:
         _check(**dataclasses.asdict(self))

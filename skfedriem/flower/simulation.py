@@ -124,12 +124,13 @@ def run_trainer_in_simulation(trainer, clients: Sequence[tuple[torch.Tensor, ...
                 failure.append(exc)
                 raise
 
-        with _quiet_flower(verbosity(trainer.settings.verbose)), warnings.catch_warnings():
+        level = verbosity(trainer.settings.verbose)
+        with _quiet_flower(level), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Tip: In future versions of Ray", category=FutureWarning)
             try:
                 run_simulation(server, make_client_app(setup), num_supernodes=len(clients),
                                backend_config={"client_resources": {"num_cpus": cpus_per_client, "num_gpus": 0.0},
-                                               "init_args": {"log_to_driver": verbosity(trainer.settings.verbose) > 1}})
+                                               "init_args": {"log_to_driver": level > 1}})
             except BaseException:
                 if not failure:
                     raise

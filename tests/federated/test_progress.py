@@ -20,6 +20,13 @@ def test_by_default_a_long_fit_on_a_terminal_shows_its_progress_and_a_short_one_
     assert capsys.readouterr().err == ""  # a pipe or a log: nobody watching
 
 
-def test_verbosity_names_its_levels():
+def test_auto_is_a_level_of_one_only_where_someone_watches(monkeypatch):
     assert progress.verbosity(0) == 0 and progress.verbosity(2) == 2
-    assert progress.verbosity("auto") in (0, 1)
+    monkeypatch.delitem(sys.modules, "ipykernel", raising=False)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False, raising=False)
+    assert progress.verbosity("auto") == 0  # a pipe or a log
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    assert progress.verbosity("auto") == 1  # a terminal
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False, raising=False)
+    monkeypatch.setitem(sys.modules, "ipykernel", object())
+    assert progress.verbosity("auto") == 1  # a notebook's kernel
