@@ -20,7 +20,7 @@ than something a user re-runs on private records.
 
 "default" is the estimator's own (planned) schedule; ``sgd lr=X/tau`` a step of X per round over the
 run's τ local steps; ``planned walk=W`` the planner's step at another noise walk W
-(:func:`skfedriem.classifier_planning.plan_classifier`).
+(:func:`skfedriem.classification.planning.plan_classifier`).
 
     python benchmarks/classifier_planning.py --federations small-clients --seeds 2
 """
@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from skfedriem import FederatedSPDNetClassifier, FederatedTangentSpaceClassifier
-from skfedriem.classifier_planning import plan_classifier
+from skfedriem.classification.planning import plan_classifier
 from skfedriem.datasets import make_spd_classification
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "eegmmidb"

@@ -2,7 +2,7 @@
 
 * ``paper``: the paper's private projected SGD at the paper's settings, T = 200, τ = 5,
   B = 100, η = 0.2, C = 1 (``--rounds``, ``--local-steps``, ``--batch-size``);
-* ``planned``: the same solver with the schedule :func:`skfedriem.pca_planning.plan_pca`
+* ``planned``: the same solver with the schedule :func:`skfedriem.decomposition.planning.plan_pca`
   chooses from public quantities (full batches, τ = 1, η T ∝ the signal-to-noise);
 * ``covariance``: each client releases its clipped second moment once with Gaussian noise
   (Analyze Gauss per client) and the server takes the top eigenvectors of their mean;
@@ -37,7 +37,7 @@ import numpy as np
 from skfedriem import FederatedPCA
 from skfedriem.datasets import make_federated_pca
 from skfedriem.metrics import pca_optimality_gap
-from skfedriem.pca_planning import plan_pca
+from skfedriem.decomposition.planning import plan_pca
 
 SOLVERS = ("paper", "planned", "covariance", "central")
 

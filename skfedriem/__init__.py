@@ -13,7 +13,7 @@ relies on.
 
 import importlib
 
-from ._backends import register_backend
+from ._backends import register_backend as _register_backend
 
 __version__ = "0.1.0"
 __all__ = ["FederatedEEGNetClassifier", "FederatedPCA", "FederatedSPDNetClassifier", "FederatedTangentSpaceClassifier",
@@ -40,4 +40,4 @@ def _flower_simulation(trainer, clients, names, client_seeds, server_seq) -> Non
     run_trainer_in_simulation(trainer, clients, names, client_seeds, server_seq)
 
 
-register_backend(_flower_simulation, name="flower")
+_register_backend(_flower_simulation, name="flower")

@@ -13,7 +13,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Generic, TypeVar
 
-__all__ = ["Registry"]
+__all__ = ["Registry", "registered_name"]
 
 T = TypeVar("T")
 
@@ -92,3 +92,14 @@ class Registry(Generic[T]):
     def constraint(self):
         """A scikit-learn constraint (``StrOptions``) satisfied by the names registered when it is checked."""
         return _registered_names_type()(self)
+
+
+def registered_name(obj, name: str | None) -> str:
+    """The name a named object (an aggregation rule, an accounting method) is registered under: its own.
+
+    A ``name`` given must be the object's: clients look it up by the name the server sends.
+    """
+    if name is not None and name != obj.name:
+        raise ValueError(f"A {type(obj).__name__} is registered under its own name {obj.name!r}; got name={name!r}. "
+                         "Build it with the name it should have.")
+    return obj.name

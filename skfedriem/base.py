@@ -116,7 +116,8 @@ ATTRIBUTES_MARKER = "[fitted privacy attributes]"
 def federated_parameters(defaults: dict, docs: dict[str, SettingDoc] | None = None):
     """Class decorator: the shared parameters join the estimator's signature, docstring and constraints.
 
-    The class's ``__init__`` takes its own parameters and ``**shared``; its
+    The class's ``__init__`` takes its own parameters and ``**shared`` (a
+    class with no parameters of its own needs none: it gets one); its
     docstring holds the markers ``[federation parameters]`` (at the end of its
     own parameters) and ``[fitted privacy attributes]``.
 
@@ -139,15 +140,26 @@ def federated_parameters(defaults: dict, docs: dict[str, SettingDoc] | None = No
         names = cls._shared_parameters
         cls._shared_defaults = {**cls._shared_defaults, **defaults}
         cls._shared_docs = {**cls._shared_docs, **(docs or {})}
-        own = [p for p in inspect.signature(cls.__init__).parameters.values() if p.kind is not p.VAR_KEYWORD]
+        own = [p for p in inspect.signature(cls.__init__).parameters.values()
+               if p.kind is not p.VAR_KEYWORD and p.name not in names]  # an inherited __init__'s own ones kept
+        if "__init__" not in cls.__dict__:  # its own signature, not the inherited function's
+            inherited = cls.__init__
+
+            def __init__(self, **params) -> None:
+                inherited(self, **params)
+
+            __init__.__qualname__, __init__.__module__ = f"{cls.__qualname__}.__init__", cls.__module__
+            cls.__init__ = __init__
         shared = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=cls._shared_defaults[n])
                   for n in names]
         cls.__init__.__signature__ = inspect.Signature(own + shared)
-        cls._parameter_constraints = {**{n: cls._shared_docs[n].constraints for n in names},
+        parents = {n: c for n, c in getattr(cls, "_parameter_constraints", {}).items() if n not in names}
+        cls._parameter_constraints = {**{n: cls._shared_docs[n].constraints for n in names}, **parents,
                                       **cls.__dict__.get("_parameter_constraints", {})}
-        entries = [_entry(n, cls._shared_docs[n], cls._shared_defaults[n]) for n in names]
-        cls.__doc__ = (cls.__doc__.replace(PARAMETERS_MARKER, "\n".join(entries).strip())
-                       .replace(ATTRIBUTES_MARKER, textwrap.indent(FITTED_ATTRIBUTES, "    ").strip()))
+        if cls.__doc__ is not None:
+            entries = [_entry(n, cls._shared_docs[n], cls._shared_defaults[n]) for n in names]
+            cls.__doc__ = (cls.__doc__.replace(PARAMETERS_MARKER, "\n".join(entries).strip())
+                           .replace(ATTRIBUTES_MARKER, textwrap.indent(FITTED_ATTRIBUTES, "    ").strip()))
         return cls
 
     return decorate

@@ -1,5 +1,5 @@
-from skfedriem.classifier_planning import plan_classifier
-from skfedriem.pca_planning import plan_pca
+from skfedriem.classification.planning import plan_classifier
+from skfedriem.decomposition.planning import plan_pca
 
 
 def test_a_classifier_plan_prints_as_a_short_table_with_one_reason_a_line():

@@ -1,9 +1,10 @@
 """Federated, record-level private classifiers (scikit-learn estimators)."""
 
+from .._spd import check_spd
 from ._base import FederatedClassifier
 from ._eegnet import FederatedEEGNetClassifier
 from ._spdnet import FederatedSPDNetClassifier
 from ._tangent_space import REFERENCE_CLIP, REFERENCE_SHARE, FederatedTangentSpaceClassifier
 
 __all__ = ["REFERENCE_CLIP", "REFERENCE_SHARE", "FederatedClassifier", "FederatedEEGNetClassifier",
-           "FederatedSPDNetClassifier", "FederatedTangentSpaceClassifier"]
+           "FederatedSPDNetClassifier", "FederatedTangentSpaceClassifier", "check_spd"]

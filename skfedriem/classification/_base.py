@@ -15,6 +15,7 @@ from __future__ import annotations
 from abc import ABCMeta, abstractmethod
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from typing import ClassVar
 from numbers import Integral, Real
 
 import numpy as np
@@ -28,7 +29,7 @@ from sklearn.utils.validation import check_array, check_is_fitted
 from .._compat import HasMethods, Interval, StrOptions, _fit_context
 from .._warnings import warn_user
 from ..base import FederatedEstimatorMixin
-from ..classifier_planning import planned_optimizer, plan_classifier
+from .planning import SCHEDULES, ClassifierSchedule, planned_optimizer, plan_classifier
 from ..federated.client import iterate_tolerance
 from ..federated.optimizers import OPTIMIZERS
 from ..federated.settings import SettingDoc
@@ -136,7 +137,7 @@ CLASSIFIER_PARAMETERS: dict[str, SettingDoc] = {
 
 
 _AUTO = StrOptions({"auto"})
-_PLANNED = (" ``\"auto\"``: chosen by :func:`~skfedriem.classifier_planning.plan_classifier` from public "
+_PLANNED = (" ``\"auto\"``: chosen by :func:`~skfedriem.classification.planning.plan_classifier` from public "
             "quantities only (the model's kind, ε, δ, C, the clients' sizes, B); ``plan_`` says what and why.")
 
 #: The schedule settings a classifier plans when they are "auto" (their default).
@@ -193,8 +194,19 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
     _shared_defaults = {**FederatedEstimatorMixin._shared_defaults, "eps": 10.0, "n_rounds": "auto",
                         "batch_size": "auto", "local_epochs": "auto", "optimizer": "auto", "lr": "auto",
                         "lr_schedule": "auto", "classes": None, "init": None, "dtype": "float32"}
-    #: The model's kind, as :func:`~skfedriem.classifier_planning.plan_classifier` knows it.
-    _plan_kind: str
+    #: What :func:`~skfedriem.classification.planning.plan_classifier` knows of this model (declared by each
+    #: model's class, which registers it under its name).
+    schedule: ClassVar[ClassifierSchedule]
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        schedule = cls.__dict__.get("schedule")
+        if schedule is None:
+            return
+        if schedule.name in SCHEDULES.names() and SCHEDULES.get(schedule.name) != schedule:
+            raise ValueError(f"{cls.__name__}.schedule is named {schedule.name!r}, the name of another model's "
+                             f"schedule ({SCHEDULES.get(schedule.name)!r}): give the model a name of its own.")
+        SCHEDULES.register(schedule, name=schedule.name, force=True)
 
     @abstractmethod
     def _check_inputs(self, X: np.ndarray, name: str = "X") -> np.ndarray:
@@ -402,12 +414,12 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
                                  "to the one the public model used.")
 
     def _trainer_options(self, input_shape, client_sizes, eps) -> dict:
-        """The schedule planned from public quantities (:func:`~skfedriem.classifier_planning.plan_classifier`)."""
+        """The schedule planned from public quantities (:func:`~skfedriem.classification.planning.plan_classifier`)."""
         if client_sizes is None:
             raise ValueError(f"{type(self).__name__}.make_trainer needs client_sizes (the clients' public numbers "
                              "of records) to plan its 'auto' settings.")
         self._plan = plan_classifier(
-            model=self._plan_kind, client_sizes=list(client_sizes), eps=eps, delta=self.delta, clip=self.clip,
+            model=self.schedule, client_sizes=list(client_sizes), eps=eps, delta=self.delta, clip=self.clip,
             sampling=self.sampling, accounting=self.accounting, clients_per_round=self.clients_per_round,
             optimizer=self.optimizer, lr=self.lr,
             lr_schedule=self.lr_schedule, n_rounds=self.n_rounds, batch_size=self.batch_size,
@@ -415,7 +427,7 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
         return self._plan.settings()
 
     def client_optimizer(self):
-        return planned_optimizer(self._plan_kind, self.optimizer, private=self.eps is not None)
+        return planned_optimizer(self.schedule, self.optimizer, private=self.eps is not None)
 
     def _monitor(self, validation: tuple[torch.Tensor, torch.Tensor], classes):
         inputs, targets = validation

@@ -10,6 +10,7 @@ from .._compat import Interval
 from ..base import federated_parameters
 from ..models import EEGNet
 from ._base import FederatedClassifier
+from .planning import ClassifierSchedule
 
 __all__ = ["FederatedEEGNetClassifier"]
 
@@ -58,7 +59,9 @@ class FederatedEEGNetClassifier(FederatedClassifier):
         "F2": [Interval(Integral, 1, None, closed="left")],
         "kernel_length": [Interval(Integral, 1, None, closed="left")],
     }
-    _plan_kind = "eegnet"
+    schedule = ClassifierSchedule(
+        name="eegnet", batch_size=16, optimizer="adam", optimizer_without_privacy="adam", adam_lr=1e-3,
+        optimizer_reason="the paper's EEGNet optimiser (the grid did not train EEGNet)")
     _model_parameters = ("F1", "D", "F2", "kernel_length", "dtype", "classes")
 
     def __init__(self, *, F1=8, D=2, F2=16, kernel_length=64, **shared) -> None:

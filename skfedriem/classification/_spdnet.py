@@ -11,6 +11,7 @@ from .._spd import check_spd
 from ..base import federated_parameters
 from ..models import SPDNet
 from ._base import FederatedClassifier
+from .planning import ClassifierSchedule
 
 __all__ = ["FederatedSPDNetClassifier"]
 
@@ -65,7 +66,8 @@ class FederatedSPDNetClassifier(FederatedClassifier):
         "dims": [tuple, list, None],
         "reeig_eps": [Interval(Real, 0, None, closed="neither")],
     }
-    _plan_kind = "spdnet"
+    schedule = ClassifierSchedule(
+        name="spdnet", batch_size=64, optimizer="sgd", optimizer_without_privacy="adam", adam_lr=1e-2)
     _model_parameters = ("dims", "reeig_eps", "dtype", "classes")
 
     def __init__(self, *, dims=None, reeig_eps=1e-4, **shared) -> None:

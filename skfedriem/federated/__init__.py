@@ -1,5 +1,6 @@
 """Federation: settings, aggregation rules, plans, the clients' side, transports, parallel and lockstep clients, checkpoints, the loop."""
 
+from .._backends import BACKENDS, register_backend
 from .aggregation import AGGREGATIONS, Aggregation, get_aggregation, register_aggregation
 from .checkpoint import TrainingState
 from .client import ClientRecipe, ClientState, RoundInstructions, run_client_round
@@ -9,7 +10,7 @@ from .lockstep import lockstep_groups, run_clients, run_lockstep
 from .optimizers import OPTIMIZERS, OptimizerEntry, is_elementwise, register_optimizer
 from .parallel import THREADS_PER_JOB, ParallelTransport, effective_n_jobs, thread_budget
 from .plan import PrivacyPlan, noise_swamps_signal, plan_run
-from .settings import BACKENDS, FederationSettings, register_backend
+from .settings import FederationSettings
 from .transport import LocalTransport, Transport
 
 __all__ = [

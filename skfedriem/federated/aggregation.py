@@ -23,7 +23,7 @@ from typing import Callable
 
 import torch
 
-from .._registry import Registry
+from .._registry import Registry, registered_name
 from ..manifolds import Manifold
 
 __all__ = ["AGGREGATIONS", "Aggregation", "get_aggregation", "register_aggregation"]
@@ -57,12 +57,15 @@ class Aggregation:
 AGGREGATIONS: Registry[Aggregation] = Registry("aggregation", Aggregation)
 
 
-def register_aggregation(rule: Aggregation, *, force: bool = False) -> Aggregation:
+def register_aggregation(rule: Aggregation, *, name: str | None = None, force: bool = False) -> Aggregation:
     """Make ``rule`` available as ``aggregation=rule.name`` (to estimators, trainers and clients alike).
 
     Parameters
     ----------
     rule : Aggregation
+    name : str, optional
+        The name it is registered under: the rule's own (clients look rules
+        up by the name the server sends), so a name given must be ``rule.name``.
     force : bool, default=False
         Replace a rule already registered under that name.
 
@@ -77,7 +80,7 @@ def register_aggregation(rule: Aggregation, *, force: bool = False) -> Aggregati
     >>> register_aggregation(plain).name in AGGREGATIONS.names()
     True
     """
-    return AGGREGATIONS.register(rule, name=rule.name, force=force)
+    return AGGREGATIONS.register(rule, name=registered_name(rule, name), force=force)
 
 
 def get_aggregation(rule: str | Aggregation) -> Aggregation:

@@ -39,7 +39,8 @@ from .optimizers import is_elementwise, resolve_optimizer
 from .parallel import ParallelTransport, effective_n_jobs, thread_budget
 from .plan import PrivacyPlan, check_client_sizes, noise_swamps_signal, plan_run
 from .progress import round_progress
-from .settings import BACKENDS, FederationSettings, register_backend
+from .._backends import BACKENDS, register_backend
+from .settings import FederationSettings
 from .transport import LocalTransport, Transport
 
 __all__ = ["FederatedTrainer", "lr_at_round", "resolve_device", "run_locally"]

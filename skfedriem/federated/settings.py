@@ -21,14 +21,14 @@ from typing import Any
 import torch
 from sklearn import get_config
 
-from .._backends import BACKENDS, register_backend
+from .._backends import BACKENDS
 from .._compat import Interval, StrOptions, validate_parameter_constraints
 from ..privacy.accounting_methods import ACCOUNTINGS, RunAccounting
 from ..privacy.subsampled_gaussian import MAX_EPSILON, MIN_DELTA
 from .aggregation import AGGREGATIONS, Aggregation
 from .optimizers import OPTIMIZERS
 
-__all__ = ["BACKENDS", "FederationSettings", "SettingDoc", "doc_entry", "register_backend", "setting_constraints",
+__all__ = ["FederationSettings", "SettingDoc", "doc_entry", "setting_constraints",
            "setting_docs"]
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ deployment's own keys (:data:`DEPLOYMENT_KEYS`).
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -29,16 +30,20 @@ __all__ = ["DEPLOYMENT_KEYS", "ESTIMATORS", "classes_from_run_config", "estimato
 ESTIMATORS: Registry[type] = Registry("estimator kind")
 
 
-def register_deployable(estimator: type[BaseEstimator], *, kind: str, force: bool = False) -> type[BaseEstimator]:
-    """Make an estimator class deployable as ``kind`` (its Flower App project's apps are ``server_apps[kind]``...).
+def register_deployable(estimator: type[BaseEstimator], *, name: str | None = None, force: bool = False,
+                        kind: str | None = None) -> type[BaseEstimator]:
+    """Make an estimator class deployable as ``name`` (its Flower App project's apps are ``server_apps[name]``...).
 
     Parameters
     ----------
     estimator : type
         A federated estimator class (:class:`~skfedriem.base.FederatedEstimatorMixin`).
-    kind : str
+    name : str
+        The estimator kind a Flower App project names.
     force : bool, default=False
-        Replace a class already registered under that kind.
+        Replace a class already registered under that name.
+    kind : str, optional
+        Deprecated spelling of ``name`` (removed in 0.3).
 
     Returns
     -------
@@ -47,13 +52,21 @@ def register_deployable(estimator: type[BaseEstimator], *, kind: str, force: boo
     """
     if not (isinstance(estimator, type) and issubclass(estimator, FederatedEstimatorMixin)):
         raise TypeError(f"register_deployable needs a federated estimator class. Got {estimator!r}.")
-    return ESTIMATORS.register(estimator, name=kind, force=force)
+    if kind is not None:
+        warnings.warn("register_deployable(kind=...) is now register_deployable(name=...); kind= is removed in 0.3.",
+                      FutureWarning, stacklevel=2)
+        if name is not None and name != kind:
+            raise ValueError(f"register_deployable got name={name!r} and kind={kind!r}: pass name= only.")
+        name = kind
+    if name is None:
+        raise TypeError("register_deployable() needs the keyword argument 'name'.")
+    return ESTIMATORS.register(estimator, name=name, force=force)
 
 
-register_deployable(FederatedPCA, kind="pca")
-register_deployable(FederatedSPDNetClassifier, kind="spdnet")
-register_deployable(FederatedEEGNetClassifier, kind="eegnet")
-register_deployable(FederatedTangentSpaceClassifier, kind="tangent")
+register_deployable(FederatedPCA, name="pca")
+register_deployable(FederatedSPDNetClassifier, name="spdnet")
+register_deployable(FederatedEEGNetClassifier, name="eegnet")
+register_deployable(FederatedTangentSpaceClassifier, name="tangent")
 
 #: Run-configuration keys of the deployment itself, not estimator parameters.
 DEPLOYMENT_KEYS = {"n-clients", "output", "round-timeout", "resume", "classes", "validation-path"}

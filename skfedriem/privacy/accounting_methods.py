@@ -14,7 +14,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 
-from .._registry import Registry
+from .._registry import Registry, registered_name
 from .ledger import PrivacyAccountant, RunningEpsilon
 from .subsampled_gaussian import DISCRETIZATION, calibrate_mu0
 
@@ -120,12 +120,15 @@ class WholeRunAccounting(RunAccounting):
 ACCOUNTINGS: Registry[RunAccounting] = Registry("accounting", RunAccounting)
 
 
-def register_accounting(method: RunAccounting, *, force: bool = False) -> RunAccounting:
+def register_accounting(method: RunAccounting, *, name: str | None = None, force: bool = False) -> RunAccounting:
     """Make ``method`` available as ``accounting=method.name``.
 
     Parameters
     ----------
     method : RunAccounting
+    name : str, optional
+        The name it is registered under: the method's own, so a name given
+        must be ``method.name``.
     force : bool, default=False
         Replace a method already registered under that name.
 
@@ -136,7 +139,7 @@ def register_accounting(method: RunAccounting, *, force: bool = False) -> RunAcc
     """
     if not isinstance(method, RunAccounting):
         raise TypeError(f"register_accounting needs a RunAccounting. Got {type(method).__name__} instead.")
-    return ACCOUNTINGS.register(method, name=method.name, force=force)
+    return ACCOUNTINGS.register(method, name=registered_name(method, name), force=force)
 
 
 def accounting_names() -> tuple[str, ...]:

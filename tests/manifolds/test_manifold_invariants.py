@@ -7,6 +7,10 @@ from hypothesis import strategies as st
 
 from skfedriem.manifolds import Euclidean, Grassmann, Sphere, Stiefel
 
+from ..extending_examples import load_example
+
+Oblique = load_example("oblique").Oblique  # the documentation's new manifold, held to the same invariants
+
 MANIFOLDS = [
     Euclidean(4, 3),
     Sphere(2),
@@ -16,6 +20,8 @@ MANIFOLDS = [
     Stiefel(7, 7),
     Grassmann(5, 1),
     Grassmann(7, 3),
+    Oblique(2, 1),
+    Oblique(5, 3),
 ]
 ids = [repr(m) for m in MANIFOLDS]
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from skfedriem import FederatedEEGNetClassifier, FederatedSPDNetClassifier, FederatedTangentSpaceClassifier
-from skfedriem.classifier_planning import ADAM_LR, NOISE_WALK, ROUND_STEP, TANGENT_LR, plan_classifier, planned_optimizer
+from skfedriem.classification.planning import NOISE_WALK, ROUND_STEP, plan_classifier, planned_optimizer
 from skfedriem.datasets import make_spd_classification
 from skfedriem.federated import FederationSettings
 from skfedriem.federated.plan import plan_run
@@ -62,7 +62,7 @@ def test_explicit_settings_are_kept_and_the_rest_planned_around_them():
     adam = plan_classifier(model="spdnet", client_sizes=[200] * 3, eps=10.0, optimizer="adam")
     assert (adam.optimizer, adam.lr, adam.lr_schedule) == ("adam", 1e-2, "cosine")
     tangent = plan_classifier(model="tangent", client_sizes=[1000] * 3, eps=1.0)
-    assert (tangent.optimizer, tangent.lr, tangent.lr_schedule) == ("sgd", TANGENT_LR, "constant")
+    assert (tangent.optimizer, tangent.lr, tangent.lr_schedule) == ("sgd", FederatedTangentSpaceClassifier.schedule.sgd_lr, "constant")
     given = plan_classifier(model="tangent", client_sizes=[200] * 3, eps=10.0, lr=0.3, optimizer="sgd")
     assert given.lr == 0.3
     with pytest.raises(ValueError, match="optimizer=.*needs an explicit lr"):
@@ -110,7 +110,7 @@ def test_a_site_resolves_the_optimizer_as_the_server_plans_it():
 def test_a_fit_without_privacy_plans_adam_with_a_cosine_schedule_for_spdnet():
     """SPDNet's private SGD schedule stayed near chance on real EEG without privacy (0.51 against Adam's 0.68)."""
     plan = plan_classifier(model="spdnet", client_sizes=[30, 31, 29])
-    assert (plan.optimizer, plan.lr, plan.lr_schedule) == ("adam", ADAM_LR["spdnet"], "cosine")
+    assert (plan.optimizer, plan.lr, plan.lr_schedule) == ("adam", FederatedSPDNetClassifier.schedule.adam_lr, "cosine")
     assert "without privacy" in plan.reason
     assert plan_classifier(model="spdnet", client_sizes=[30, 31, 29], eps=4.0).optimizer == "sgd"
     assert plan_classifier(model="tangent", client_sizes=[30, 31, 29]).optimizer == "sgd"

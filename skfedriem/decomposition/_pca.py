@@ -10,14 +10,14 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.utils import check_array
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._compat import Interval, StrOptions, _fit_context
-from ._warnings import warn_user
-from .base import FederatedEstimatorMixin, _same, federated_parameters
-from .federated.settings import SettingDoc
-from .metrics import pca_optimality_gap
-from .models import PCAProjector, SecondMoment
-from .pca_planning import choose_solver, plan_pca
-from .privacy import PrivacyAccountant
+from .._compat import Interval, StrOptions, _fit_context
+from .._warnings import warn_user
+from ..base import FederatedEstimatorMixin, _same, federated_parameters
+from ..federated.settings import SettingDoc
+from ..metrics import pca_optimality_gap
+from ..models import PCAProjector, SecondMoment
+from ..privacy import PrivacyAccountant
+from .planning import choose_solver, plan_pca
 
 __all__ = ["FederatedPCA", "identity_loss"]
 
@@ -31,7 +31,7 @@ def identity_loss(losses: torch.Tensor) -> torch.Tensor:
 _RIEMANNIAN_ONLY = {"n_rounds": "auto", "local_steps": "auto", "batch_size": "auto", "lr": "auto",
                     "clients_per_round": None, "aggregation": "projavg", "optimizer": "sgd", "manifold": "grassmann"}
 _AUTO = StrOptions({"auto"})
-_PLANNED = (" \"auto\" (the default) is chosen by :func:`~skfedriem.pca_planning.plan_pca` from public quantities "
+_PLANNED = (" \"auto\" (the default) is chosen by :func:`~skfedriem.decomposition.planning.plan_pca` from public quantities "
             "only (ε, δ, the client sizes, d, p, C): full batches, one local step, a horizon η T proportional to the "
             "signal-to-noise the budget allows; ``plan_`` says what and why.")
 
@@ -69,7 +69,7 @@ class FederatedPCA(FederatedEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Tra
     on digits and on synthetic federations up to d = 1024, its optimality
     gap was as small or smaller in 32 of 33 configurations, so the default ``solver="auto"`` picks it
     unless the fit must be iterative (``warm_start``, a public ``init``) or d
-    is very large; :func:`~skfedriem.pca_planning.plan_pca` says why, and the
+    is very large; :func:`~skfedriem.decomposition.planning.plan_pca` says why, and the
     fitted ``plan_`` shows every choice.
 
     The data are **not centred**: a private mean would spend privacy budget.
@@ -113,7 +113,7 @@ class FederatedPCA(FederatedEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Tra
     solver_ : {"riemannian", "covariance"}
         The solver that ran.
     plan_ : PCAPlan
-        The solver and schedule :func:`~skfedriem.pca_planning.plan_pca`
+        The solver and schedule :func:`~skfedriem.decomposition.planning.plan_pca`
         chose (T, τ, B, η, the signal-to-noise scale, and why).
     module_ : PCAProjector or SecondMoment
         The trained torch module (``"covariance"``: the mean of the clients'
@@ -218,7 +218,7 @@ class FederatedPCA(FederatedEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Tra
         return module, identity_loss
 
     def _trainer_options(self, input_shape, client_sizes, eps) -> dict:
-        """The solver and schedule planned from public quantities (:func:`~skfedriem.pca_planning.plan_pca`)."""
+        """The solver and schedule planned from public quantities (:func:`~skfedriem.decomposition.planning.plan_pca`)."""
         if client_sizes is None:
             raise ValueError("FederatedPCA.make_trainer needs client_sizes (the clients' public numbers of records) "
                              "to plan its 'auto' settings.")

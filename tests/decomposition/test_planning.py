@@ -7,7 +7,7 @@ from sklearn.datasets import load_digits
 from skfedriem import FederatedPCA
 from skfedriem.datasets import make_federated_pca
 from skfedriem.metrics import pca_optimality_gap
-from skfedriem.pca_planning import MAX_COVARIANCE_FEATURES, MAX_STEP, plan_pca
+from skfedriem.decomposition.planning import MAX_COVARIANCE_FEATURES, MAX_STEP, plan_pca
 from skfedriem.privacy import gdp_epsilon
 
 PUBLIC = dict(eps=4.0, delta=1e-5, client_sizes=[600, 600, 600], n_features=64, n_components=5)

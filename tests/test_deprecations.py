@@ -1,0 +1,41 @@
+"""Moved and renamed public names keep working, with a FutureWarning that names the new spelling."""
+
+import importlib
+import sys
+
+import pytest
+
+from skfedriem import FederatedEEGNetClassifier, FederatedSPDNetClassifier, FederatedTangentSpaceClassifier
+from skfedriem.classification import planning
+from skfedriem.decomposition import planning as pca_planning
+from skfedriem.flower.run_config import ESTIMATORS, register_deployable
+
+
+@pytest.mark.parametrize("old, new", [("skfedriem.classifier_planning", planning),
+                                      ("skfedriem.pca_planning", pca_planning)])
+def test_a_moved_planning_module_still_imports_and_says_where_it_went(old, new):
+    sys.modules.pop(old, None)
+    with pytest.warns(FutureWarning, match=f"moved to {new.__name__}"):
+        module = importlib.import_module(old)
+    for name in new.__all__:
+        assert getattr(module, name) is getattr(new, name)
+
+
+def test_the_per_model_tables_of_earlier_versions_are_read_from_the_schedules():
+    sys.modules.pop("skfedriem.classifier_planning", None)
+    with pytest.warns(FutureWarning):
+        old = importlib.import_module("skfedriem.classifier_planning")
+    assert old.ADAM_LR["eegnet"] == FederatedEEGNetClassifier.schedule.adam_lr == 1e-3
+    assert old.PLANNED_OPTIMIZER["spdnet"] == "sgd" and old.NON_PRIVATE_OPTIMIZER["spdnet"] == "adam"
+    assert old.DEFAULT_BATCH == {"eegnet": 16, "spdnet": 64, "tangent": 64}
+    assert old.TANGENT_LR == FederatedTangentSpaceClassifier.schedule.sgd_lr == 0.1
+    with pytest.raises(AttributeError):
+        old.NO_SUCH_TABLE
+
+
+def test_register_deployable_takes_name_and_kind_with_a_warning():
+    with pytest.warns(FutureWarning, match="register_deployable\\(name=...\\)"):
+        register_deployable(FederatedSPDNetClassifier, kind="spdnet", force=True)
+    assert ESTIMATORS.get("spdnet") is FederatedSPDNetClassifier
+    with pytest.raises(TypeError, match="'name'"):
+        register_deployable(FederatedSPDNetClassifier)
