@@ -15,8 +15,8 @@ from __future__ import annotations
 from abc import ABCMeta, abstractmethod
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import ClassVar
 from numbers import Integral, Real
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -29,12 +29,12 @@ from sklearn.utils.validation import check_array, check_is_fitted
 from .._compat import HasMethods, Interval, StrOptions, _fit_context
 from .._warnings import warn_user
 from ..base import FederatedEstimatorMixin
-from .planning import SCHEDULES, ClassifierSchedule, planned_optimizer, plan_classifier
 from ..federated.client import iterate_tolerance
 from ..federated.optimizers import OPTIMIZERS
 from ..federated.settings import SettingDoc
 from ..manifolds import manifold_of
 from ..privacy.per_sample import trainable_parameters
+from .planning import SCHEDULES, ClassifierSchedule, plan_classifier, planned_optimizer
 
 __all__ = ["CLASSIFIER_PARAMETERS", "FederatedClassifier"]
 

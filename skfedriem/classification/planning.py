@@ -273,7 +273,8 @@ def plan_classifier(
         reasons.append(", ".join(unplanned) + ": the values the planning grid ran with (not planned from the "
                        "federation)")
     settings = FederationSettings(eps=eps, delta=delta, clip=clip, n_rounds=rounds, batch_size=batch,
-                                  local_epochs=epochs, local_steps=local_steps, sampling=sampling, accounting=accounting)
+                                  local_epochs=epochs, local_steps=local_steps, sampling=sampling,
+                                  accounting=accounting)
     with warnings.catch_warnings():  # the trainer warns about the same plan
         warnings.simplefilter("ignore")
         privacy = plan_run(list(client_sizes), list(range(len(client_sizes))), settings)  # τ and σ as the trainer's

@@ -31,9 +31,9 @@ def identity_loss(losses: torch.Tensor) -> torch.Tensor:
 _RIEMANNIAN_ONLY = {"n_rounds": "auto", "local_steps": "auto", "batch_size": "auto", "lr": "auto",
                     "clients_per_round": None, "aggregation": "projavg", "optimizer": "sgd", "manifold": "grassmann"}
 _AUTO = StrOptions({"auto"})
-_PLANNED = (" \"auto\" (the default) is chosen by :func:`~skfedriem.decomposition.planning.plan_pca` from public quantities "
-            "only (ε, δ, the client sizes, d, p, C): full batches, one local step, a horizon η T proportional to the "
-            "signal-to-noise the budget allows; ``plan_`` says what and why.")
+_PLANNED = (" \"auto\" (the default) is chosen by :func:`~skfedriem.decomposition.planning.plan_pca` from public "
+            "quantities only (ε, δ, the client sizes, d, p, C): full batches, one local step, a horizon η T "
+            "proportional to the signal-to-noise the budget allows; ``plan_`` says what and why.")
 
 
 @federated_parameters(
@@ -218,7 +218,7 @@ class FederatedPCA(FederatedEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Tra
         return module, identity_loss
 
     def _trainer_options(self, input_shape, client_sizes, eps) -> dict:
-        """The solver and schedule planned from public quantities (:func:`~skfedriem.decomposition.planning.plan_pca`)."""
+        """The solver and schedule planned from public quantities (:func:`~.planning.plan_pca`)."""
         if client_sizes is None:
             raise ValueError("FederatedPCA.make_trainer needs client_sizes (the clients' public numbers of records) "
                              "to plan its 'auto' settings.")

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from .._backends import BACKENDS, register_backend
 from .._warnings import warn_user
 from ..exceptions import NoiseSwampsSignalWarning
 from ..manifolds import manifold_of
@@ -39,7 +40,6 @@ from .optimizers import is_elementwise, resolve_optimizer
 from .parallel import ParallelTransport, effective_n_jobs, thread_budget
 from .plan import PrivacyPlan, check_client_sizes, noise_swamps_signal, plan_run
 from .progress import round_progress
-from .._backends import BACKENDS, register_backend
 from .settings import FederationSettings
 from .transport import LocalTransport, Transport
 

@@ -62,7 +62,8 @@ def test_explicit_settings_are_kept_and_the_rest_planned_around_them():
     adam = plan_classifier(model="spdnet", client_sizes=[200] * 3, eps=10.0, optimizer="adam")
     assert (adam.optimizer, adam.lr, adam.lr_schedule) == ("adam", 1e-2, "cosine")
     tangent = plan_classifier(model="tangent", client_sizes=[1000] * 3, eps=1.0)
-    assert (tangent.optimizer, tangent.lr, tangent.lr_schedule) == ("sgd", FederatedTangentSpaceClassifier.schedule.sgd_lr, "constant")
+    tangent_lr = FederatedTangentSpaceClassifier.schedule.sgd_lr
+    assert (tangent.optimizer, tangent.lr, tangent.lr_schedule) == ("sgd", tangent_lr, "constant")
     given = plan_classifier(model="tangent", client_sizes=[200] * 3, eps=10.0, lr=0.3, optimizer="sgd")
     assert given.lr == 0.3
     with pytest.raises(ValueError, match="optimizer=.*needs an explicit lr"):
