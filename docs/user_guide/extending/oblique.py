@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from skfedriem.manifolds import Manifold
+from skfedriem.manifolds import Manifold, Sphere
 
 
 class Oblique(Manifold):
@@ -33,6 +33,7 @@ class Oblique(Manifold):
         self.shape = (n, p)
         self.dim = (n - 1) * p
         self.ambient_dim = n * p
+        self._columns = Sphere(n)  # each column lies on it
 
     def _repr_args(self) -> tuple:
         return (self.n, self.p)
@@ -43,21 +44,16 @@ class Oblique(Manifold):
     def proju(self, X: torch.Tensor, Z: torch.Tensor) -> torch.Tensor:
         return Z - (X * Z).sum(-2, keepdim=True) * X
 
-    # Exp, Log and the inverse retraction, column by column as on the sphere: only the baseline aggregations
+    # Exp, Log and the inverse retraction are the sphere's, column by column: only the baseline aggregations
     # ("retavg", "kfavg") need them.
     def inv_retr(self, X: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
-        return Y / (X * Y).sum(-2, keepdim=True) - X
+        return self._columns.inv_retr(X.mT, Y.mT).mT
 
     def exp(self, X: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
-        theta = V.norm(dim=-2, keepdim=True)
-        sinc = torch.where(theta > 1e-8, torch.sin(theta) / theta.clamp_min(1e-300), 1 - theta**2 / 6)
-        return torch.cos(theta) * X + sinc * V
+        return self._columns.exp(X.mT, V.mT).mT
 
     def log(self, X: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
-        cos = (X * Y).sum(-2, keepdim=True).clamp(-1.0, 1.0)
-        U = Y - cos * X
-        theta, norm = torch.acos(cos), U.norm(dim=-2, keepdim=True)
-        return torch.where(norm > 1e-12, theta / norm.clamp_min(1e-300), 1 + theta**2 / 6) * U
+        return self._columns.log(X.mT, Y.mT).mT
 
     def _check_point_reason(self, X: torch.Tensor, atol: float) -> str | None:
         error = float((X.norm(dim=-2) - 1).abs().max())
