@@ -37,6 +37,7 @@ import inspect
 import logging
 import textwrap
 import warnings
+from dataclasses import dataclass
 from numbers import Integral
 
 import numpy as np
@@ -50,9 +51,10 @@ from ._compat import Interval, StrOptions, _fit_context
 from ._seeding import RunSeeds, run_seeds
 from ._warnings import warn_user
 from .exceptions import NoiseSwampsSignalWarning, PositionalClientsWarning, PrivacyBudgetExceeded
-from .federated import FederatedTrainer, FederationSettings, TrainingState
+from .federated import FederatedTrainer, FederationSettings, PrivacyPlan, TrainingState
 from .federated.settings import SettingDoc, doc_entry, setting_docs
 from .privacy import PrivacyAccountant, PrivacyBudget
+from .privacy.mechanism import clipped_gradient_diameter
 from .privacy.per_sample import LossFn
 
 __all__ = ["ESTIMATOR_PARAMETERS", "FederatedEstimatorMixin", "federated_parameters"]
@@ -297,7 +299,7 @@ class FederatedEstimatorMixin:
     @_fit_context(prefer_skip_nested_validation=True)
     def make_trainer(self, input_shape: tuple[int, ...], *, classes=None, held_out=None,
                      deployed: bool = False, seeds: RunSeeds | None = None,
-                     client_sizes: list[int] | None = None,
+                     client_sizes: list[int] | None = None, client_names: list | None = None,
                      spent: PrivacyAccountant | None = None) -> FederatedTrainer:
         """The round loop with this estimator's settings, for records of ``input_shape``.
 
@@ -319,6 +321,8 @@ class FederatedEstimatorMixin:
         client_sizes : list of int, optional
             The clients' numbers of records (public), for estimators that plan
             their schedule from them (FederatedPCA's ``"auto"`` settings).
+        client_names : list, optional
+            Their names, for the planner's messages (default: 0 .. n−1).
         spent : PrivacyAccountant, optional
             What this fit's clients released before its rounds (the tangent
             space's reference point): the rounds target what is left of
@@ -346,33 +350,42 @@ class FederatedEstimatorMixin:
         else:
             generator = torch.Generator().manual_seed(int(seeds.init.generate_state(1)[0]))
             module, loss_fn = self.make_model(input_shape, classes, generator=generator)
-        eps = self.eps
+        eps, clients = self.eps, _Clients(client_sizes, client_names)
         if eps == "budget":
-            eps = self._budget_share(module, loss_fn, input_shape, client_sizes)
+            eps = self._budget_share(module, loss_fn, input_shape, clients)
         if spent is not None:
-            eps = self._left_after(spent, eps, module, loss_fn, input_shape, client_sizes)
+            eps = self._left_after(spent, eps, module, loss_fn, input_shape, clients)
             ledger = PrivacyAccountant.from_state_dict(prior.ledger) if prior is not None else PrivacyAccountant()
             ledger.extend(spent)
             prior = TrainingState(0, {}, ledger.state_dict(), [] if prior is None else prior.history)
-        settings = self._settings(input_shape, client_sizes, eps)
-        return FederatedTrainer(
-            module, loss_fn, settings, seed_sequence=seeds.server, client_seed=seeds.clients,
+        return self._planned_trainer(
+            module, loss_fn, input_shape, clients, eps, seed_sequence=seeds.server, client_seed=seeds.clients,
             privacy_budget=self.privacy_budget, run_name=repr(self), prior=prior,
             monitor=None if held_out is None else self._monitor(held_out, classes))
 
+    def _planned_trainer(self, module: nn.Module, loss_fn: LossFn, input_shape, clients: _Clients,
+                         eps: float | None, **options) -> FederatedTrainer:
+        """A trainer of ``module`` for a run targeting ``eps``, planned once: the settings with what the model plans
+        in place of "auto", and the server's plan of them where the planner made it (the trainer does not make it
+        again)."""
+        planned, plan = self._trainer_options(input_shape, clients.sizes, eps,
+                                              diameter=clipped_gradient_diameter(module), client_names=clients.names)
+        settings = FederationSettings.from_params(self.get_params(deep=False), eps=eps, **planned)
+        return FederatedTrainer(module, loss_fn, settings, plan=plan, **options)
+
     def _left_after(self, spent: PrivacyAccountant, eps: float | None, module, loss_fn, input_shape,
-                    client_sizes) -> float | None:
+                    clients: _Clients) -> float | None:
         """The ε the rounds may target so that they and ``spent`` compose to at most ``eps`` (None: no privacy)."""
         if eps is None:
             return None
-        if client_sizes is None:
+        if clients.sizes is None:
             raise ValueError(f"{type(self).__name__}.make_trainer needs client_sizes to plan after a release.")
         whole = PrivacyBudget(eps, self.delta, n_fits=2)
         whole.charge(spent, label="released before the rounds")
 
         def release_at(target: float):
-            settings = self._settings(input_shape, client_sizes, target)
-            return FederatedTrainer(module, loss_fn, settings).planned_release(list(client_sizes))
+            return self._planned_trainer(module, loss_fn, input_shape, clients, target).planned_release(
+                list(clients.sizes), clients.names)
 
         try:
             return whole.share(release_at, label=f"{type(self).__name__}'s rounds")
@@ -393,25 +406,25 @@ class FederatedEstimatorMixin:
             raise ValueError(f"{name} got clip={self.clip!r} and clip_quantile={self.clip_quantile!r}: the quantile "
                              "steers adaptive clipping only. Set clip='auto' to use it, or drop clip_quantile.")
 
-    def _budget_share(self, module, loss_fn, input_shape, client_sizes) -> float:
+    def _budget_share(self, module, loss_fn, input_shape, clients: _Clients) -> float:
         """``eps="budget"``: the ε this fit may target (:meth:`~skfedriem.privacy.PrivacyBudget.share`)."""
         name = type(self).__name__
         if self.privacy_budget is None:
             raise ValueError(f"{name}(eps='budget') takes its ε from privacy_budget, which is None: pass a "
                              "PrivacyBudget(epsilon=..., n_fits=...).")
-        if client_sizes is None:
+        if clients.sizes is None:
             raise ValueError(f"{name}.make_trainer needs client_sizes to plan eps='budget'.")
 
         def release_at(eps: float):
-            settings = self._settings(input_shape, client_sizes, eps)
-            return FederatedTrainer(module, loss_fn, settings).planned_release(list(client_sizes))
+            return self._planned_trainer(module, loss_fn, input_shape, clients, eps).planned_release(
+                list(clients.sizes), clients.names)
 
         return self.privacy_budget.share(release_at, label=repr(self))
 
     def _settings(self, input_shape, client_sizes, eps: float | None) -> FederationSettings:
         """This estimator's settings for a run targeting ``eps``, with what its model plans in place of "auto"."""
-        return FederationSettings.from_params(self.get_params(deep=False), eps=eps,
-                                              **self._trainer_options(input_shape, client_sizes, eps))
+        planned, _ = self._trainer_options(input_shape, client_sizes, eps)
+        return FederationSettings.from_params(self.get_params(deep=False), eps=eps, **planned)
 
     def set_fitted(self, trainer: FederatedTrainer, *, input_shape: tuple[int, ...], classes=None):
         """Set the fitted attributes from a finished run; returns self.
@@ -442,10 +455,11 @@ class FederatedEstimatorMixin:
         return self
 
     # ------------------------------------------------------------------ helpers
-    def _trainer_options(self, input_shape: tuple[int, ...], client_sizes: list[int] | None,
-                         eps: float | None) -> dict:
-        """Settings the model fixes or plans (for the run's target ``eps``), overriding those of the same name."""
-        return {}
+    def _trainer_options(self, input_shape: tuple[int, ...], client_sizes: list[int] | None, eps: float | None, *,
+                         diameter: float = 2.0, client_names: list | None = None) -> tuple[dict, PrivacyPlan | None]:
+        """Settings the model fixes or plans (for the run's target ``eps``), overriding those of the same name, and
+        the server's plan of the run when the planner made one (σ calibrated with the model's ``diameter``)."""
+        return {}, None
 
     def client_optimizer(self):
         """The optimiser every client runs, as a deployed site resolves it from the run's settings alone.
@@ -510,7 +524,7 @@ class FederatedEstimatorMixin:
         release = None if self._warm() else self._release_trainer(input_shape, sizes, seeds)
         spent = None if release is None else release.planned_release(sizes, names)
         trainer = self.make_trainer(input_shape, classes=classes, held_out=held_out, seeds=seeds,
-                                    client_sizes=sizes, spent=spent)
+                                    client_sizes=sizes, client_names=names, spent=spent)
         if release is not None:
             # the whole fit accounted and charged (one fit of the budget) before the release runs
             trainer.charge_plan(sizes, names, released=spent)
@@ -548,6 +562,14 @@ class FederatedEstimatorMixin:
             now = ", ".join(f"{n}={getattr(self, n)!r}" for n in changed)
             raise ValueError(f"warm_start=True continues a model fitted with {then}; got {now}, which would change "
                              "the model itself. Set them back, or set warm_start=False to fit afresh.")
+
+
+@dataclass(frozen=True)
+class _Clients:
+    """The clients' public sizes and names, as the planners take them."""
+
+    sizes: list[int] | None
+    names: list | None
 
 
 def _same_ledger(a: PrivacyAccountant, b: PrivacyAccountant) -> bool:

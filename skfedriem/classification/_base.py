@@ -413,8 +413,9 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
                                  f"(its weights only mean something with its own): set this estimator's {block!r} "
                                  "to the one the public model used.")
 
-    def _trainer_options(self, input_shape, client_sizes, eps) -> dict:
-        """The schedule planned from public quantities (:func:`~skfedriem.classification.planning.plan_classifier`)."""
+    def _trainer_options(self, input_shape, client_sizes, eps, *, diameter=2.0, client_names=None):
+        """The schedule planned from public quantities (:func:`~skfedriem.classification.planning.plan_classifier`),
+        and the server's plan it was chosen from."""
         if client_sizes is None:
             raise ValueError(f"{type(self).__name__}.make_trainer needs client_sizes (the clients' public numbers "
                              "of records) to plan its 'auto' settings.")
@@ -423,8 +424,9 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
             sampling=self.sampling, accounting=self.accounting, clients_per_round=self.clients_per_round,
             optimizer=self.optimizer, lr=self.lr,
             lr_schedule=self.lr_schedule, n_rounds=self.n_rounds, batch_size=self.batch_size,
-            local_epochs=self.local_epochs, local_steps=self.local_steps)
-        return self._plan.settings()
+            local_epochs=self.local_epochs, local_steps=self.local_steps, diameter=diameter,
+            client_names=client_names)
+        return self._plan.settings(), self._plan.privacy
 
     def client_optimizer(self):
         return planned_optimizer(self.schedule, self.optimizer, private=self.eps is not None)

@@ -56,14 +56,13 @@ from __future__ import annotations
 
 import math
 import statistics
-import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from .._plan_text import PrintedAsTable, plan_table
 from .._registry import Registry
 from .._warnings import warn_user
-from ..federated.plan import plan_run
+from ..federated.plan import PrivacyPlan, plan_run
 from ..federated.settings import FederationSettings
 
 __all__ = ["ClassifierPlan", "ClassifierSchedule", "NOISE_WALK", "ROUND_STEP", "SCHEDULES", "plan_classifier",
@@ -146,6 +145,10 @@ class ClassifierPlan(PrintedAsTable):
         τ = max τ_i, the local steps of the run's largest client at this B.
     reason : str
         Every choice in words.
+    privacy : PrivacyPlan or None, default=None
+        The server's plan of these settings (σ, each τ_i) that the planned η
+        was chosen from: the trainer takes it as its plan instead of making
+        it again.
     """
 
     optimizer: object
@@ -157,6 +160,7 @@ class ClassifierPlan(PrintedAsTable):
     local_steps: int | None
     steps_per_round: int
     reason: str
+    privacy: PrivacyPlan | None = field(default=None, repr=False, compare=False)
 
     def __str__(self) -> str:
         steps = (f"{self.local_steps} (set)" if self.local_steps is not None
@@ -218,6 +222,8 @@ def plan_classifier(
     local_epochs: float | Auto = "auto",
     local_steps: int | None = None,
     noise_walk: float = NOISE_WALK,
+    diameter: float = 2.0,
+    client_names: list | None = None,
 ) -> ClassifierPlan:
     """Choose a private classifier's schedule from public quantities; explicit values are kept.
 
@@ -244,6 +250,11 @@ def plan_classifier(
         τ set by hand (then ``local_epochs`` is not used).
     noise_walk : float, default=NOISE_WALK
         The planned η σ̄ √(T τ) (what the planning grid calibrated).
+    diameter : float, default=2.0
+        Δ, the model's :func:`~skfedriem.privacy.clipped_gradient_diameter`
+        (σ is calibrated with it, as the trainer would).
+    client_names : list, optional
+        The clients' names, for the plan's warnings (default: 0 .. n−1).
 
     Returns
     -------
@@ -275,9 +286,9 @@ def plan_classifier(
     settings = FederationSettings(eps=eps, delta=delta, clip=clip, n_rounds=rounds, batch_size=batch,
                                   local_epochs=epochs, local_steps=local_steps, sampling=sampling,
                                   accounting=accounting)
-    with warnings.catch_warnings():  # the trainer warns about the same plan
-        warnings.simplefilter("ignore")
-        privacy = plan_run(list(client_sizes), list(range(len(client_sizes))), settings)  # τ and σ as the trainer's
+    # the run's own plan (it warns of a clamped B or a large δ once, here): the trainer takes it as it is
+    names = list(range(len(client_sizes))) if client_names is None else list(client_names)
+    privacy = plan_run(list(client_sizes), names, settings, diameter=diameter)
     tau = privacy.steps_per_round
     median = statistics.median(client_sizes)
     if _is_auto(batch_size) and batch < schedule.batch_size and 4 * min(client_sizes) <= median:
@@ -325,7 +336,7 @@ def plan_classifier(
                              "an explicit lr.")
     return ClassifierPlan(optimizer=chosen, lr=float(lr), lr_schedule=lr_schedule, n_rounds=rounds,
                           batch_size=batch, local_epochs=epochs, local_steps=local_steps, steps_per_round=tau,
-                          reason="; ".join(reasons) or "every setting given")
+                          reason="; ".join(reasons) or "every setting given", privacy=privacy)
 
 
 def _is_auto(value) -> bool:

@@ -217,7 +217,7 @@ class FederatedPCA(FederatedEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Tra
                               basis=self._initial_basis(n_features))
         return module, identity_loss
 
-    def _trainer_options(self, input_shape, client_sizes, eps) -> dict:
+    def _trainer_options(self, input_shape, client_sizes, eps, *, diameter=2.0, client_names=None):
         """The solver and schedule planned from public quantities (:func:`~.planning.plan_pca`)."""
         if client_sizes is None:
             raise ValueError("FederatedPCA.make_trainer needs client_sizes (the clients' public numbers of records) "
@@ -243,11 +243,11 @@ class FederatedPCA(FederatedEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Tra
                           "to use them.")
             # the plan's one plain SGD step of rate 1 from A = 0 on every client's whole records: A_i = its
             # noisy moment
-            return {**options, "clients_per_round": None, "aggregation": "projavg", "optimizer": "sgd"}
+            return {**options, "clients_per_round": None, "aggregation": "projavg", "optimizer": "sgd"}, None
         if self._warm() and isinstance(self.module_, SecondMoment):
             raise ValueError("warm_start=True cannot continue a solver='covariance' fit with Riemannian rounds: "
                              "pass its subspace as a public start instead, init=fitted.components_.")
-        return options
+        return options, None
 
     def _components(self, module) -> np.ndarray:
         if isinstance(module, SecondMoment):

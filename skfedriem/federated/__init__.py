@@ -9,7 +9,7 @@ from .fixed_features import on_fixed_features
 from .lockstep import lockstep_groups, run_clients, run_lockstep
 from .optimizers import OPTIMIZERS, OptimizerEntry, is_elementwise, register_optimizer
 from .parallel import THREADS_PER_JOB, ParallelTransport, effective_n_jobs, thread_budget
-from .plan import PrivacyPlan, noise_swamps_signal, plan_run
+from .plan import PrivacyPlan, noise_swamps_signal, plan_basis, plan_run
 from .settings import FederationSettings
 from .transport import LocalTransport, Transport
 
@@ -37,6 +37,7 @@ __all__ = [
     "lr_at_round",
     "noise_swamps_signal",
     "on_fixed_features",
+    "plan_basis",
     "plan_run",
     "register_aggregation",
     "register_backend",

@@ -38,7 +38,7 @@ from .fixed_features import on_fixed_features
 from .client import CLIPPED_FRACTION, ClientRecipe, ClientState, RoundInstructions, step_plan
 from .optimizers import is_elementwise, resolve_optimizer
 from .parallel import ParallelTransport, effective_n_jobs, thread_budget
-from .plan import PrivacyPlan, check_client_sizes, noise_swamps_signal, plan_run
+from .plan import PrivacyPlan, check_client_sizes, noise_swamps_signal, plan_basis, plan_run
 from .progress import round_progress
 from .settings import FederationSettings
 from .transport import LocalTransport, Transport
@@ -158,6 +158,13 @@ class FederatedTrainer:
         use data the server holds.
     record_transcript : bool, default=False
         Keep what the server sees (θ_t, S_t, Δ_i) in :attr:`transcript_`.
+    plan : PrivacyPlan, optional
+        The server's plan of ``settings`` for this model and the clients it
+        will serve, as :func:`~skfedriem.federated.plan_run` made it (a planner
+        that needed σ to choose the schedule passes its plan on, so the run is
+        planned once). Used as it is when its ``basis`` is this run's
+        (:func:`~skfedriem.federated.plan_basis`); a ValueError otherwise.
+        None: the trainer plans when it first needs to, once per set of clients.
 
     Attributes
     ----------
@@ -199,6 +206,7 @@ class FederatedTrainer:
         prior: TrainingState | None = None,
         monitor: Callable[[nn.Module], dict] | None = None,
         record_transcript: bool = False,
+        plan: PrivacyPlan | None = None,
     ) -> None:
         if not isinstance(settings, FederationSettings):
             raise TypeError(f"FederatedTrainer takes a FederationSettings. Got {type(settings).__name__} instead.")
@@ -217,6 +225,7 @@ class FederatedTrainer:
         self.prior = prior
         self.monitor = monitor
         self.record_transcript = record_transcript
+        self._plan, self._plan_given = plan, plan is not None
         self._charged = False
 
     @property
@@ -312,9 +321,22 @@ class FederatedTrainer:
                                  count_noise_std=count_noise_std)
 
     def plan(self, client_sizes: list[int], client_names: list) -> PrivacyPlan:
-        """The run's plan for these clients: B, each τ_i, and σ calibrated by the accounting method."""
-        return plan_run(client_sizes, client_names, self.settings, accounting=self.accounting,
-                        diameter=clipped_gradient_diameter(self.module))
+        """The run's plan for these clients: B, each τ_i, and σ calibrated by the accounting method.
+
+        The plan the trainer was given, or the one it made for the same
+        clients, is not made again.
+        """
+        diameter = clipped_gradient_diameter(self.module)
+        basis = plan_basis(client_sizes, self.settings, self.accounting, diameter)
+        if self._plan is not None and self._plan.basis == basis:
+            return self._plan
+        if self._plan_given:
+            raise ValueError(f"The plan given to FederatedTrainer was made for other clients, settings or model "
+                             f"({self._plan.basis}) than this run's ({basis}): plan the run with these "
+                             "(plan_run), or pass no plan.")
+        self._plan = plan_run(client_sizes, client_names, self.settings, accounting=self.accounting,
+                              diameter=diameter)
+        return self._plan
 
     def planned_release(self, client_sizes: list[int], client_names: list | None = None) -> PrivacyAccountant:
         """The whole run as its ledger will be charged, before any round: what a privacy budget is charged.
@@ -565,7 +587,8 @@ class FederatedTrainer:
                 "aggregation": self.aggregation.name, "client_sizes": list(self._client_sizes),
                 # what shapes the instructions a resumed round re-sends (a callable schedule: by its name)
                 "lr": self.settings.lr, "lr_schedule": schedule if isinstance(schedule, str) else repr(schedule),
-                "clip_quantile": self.settings.clip_quantile, **dataclasses.asdict(self.plan_)}
+                "clip_quantile": self.settings.clip_quantile,
+                **{k: v for k, v in dataclasses.asdict(self.plan_).items() if k != "basis"}}
 
     def _check_resume(self, resume: TrainingState) -> None:
         """ValueError unless the checkpoint was taken by a run with this one's plan."""

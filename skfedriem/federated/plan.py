@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .._warnings import warn_user
 from ..privacy.accounting_methods import RunAccounting, get_accounting
@@ -11,7 +11,10 @@ from ..privacy.step_plan import sensitivity_factor
 from .adaptive_clip import INITIAL_CLIP, split_mu0
 from .settings import FederationSettings
 
-__all__ = ["PrivacyPlan", "check_client_sizes", "noise_swamps_signal", "plan_run"]
+__all__ = ["PLANNED_FROM", "PrivacyPlan", "check_client_sizes", "noise_swamps_signal", "plan_basis", "plan_run"]
+
+#: The settings :func:`plan_run` reads: with the clients' sizes, the accounting method and Δ, what a plan is made of.
+PLANNED_FROM = ("eps", "delta", "clip", "n_rounds", "local_epochs", "local_steps", "batch_size", "sampling")
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,9 @@ class PrivacyPlan:
     gradient_mu0 : float or None, default=None
         μ_g, the gradient's part of μ0 (:func:`~skfedriem.federated.adaptive_clip.split_mu0`);
         None: all of μ0.
+    basis : tuple, default=()
+        What the plan was made from (:func:`plan_basis`): a trainer given the
+        plan uses it only for the same basis.
     """
 
     batch_size: int
@@ -71,6 +77,7 @@ class PrivacyPlan:
     sensitivity: float = 2.0
     count_noise_std: float = 0.0
     gradient_mu0: float | None = None
+    basis: tuple = field(default=(), repr=False, compare=False)
 
     def client_batch_size(self, client: int) -> int:
         """B_i: ``batch_size``, or client i's whole size in a full-batch run."""
@@ -139,6 +146,28 @@ def check_client_sizes(client_sizes: list[int], client_names: list) -> None:
             )
 
 
+def plan_basis(client_sizes: list[int], settings: FederationSettings, accounting: str | RunAccounting,
+               diameter: float) -> tuple:
+    """What :func:`plan_run` plans from: the clients' sizes, the accounting method, Δ and the settings it reads.
+
+    Two plans of the same basis are the same plan, so a plan made once (by a
+    planner that needed σ to choose the schedule) serves the run it was made for.
+
+    Parameters
+    ----------
+    client_sizes : list of int
+    settings : FederationSettings
+    accounting : str or RunAccounting
+    diameter : float
+
+    Returns
+    -------
+    tuple
+    """
+    return (tuple(int(m) for m in client_sizes), get_accounting(accounting).name, float(diameter),
+            *(getattr(settings, name) for name in PLANNED_FROM))
+
+
 def plan_run(
     client_sizes: list[int],
     client_names: list,
@@ -186,53 +215,58 @@ def plan_run(
     (0.1, 250)
     """
     method = get_accounting(settings.accounting if accounting is None else accounting)
-    sampling, n_rounds, eps, delta, clip = (settings.sampling, settings.n_rounds, settings.eps, settings.delta,
-                                            settings.clip)
-    method.check_sampling(sampling)
+    method.check_sampling(settings.sampling)
     check_client_sizes(client_sizes, client_names)
-    private = eps is not None and not math.isinf(eps)
-    smallest = min(range(len(client_sizes)), key=client_sizes.__getitem__)
-    m_star = client_sizes[smallest]
-    batch_size = settings.batch_size
-    full_batch = batch_size is None
-    if full_batch:
-        batch_size = m_star
-    elif batch_size > m_star:
-        accounted = " (the accountant uses this value)" if eps is not None else ""
-        warn_user(f"batch_size={batch_size} is larger than client {client_names[smallest]!r}, which holds "
-                  f"{m_star} records: using batch_size={m_star}{accounted}.")
-        batch_size = m_star
-    if settings.local_steps is not None:
-        taus = tuple(int(settings.local_steps) for _ in client_sizes)
-    elif full_batch:
-        taus = tuple(max(1, math.ceil(settings.local_epochs)) for _ in client_sizes)
-    elif not private:
-        taus = tuple(max(1, math.ceil(settings.local_epochs * m / batch_size)) for m in client_sizes)
-    else:
-        # a round is charged at the largest τ_i and the largest rate B / m⋆ together (round_release), so a client
-        # with more steps than the smallest would make every client pay for τ_max steps at the smallest client's
-        # rate: clients of 31 and 30 records at B = 30 were charged two full-batch steps a round while the smallest
-        # ran one. Under privacy every client takes the smallest client's count, and the charge is what it runs.
-        tau_star = max(1, math.ceil(settings.local_epochs * m_star / batch_size))
-        taus = tuple(tau_star for _ in client_sizes)
-    q = batch_size / m_star
-    tau = max(taus)
-    total = n_rounds * tau
-    factor = sensitivity_factor(diameter, sampling)
-    shape = dict(batch_size=batch_size, local_steps=taus, sample_rate=q, steps_per_round=tau, total_steps=total,
-                 accounting=method.name, sampling=sampling,
-                 batch_sizes=tuple(int(m) for m in client_sizes) if full_batch else None, sensitivity=factor)
+    private = settings.eps is not None and not math.isinf(settings.eps)
+    batch_size, full_batch = _batch_size(client_sizes, client_names, settings)
+    taus = _local_steps(client_sizes, batch_size, full_batch, private, settings)
+    m_star = min(client_sizes)
+    q, tau = batch_size / m_star, max(taus)
+    factor = sensitivity_factor(diameter, settings.sampling)
+    shape = dict(batch_size=batch_size, local_steps=taus, sample_rate=q, steps_per_round=tau,
+                 total_steps=settings.n_rounds * tau, accounting=method.name, sampling=settings.sampling,
+                 batch_sizes=tuple(int(m) for m in client_sizes) if full_batch else None, sensitivity=factor,
+                 basis=plan_basis(client_sizes, settings, method, diameter))
     if not private:
         return PrivacyPlan(**shape, mu0=None, noise_std=0.0, clip=math.inf)
-    adaptive = clip == "auto"
-    if adaptive:
-        clip = INITIAL_CLIP
-    if delta >= 1 / m_star:
-        warn_user(f"delta={delta:g} is not small against 1/m⋆ = 1/{m_star}: (eps, delta)-DP at this delta "
+    if settings.delta >= 1 / m_star:
+        warn_user(f"delta={settings.delta:g} is not small against 1/m⋆ = 1/{m_star}: (eps, delta)-DP at this delta "
                   "allows leaking a whole record of the smallest client.")
-    mu0 = method.calibrate(eps, delta, sample_rate=q, steps_per_round=tau, n_rounds=n_rounds, sampling=sampling)
-    if not adaptive:
-        return PrivacyPlan(**shape, mu0=mu0, noise_std=factor * clip / (batch_size * mu0), clip=clip)
+    mu0 = method.calibrate(settings.eps, settings.delta, sample_rate=q, steps_per_round=tau,
+                           n_rounds=settings.n_rounds, sampling=settings.sampling)
+    if settings.clip != "auto":
+        return PrivacyPlan(**shape, mu0=mu0, noise_std=factor * settings.clip / (batch_size * mu0), clip=settings.clip)
     mu_g, count_noise_std = split_mu0(mu0)
-    return PrivacyPlan(**shape, mu0=mu0, noise_std=factor * clip / (batch_size * mu_g), clip=clip,
+    return PrivacyPlan(**shape, mu0=mu0, noise_std=factor * INITIAL_CLIP / (batch_size * mu_g), clip=INITIAL_CLIP,
                        count_noise_std=count_noise_std, gradient_mu0=mu_g)
+
+
+def _batch_size(client_sizes: list[int], client_names: list, settings: FederationSettings) -> tuple[int, bool]:
+    """B after clamping to the smallest client (with a warning), and whether the run is full-batch (B = None)."""
+    smallest = min(range(len(client_sizes)), key=client_sizes.__getitem__)
+    m_star = client_sizes[smallest]
+    if settings.batch_size is None:
+        return m_star, True
+    if settings.batch_size > m_star:
+        accounted = " (the accountant uses this value)" if settings.eps is not None else ""
+        warn_user(f"batch_size={settings.batch_size} is larger than client {client_names[smallest]!r}, which holds "
+                  f"{m_star} records: using batch_size={m_star}{accounted}.")
+        return m_star, False
+    return settings.batch_size, False
+
+
+def _local_steps(client_sizes: list[int], batch_size: int, full_batch: bool, private: bool,
+                 settings: FederationSettings) -> tuple[int, ...]:
+    """τ_i of every client."""
+    if settings.local_steps is not None:
+        return tuple(int(settings.local_steps) for _ in client_sizes)
+    if full_batch:
+        return tuple(max(1, math.ceil(settings.local_epochs)) for _ in client_sizes)
+    if not private:
+        return tuple(max(1, math.ceil(settings.local_epochs * m / batch_size)) for m in client_sizes)
+    # a round is charged at the largest τ_i and the largest rate B / m⋆ together (round_release), so a client
+    # with more steps than the smallest would make every client pay for τ_max steps at the smallest client's
+    # rate: clients of 31 and 30 records at B = 30 were charged two full-batch steps a round while the smallest
+    # ran one. Under privacy every client takes the smallest client's count, and the charge is what it runs.
+    tau_star = max(1, math.ceil(settings.local_epochs * min(client_sizes) / batch_size))
+    return tuple(tau_star for _ in client_sizes)

@@ -227,7 +227,7 @@ def _serve(kind: str, grid: Grid, context: Context) -> None:
     print(f"skfedriem: clients {dict(zip(names, sizes))}, records of shape {shapes[0]}", flush=True)
     classes = _classes(est, config)
     trainer = est.make_trainer(shapes[0], classes=classes, held_out=_validation(est, config, classes),
-                               deployed=True, client_sizes=sizes)
+                               deployed=True, client_sizes=sizes, client_names=names)
     description = {"estimator": kind, "clients": names, "n_records": sizes,
                    "config": {k: v for k, v in dict(config).items() if k != "resume"}}
     resume = _resume_state(config, out, description)

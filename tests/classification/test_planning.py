@@ -18,6 +18,28 @@ def _spd(seed, n_clients=4, per_client=30, channels=5):
     return make_spd_classification(n_clients, per_client, channels, random_state=seed)
 
 
+@pytest.mark.parametrize("cls", [FederatedSPDNetClassifier, FederatedTangentSpaceClassifier])
+def test_a_fit_plans_its_run_once(cls, monkeypatch):
+    """The planner's plan is the trainer's: the run's σ is calibrated once per fit (it was planned twice, by the
+    planner and again by the trainer), and the fitted plan is the one the rounds ran."""
+    from skfedriem.classification import planning
+    from skfedriem.federated import engine
+
+    plans = []
+
+    def counted(*args, **kwargs):
+        plans.append(plan_run(*args, **kwargs))
+        return plans[-1]
+
+    monkeypatch.setattr(planning, "plan_run", counted)
+    monkeypatch.setattr(engine, "plan_run", counted)
+    X, y, groups = _spd(0)
+    clf = cls(eps=4.0, n_rounds=2, random_state=0).fit(X, y, groups=groups)
+    private = [p for p in plans if p.mu0 is not None]  # the tangent space's mean is its own (non-private) run
+    assert len(private) == 1
+    assert clf.plan_.privacy is private[0] and clf.batch_size_ == private[0].batch_size
+
+
 def test_the_plan_depends_on_public_quantities_only():
     """Two federations with the same client sizes and different records get the same plan; sizes move it."""
     (X1, y1, g1), (X2, y2, _) = _spd(0), _spd(1)

@@ -59,6 +59,38 @@ def test_a_client_with_a_few_more_records_does_not_double_the_charged_steps():
     assert free.plan_.local_steps == (2, 2, 1)  # without privacy nothing is charged: each client its own epoch
 
 
+def test_a_trainer_runs_the_plan_it_is_given_and_refuses_one_made_for_other_clients():
+    """The plan a planner made is the run's (not made again); a plan of other sizes, settings or model is refused."""
+    from skfedriem.federated import plan_run
+    from skfedriem.federated.plan import plan_basis
+
+    data = clients()
+    settings = FederationSettings(n_rounds=2, batch_size=10, local_steps=2, eps=5.0)
+    plan = plan_run([60, 60, 60], [0, 1, 2], settings)
+    assert plan.basis == plan_basis([60, 60, 60], settings, "rfedproj", 2.0)
+    given = FederatedTrainer(StiefelNet(seed=0), cross_entropy, settings, plan=plan,
+                             client_seed=np.random.SeedSequence(1)).fit(data)
+    assert given.plan_ is plan
+    for other in (plan_run([60, 60, 59], [0, 1, 2], settings), plan_run([60, 60, 60], [0, 1, 2],
+                                                                        settings.replace(eps=4.0))):
+        with pytest.raises(ValueError, match="plan given to FederatedTrainer was made for other clients"):
+            FederatedTrainer(StiefelNet(seed=0), cross_entropy, settings, plan=other).fit(data)
+
+
+def test_a_trainer_plans_once_for_the_same_clients(monkeypatch):
+    """Charging the plan before the rounds and serving them use one plan (it used to be made twice)."""
+    from skfedriem.federated import engine
+
+    calls = []
+    monkeypatch.setattr(engine, "plan_run", lambda *a, **k: calls.append(1) or plan_run(*a, **k))
+    from skfedriem.federated.plan import plan_run
+
+    t = trainer()
+    t.charge_plan([60, 60, 60])
+    t.fit(clients())
+    assert len(calls) == 1
+
+
 def test_batch_size_clamped_to_smallest_client_with_warning():
     data = clients(m=8)
     with pytest.warns(UserWarning, match=r"client 0.*8 records"):
