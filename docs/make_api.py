@@ -19,6 +19,8 @@ SECTIONS = [
     ("Manifolds", "skfedriem.manifolds", "Parameter geometries, and optimisers that keep parameters on them."),
     ("Privacy", "skfedriem.privacy", "The private local step, samplers, secret randomness, accounting and budgets."),
     ("Federation", "skfedriem.federated", "The round loop, the clients' side (one by one and in lockstep), transports, plans and checkpoints."),
+    ("Lockstep", "skfedriem.federated.lockstep",
+     "Simulated clients taking their local steps as one computation: the rule, the stack and what can be stacked."),
     ("Models", "skfedriem.models", "Torch modules: SPDNet and its layers, EEGNet, the PCA objective."),
     ("Datasets", "skfedriem.datasets", "Synthetic federations and MOABB helpers."),
     ("Metrics", "skfedriem.metrics", "Measures for experiments (on data someone holds in full: not private)."),

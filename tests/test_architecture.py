@@ -26,7 +26,8 @@ def imported_modules(path: Path) -> set[str]:
     return found
 
 
-@pytest.mark.parametrize("path", sorted((PACKAGE / "federated").glob("*.py")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted((PACKAGE / "federated").rglob("*.py")),
+                         ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_the_federation_layer_imports_nothing_above_it(path):
     bad = sorted(m for m in imported_modules(path) if m.startswith(ABOVE_THE_LOOP))
     assert not bad, f"{path.name} imports {bad}"
@@ -51,7 +52,8 @@ def test_apps_call_no_private_method_of_an_estimator(path):
     assert not calls, f"{path.name} calls {calls}"
 
 
-@pytest.mark.parametrize("path", sorted((PACKAGE / "federated").glob("*.py")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted((PACKAGE / "federated").rglob("*.py")),
+                         ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_the_federation_layer_loads_nothing_by_name(path):
     """Backends register themselves (skfedriem/__init__.py wires Flower's in): no import the checks above miss."""
     assert "importlib" not in path.read_text() and "__import__" not in path.read_text()

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from ..federated import client as client_module
-from ..federated import lockstep as lockstep_module
+from ..federated.lockstep import rounds as lockstep_rounds
 from ..manifolds import manifold_of
 
 from ..privacy import PrivacyAccountant
@@ -45,7 +45,7 @@ def _one_by_one(recipe, theta, clients, states, instructions):
 def _patched(*patches) -> Iterator[None]:
     """Every ``(target, name, value)`` patched, and simulated clients one by one, inside the block."""
     with contextlib.ExitStack() as stack:
-        stack.enter_context(mock.patch.object(lockstep_module, "run_lockstep", _one_by_one))
+        stack.enter_context(mock.patch.object(lockstep_rounds, "run_lockstep", _one_by_one))
         for target, name, value in patches:
             stack.enter_context(mock.patch.object(target, name, value))
         yield

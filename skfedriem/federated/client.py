@@ -28,7 +28,6 @@ from ..privacy.per_sample import trainable_parameters
 from ..privacy.mechanism import clipped_gradient_diameter
 from ..privacy.per_sample import LossFn
 from ..privacy.randomness import SecretRandomness, SecureRandomness, SeededRandomness
-from ..privacy.stacked import ClientStack
 from ..privacy.step_plan import StepPlan
 from .aggregation import AGGREGATIONS, get_aggregation
 from .optimizers import make_optimizer
@@ -54,8 +53,8 @@ class ClientRecipe:
         its state, e.g. Adam's moments, in its :class:`ClientState`).
     lockstep : bool, default=False
         Simulated clients on one machine with the same instructions take
-        their steps together (:mod:`skfedriem.federated.lockstep`); only set
-        when the optimiser is element-wise and the model can be stacked.
+        their steps together (:mod:`skfedriem.federated.lockstep`), where
+        :func:`~skfedriem.federated.lockstep.lockstep_eligible` allows it.
     """
 
     module: nn.Module
@@ -63,13 +62,8 @@ class ClientRecipe:
     optimizer: str | Callable = "sgd"
     reset_optimizer: bool = True
     lockstep: bool = False
+    #: The model stacked for K clients, by K (:func:`~skfedriem.federated.lockstep.client_stack`).
     _stacks: dict = field(default_factory=dict, init=False, compare=False, repr=False)
-
-    def client_stack(self, n_clients: int) -> ClientStack:
-        """The model's blocks stacked for ``n_clients`` clients in lockstep (made once per K, then reused)."""
-        if n_clients not in self._stacks:
-            self._stacks[n_clients] = ClientStack(self.module, n_clients)
-        return self._stacks[n_clients]
 
     def run_round(self, theta: dict[str, torch.Tensor], data: tuple[torch.Tensor, ...], state: ClientState,
                   instructions: RoundInstructions) -> tuple[dict[str, torch.Tensor], float]:

@@ -29,14 +29,14 @@ from ..privacy.subsampled_gaussian import DISCRETIZATION
 from ..privacy.accounting_methods import RunAccounting, get_accounting
 from ..privacy.mechanism import clipped_gradient_diameter
 from ..privacy.per_sample import LossFn
-from ..privacy.stacking import stacked_gradients_available
 from ..privacy.step_plan import round_release
 from .aggregation import get_aggregation
 from .checkpoint import TrainingState
 from .adaptive_clip import FRACTION_RANGE, next_clip
 from .fixed_features import on_fixed_features
+from .lockstep import lockstep_eligible
 from .client import CLIPPED_FRACTION, ClientRecipe, ClientState, RoundInstructions, step_plan
-from .optimizers import is_elementwise, resolve_optimizer
+from .optimizers import resolve_optimizer
 from .parallel import ParallelTransport, effective_n_jobs, thread_budget
 from .plan import PrivacyPlan, check_client_sizes, noise_swamps_signal, plan_basis, plan_run
 from .progress import round_progress
@@ -275,16 +275,15 @@ class FederatedTrainer:
         simulated : bool, default=False
             For clients simulated on this machine (``backend="local"``): the
             copy is on ``settings.device``, and the clients run in lockstep when
-            ``settings.lockstep`` is on, the optimiser is element-wise and the
-            model's per-record gradients can be stacked.
+            ``settings.lockstep`` asks for it and
+            :func:`~skfedriem.federated.lockstep.lockstep_eligible` allows it.
         """
         optimizer = resolve_optimizer(self.settings.optimizer)
         module = copy.deepcopy(self.module)
         lockstep = False
         if simulated:
             module = module.to(resolve_device(self.settings.device))
-            lockstep = (self.settings.lockstep and is_elementwise(optimizer)
-                        and stacked_gradients_available(module))
+            lockstep = self.settings.lockstep and lockstep_eligible(module, optimizer, self.settings.sampling)
         return ClientRecipe(module, self.loss_fn, optimizer, self.settings.reset_optimizer, lockstep)
 
     def client_seeds(self, n_clients: int) -> list[np.random.SeedSequence | None]:

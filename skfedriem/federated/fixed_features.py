@@ -24,8 +24,8 @@ from collections.abc import Sequence
 import torch
 
 from ..privacy.per_sample import trainable_parameters
-from ..privacy.stacking import stacked_gradients_available
 from .client import ClientRecipe
+from .lockstep import lockstep_eligible
 
 __all__ = ["on_fixed_features"]
 
@@ -47,8 +47,9 @@ def on_fixed_features(recipe: ClientRecipe, clients: Sequence[tuple[torch.Tensor
     Returns
     -------
     recipe : ClientRecipe
-        With the model's trained part as its module (lockstep kept only where
-        that part can be stacked).
+        With the model's trained part as its module (lockstep kept where
+        :func:`~skfedriem.federated.lockstep.lockstep_eligible` allows it for
+        that part).
     clients : list of tuple of Tensor
         Client i's ``(features, *targets)``.
 
@@ -68,5 +69,6 @@ def on_fixed_features(recipe: ClientRecipe, clients: Sequence[tuple[torch.Tensor
                         f"the whole model under the same names; it trains {sorted(trained)} of {sorted(whole)}.")
     with torch.no_grad():
         mapped = [(torch.cat([mapping(x.unsqueeze(0)) for x in records[0]]), *records[1:]) for records in clients]
-    lockstep = recipe.lockstep and stacked_gradients_available(head)
+    # the rule again, for the module the clients now train (the recipe's lockstep implies fixed-size batches)
+    lockstep = recipe.lockstep and lockstep_eligible(head, recipe.optimizer, "fixed")
     return dataclasses.replace(recipe, module=head, lockstep=lockstep), mapped

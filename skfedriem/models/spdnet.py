@@ -24,7 +24,7 @@ __all__ = ["BiMap", "LogEig", "LogReEig", "ReEig", "SPDNet", "TraceNormalize", "
 class BiMap(nn.Module):
     """X ↦ Wᵀ X W with W on the Stiefel manifold St(n_in, n_out).
 
-    Clients in lockstep (:mod:`skfedriem.privacy.stacked`) stack their
+    Clients in lockstep (:mod:`skfedriem.federated.lockstep`) stack their
     weights as (K, n_in, n_out) and their records as (K, B, n_in, n_in):
     client k's W then maps client k's matrices.
 

@@ -3,8 +3,7 @@
 The step (:func:`private_gradient`, :class:`PrivateManifoldOptimizer`) and
 what it is built from that a model may extend (:class:`PerRecordGradients`,
 :func:`record_norms`, :func:`clipped_gradient_diameter`, the per-sample
-gradients); the same step for simulated clients in lockstep (:class:`ClientStack`);
-a client's :class:`StepPlan`, its samplers and secret randomness;
+gradients); a client's :class:`StepPlan`, its samplers and secret randomness;
 the accountant (:class:`PrivacyAccountant`, :func:`calibrate_mu0`,
 :func:`epsilon_spent`), the accounting methods and :class:`PrivacyBudget`.
 The mechanism's own pieces (clip factors, the noisy mean) live in
@@ -20,8 +19,6 @@ from .optimizer import PrivateManifoldOptimizer
 from .per_sample import per_sample_gradients
 from .randomness import SecretRandomness, SecureRandomness, SeededRandomness
 from .sampling import BatchSampler, FixedSizeSampler, PoissonSampler, make_sampler
-from .stacked import ClientStack, StackedDenseGradients
-from .stacking import StackedLinear, stacked_gradients_available, stacked_module, supports_stacking
 from .step_plan import StepPlan, round_release
 from .subsampled_gaussian import (DISCRETIZATION, MAX_EPSILON, MIN_DELTA, calibrate_mu0, epsilon_spent, gdp_epsilon,
                                   gdp_mu, gdp_mu_for_epsilon)
@@ -31,7 +28,6 @@ __all__ = [
     "MAX_EPSILON",
     "MIN_DELTA",
     "BatchSampler",
-    "ClientStack",
     "DenseGradients",
     "FixedSizeSampler",
     "PerRecordGradients",
@@ -44,8 +40,6 @@ __all__ = [
     "SecretRandomness",
     "SecureRandomness",
     "SeededRandomness",
-    "StackedDenseGradients",
-    "StackedLinear",
     "StepPlan",
     "WholeRunAccounting",
     "accounting_names",
@@ -63,7 +57,21 @@ __all__ = [
     "record_norms",
     "register_accounting",
     "round_release",
-    "stacked_gradients_available",
-    "stacked_module",
-    "supports_stacking",
 ]
+
+#: The lockstep names this package exported until 0.2, now in :mod:`skfedriem.federated.lockstep`.
+_MOVED_TO_LOCKSTEP = ("ClientStack", "StackedDenseGradients", "StackedLinear", "stacked_gradients_available",
+                      "stacked_module", "supports_stacking")
+
+
+def __getattr__(name: str):
+    """The lockstep names of earlier versions, with a FutureWarning (removed in 0.3)."""
+    if name not in _MOVED_TO_LOCKSTEP:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import warnings
+
+    from ..federated import lockstep
+
+    warnings.warn(f"skfedriem.privacy.{name} moved to skfedriem.federated.lockstep.{name}; the old path is removed "
+                  "in 0.3.", FutureWarning, stacklevel=2)
+    return getattr(lockstep, name)

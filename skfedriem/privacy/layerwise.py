@@ -85,7 +85,7 @@ def layerwise_per_sample_gradients(
     record_dims : int, default=1
         How many leading axes index the records: 2 for clients in lockstep,
         whose inputs are (K, B, ...) and whose ``loss_fn`` returns (K, B)
-        (:mod:`skfedriem.privacy.stacked`).
+        (:mod:`skfedriem.federated.lockstep`).
 
     Returns
     -------

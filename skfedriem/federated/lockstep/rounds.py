@@ -1,39 +1,4 @@
-"""Simulated clients in lockstep: a round's clients with the same instructions take their steps as one computation.
-
-On ``backend="local"`` the clients of a round run on this machine (in this
-process, or in each worker process of ``n_jobs``). Clients given the same
-:class:`~skfedriem.federated.client.RoundInstructions` (the common case:
-same B, τ, C, σ and learning rate) take their τ local steps together, over
-the model's blocks stacked along a client axis
-(:class:`~skfedriem.privacy.stacked.ClientStack`): one forward and backward
-pass, one batched eigendecomposition, for K clients, instead of K of each.
-Per client, and exactly as it would alone:
-
-* its plan (:func:`~skfedriem.federated.client.step_plan`, from its own size)
-  and its check of θ_t;
-* its sampler, drawing its batches from its own secret randomness;
-* its per-record gradients, clipping, noise (its own draws, in its own
-  order) and counts;
-* its optimiser: the stacked optimiser is element-wise
-  (:func:`~skfedriem.federated.optimizers.is_elementwise`), so client k's slice
-  of it is client k's SGD or Adam, and a client that keeps its optimiser state
-  between rounds keeps its own slice (Adam's moments);
-* its submission Sub(θ_t, θ_k), computed for it alone, and its fraction of unclipped records.
-
-What may differ from the clients run one by one is floating-point rounding
-where a batched kernel reduces in another order than the single one (see the
-user guide, "Speed"); the noise draws, batches and clip decisions are the same,
-and so is every ledger, which charges each client's own plan.
-
-Clients with other instructions (e.g. their own batch size when
-``batch_size=None``), or whose kept optimiser state is at another step count,
-form their own group. Clients that sample by Poisson run one by one: a
-stack's width would be the largest of their secret batch sizes, and batched
-kernels may round differently at another width. A model whose per-record
-gradients a stack cannot compute as a lone client does, or an optimiser not
-registered as element-wise, runs its clients one by one; a model that claims
-it can be stacked is checked once (:meth:`~skfedriem.privacy.ClientStack.verify`).
-"""
+"""A round's simulated clients grouped by their instructions, and each group's local steps taken in lockstep."""
 
 from __future__ import annotations
 
@@ -44,15 +9,15 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from ..manifolds import manifold_of
-from ..privacy.optimizer import apply_gradients
-from ..privacy.per_sample import trainable_parameters
-from ..privacy.stacked import ClientStack
-from .aggregation import get_aggregation
-from .client import CLIPPED_FRACTION, ClientRecipe, ClientState, RoundInstructions, check_iterate, step_plan
-from .optimizers import make_optimizer
+from ...manifolds import manifold_of
+from ...privacy.optimizer import apply_gradients
+from ...privacy.per_sample import trainable_parameters
+from ..aggregation import get_aggregation
+from ..client import CLIPPED_FRACTION, ClientRecipe, ClientState, RoundInstructions, check_iterate, step_plan
+from ..optimizers import make_optimizer
+from .stack import ClientStack
 
-__all__ = ["lockstep_groups", "run_clients", "run_lockstep"]
+__all__ = ["client_stack", "lockstep_groups", "run_clients", "run_lockstep"]
 
 
 def _state_signature(state: ClientState, keeps_optimizer: bool) -> tuple | None:
@@ -96,6 +61,23 @@ def lockstep_groups(selected: Sequence[int], instructions: dict[int, RoundInstru
         typed = tuple((type(v), v) for v in dataclasses.astuple(instructions[i]))
         groups.setdefault((typed, _state_signature(states[i], keeps_optimizer)), []).append(i)
     return list(groups.values())
+
+
+def client_stack(recipe: ClientRecipe, n_clients: int) -> ClientStack:
+    """The recipe's model stacked for ``n_clients`` clients (made once per K and recipe, then reused).
+
+    Parameters
+    ----------
+    recipe : ClientRecipe
+    n_clients : int
+
+    Returns
+    -------
+    ClientStack
+    """
+    if n_clients not in recipe._stacks:
+        recipe._stacks[n_clients] = ClientStack(recipe.module, n_clients)
+    return recipe._stacks[n_clients]
 
 
 def _stacked_batch(clients: Sequence[tuple[torch.Tensor, ...]], picks: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
@@ -159,7 +141,7 @@ def run_lockstep(recipe: ClientRecipe, theta: dict[str, torch.Tensor], clients: 
         raise ValueError(f"Clients run in lockstep with fixed-size batches only (a stack's width is public). "
                          f"Got sampling={instructions.sampling!r}.")
     theta = check_iterate(module, theta)
-    stack = recipe.client_stack(len(clients))
+    stack = client_stack(recipe, len(clients))
     stack.load(theta)
     stack.verify(recipe.loss_fn, list(clients))
     optimizer = make_optimizer(recipe.optimizer, stack.parameters, instructions.lr)
@@ -227,7 +209,9 @@ def run_clients(recipe: ClientRecipe, theta: dict[str, torch.Tensor], clients: S
         return {i: recipe.run_round(theta, clients[i], states[i], instructions[i]) for i in selected}
     replies = {}
     for group in lockstep_groups(selected, instructions, states, keeps_optimizer=not recipe.reset_optimizer):
-        if instructions[group[0]].sampling != "fixed":  # Poisson batches: one by one (module docstring)
+        # the recipe's lockstep was decided by lockstep_eligible for the run's sampling, where the recipe was made
+        # (a worker process's unpickled optimiser is another object); a recipe made by hand may still get Poisson
+        if instructions[group[0]].sampling != "fixed":
             replies.update({i: recipe.run_round(theta, clients[i], states[i], instructions[i]) for i in group})
             continue
         results = run_lockstep(recipe, theta, [clients[i] for i in group], [states[i] for i in group],

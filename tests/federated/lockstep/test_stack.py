@@ -5,10 +5,9 @@ import torch
 
 from skfedriem.models import SPDNet
 from skfedriem.privacy import DenseGradients, layerwise_per_sample_gradients, per_sample_gradients, record_norms
-from skfedriem.privacy.stacked import StackedDenseGradients
-from skfedriem.privacy.stacking import StackedLinear, stacked_module, supports_stacking
+from skfedriem.federated.lockstep import StackedDenseGradients, StackedLinear, stacked_module, supports_stacking
 
-from .models import StiefelNet, cross_entropy, make_data
+from ...privacy.models import StiefelNet, cross_entropy, make_data
 
 
 def _spd(n_records, n=6, seed=0):
@@ -128,7 +127,7 @@ def _mean_loss(output, target):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_the_check_catches_a_layer_that_mixes_clients_by_a_millionth(dtype):
     """rtol 1e-3 let a 1e-6 share of another client's forward pass as rounding."""
-    from skfedriem.privacy.stacked import ClientStack
+    from skfedriem.federated.lockstep import ClientStack
 
     g = torch.Generator().manual_seed(0)
     clients = [(torch.randn(12, 4, generator=g, dtype=dtype), torch.randn(12, generator=g, dtype=dtype))
@@ -143,7 +142,7 @@ def test_the_check_catches_a_layer_that_mixes_clients_by_a_millionth(dtype):
 
 
 def test_the_cross_talk_check_compares_bit_patterns():
-    from skfedriem.privacy.stacked import _identical
+    from skfedriem.federated.lockstep.stack import _identical
 
     big = torch.finfo(torch.float32).max
     assert not _identical(torch.tensor([0.0]), torch.tensor([-0.0]))

@@ -14,10 +14,9 @@ from skfedriem.federated.lockstep import lockstep_groups, run_clients, run_locks
 from skfedriem.federated.optimizers import register_optimizer
 from skfedriem.federated.parallel import ParallelTransport
 from skfedriem.models import BiMap, EEGNet, LogEig, PCAProjector, SPDNet, TangentSpaceLogistic
-from skfedriem.privacy.stacked import ClientStack
-from skfedriem.privacy.stacking import stacked_gradients_available, supports_stacking
+from skfedriem.federated.lockstep import ClientStack, stacked_gradients_available, supports_stacking
 
-from ..privacy.models import StiefelNet, cross_entropy, make_data
+from ...privacy.models import StiefelNet, cross_entropy, make_data
 
 
 def _spd(n_records, n=6, seed=0):
