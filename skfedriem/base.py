@@ -1,15 +1,18 @@
 """What every federated private estimator shares: its common parameters, and the federation API its deployments use.
 
-**Parameters, declared once.** The settings of a run are declared, with their
-constraints and documentation, on :class:`~skfedriem.federated.FederationSettings`;
-the few every estimator adds (:data:`ESTIMATOR_PARAMETERS`: the client split,
-the seed, a privacy budget, warm starts) here. An estimator's ``__init__``
-takes its own parameters and ``**shared``; :func:`federated_parameters`
-gives it the full signature (with the estimator's defaults, so scikit-learn,
-``inspect`` and Sphinx see every parameter), the shared parameters' docs in
-its docstring and their constraints in ``_parameter_constraints``.
-``fit`` validates every parameter once (scikit-learn's ``_fit_context``) and
-builds one :class:`~skfedriem.federated.FederationSettings` from ``get_params()``.
+**Parameters, declared once.** An estimator's parameters are annotated class
+attributes: :func:`setting` for a setting of the run, whose type,
+constraints and documentation are declared on
+:class:`~skfedriem.federated.FederationSettings`; :func:`parameter` for the
+few every estimator adds (the client split, the seed, a privacy budget, warm
+starts); a plain default for the estimator's own. Each class's ``__init__``
+stores each of them (a :mod:`dataclasses` ``__init__``, keyword-only), so
+readers, static type checkers and ``get_params`` see every parameter; a
+subclass that only changes a default writes the attribute again with it. The
+class's constraints (``_parameter_constraints``) and the shared parameters'
+docstring entries are built from the same declarations. ``fit`` validates
+every parameter once (scikit-learn's ``_fit_context``) and builds one
+:class:`~skfedriem.federated.FederationSettings` from ``get_params()``.
 
 **The federation API.** An estimator's ``fit`` and a deployment's
 ServerApp/ClientApp go through the same four public methods (scikit-learn's
@@ -33,12 +36,15 @@ A subclass implements the hooks ``_check_records``, ``_model``,
 from __future__ import annotations
 
 import copy
+import dataclasses
 import inspect
 import logging
 import textwrap
 import warnings
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from numbers import Integral
+from typing import Any, ClassVar, dataclass_transform
 
 import numpy as np
 import torch
@@ -47,49 +53,74 @@ from torch import nn
 
 from . import baselines  # noqa: F401 - registers accounting="prirfed" for every estimator
 from ._clients import client_indices
-from ._compat import Interval, StrOptions, _fit_context
+from ._compat import Interval, _fit_context
 from ._seeding import RunSeeds, run_seeds
 from ._warnings import warn_user
 from .exceptions import NoiseSwampsSignalWarning, PositionalClientsWarning, PrivacyBudgetExceeded
-from .federated import FederatedTrainer, FederationSettings, PrivacyPlan, TrainingState
-from .federated.settings import SettingDoc, doc_entry, setting_docs
+from .federated import Aggregation, FederatedTrainer, FederationSettings, PrivacyPlan, TrainingState
+from .federated.settings import SettingDoc, doc_entry
 from .privacy import PrivacyAccountant, PrivacyBudget
 from .privacy.mechanism import clipped_gradient_diameter
 from .privacy.per_sample import LossFn
 
-__all__ = ["ESTIMATOR_PARAMETERS", "FederatedEstimatorMixin", "federated_parameters"]
+__all__ = ["FederatedEstimatorMixin", "federated_parameters", "parameter", "setting"]
 
 _NO_TARGETS = object()  # _validate's "no y at all" (None is a y scikit-learn must refuse)
+_SETTINGS_DEFAULT = object()  # setting()'s "the default of FederationSettings"
 _site_log = logging.getLogger("skfedriem.flower.site")
 
-#: The parameters every estimator has besides its run's settings.
-ESTIMATOR_PARAMETERS: dict[str, SettingDoc] = {
-    "eps": SettingDoc(
-        'float, "budget" or None',
-        setting_docs()["eps"].text + " ``\"budget\"``: this fit's share of ``privacy_budget`` (a "
-        ":class:`~skfedriem.privacy.PrivacyBudget` planned for ``n_fits`` fits), the largest ε that leaves room "
-        "for the remaining planned fits: the recipe for a search whose refit must not be refused.",
-        [*setting_docs()["eps"].constraints, StrOptions({"budget"})]),
-    "n_clients": SettingDoc(
-        "int", "When ``fit`` gets no ``groups``: the number of clients of a random split by record position only "
-        "(never by value or label: a split that read the records would let one record move others between "
-        "clients).", [Interval(Integral, 1, None, closed="left")]),
-    "random_state": SettingDoc(
-        "int, RandomState instance or None",
-        "None: the initial point, the client split and the client selection use fresh OS entropy, and every "
-        "client's batches and noise 128 bits of its own. An int (or RandomState) seeds everything, for "
-        "reproducible experiments: anyone who knows it can replay the noise, so such a run is not private "
-        "against them (a :class:`~skfedriem.exceptions.SeededNoiseWarning` says so).", ["random_state"]),
-    "privacy_budget": SettingDoc(
-        "PrivacyBudget or None", "A total budget shared by every fit on the same records (grid search, "
-        "cross-validation): the fit is charged before training and refused if the composition would exceed it.",
-        [PrivacyBudget, None]),
-    "warm_start": SettingDoc(
-        "bool", "Continue from the fitted model: the new rounds are calibrated to ``eps`` on their own and "
-        "``epsilon_`` composes every round run so far on the same records, as does ``history_``. Settings "
-        "that only shape the next rounds (``eps``, ``lr``, ``n_rounds``...) may change; those that define the "
-        "model (its size, dtype, classes...) may not.", ["boolean"]),
-}
+
+def setting(name: str, default: Any = _SETTINGS_DEFAULT, *, values: Mapping[str, str] | None = None,
+            without: tuple = ()) -> Any:
+    """Declare an estimator parameter that is the run setting ``name`` (a class attribute: ``lr: float = setting("lr")``).
+
+    Its type, constraints and documentation are the field's of
+    :class:`~skfedriem.federated.FederationSettings`.
+
+    Parameters
+    ----------
+    name : str
+        The field of :class:`~skfedriem.federated.FederationSettings`.
+    default : object, optional
+        The estimator's default (default: the settings' own).
+    values : mapping of str to str, optional
+        Special string values this estimator also takes, with what each
+        means (its planner's ``"auto"``).
+    without : tuple, optional
+        The setting's special values (or ``None``) this estimator does not take.
+
+    Returns
+    -------
+    dataclasses.Field
+    """
+    declared = FederationSettings.__dataclass_fields__[name]
+    doc = declared.metadata["doc"].narrowed(values, without)
+    return dataclasses.field(default=declared.default if default is _SETTINGS_DEFAULT else default,
+                             metadata={"doc": doc})
+
+
+def parameter(default: Any, type_: str, text: str, constraints: list, *,
+              values: Mapping[str, str] | None = None) -> Any:
+    """Declare an estimator parameter that is not a run setting, with its documentation and constraints.
+
+    Parameters
+    ----------
+    default : object
+    type_ : str
+        Its numpydoc type.
+    text : str
+        What it does (one paragraph).
+    constraints : list
+        scikit-learn parameter constraints.
+    values : mapping of str to str, optional
+        Special string values, with what each means.
+
+    Returns
+    -------
+    dataclasses.Field
+    """
+    return dataclasses.field(default=default, metadata={"doc": SettingDoc(type_, text, constraints, dict(values or {}))})
+
 
 #: The fitted attributes every estimator sets (post-processing of what the server saw), as docstring text.
 FITTED_ATTRIBUTES = """epsilon_ : float
@@ -115,93 +146,169 @@ PARAMETERS_MARKER = "[federation parameters]"
 ATTRIBUTES_MARKER = "[fitted privacy attributes]"
 
 
-def federated_parameters(defaults: dict, docs: dict[str, SettingDoc] | None = None):
-    """Class decorator: the shared parameters join the estimator's signature, docstring and constraints.
+def _declare_parameters(cls: type) -> type:
+    """Make ``cls``'s annotated public class attributes its parameters, and build their constraints and docs.
 
-    The class's ``__init__`` takes its own parameters and ``**shared`` (a
-    class with no parameters of its own needs none: it gets one); its
-    docstring holds the markers ``[federation parameters]`` (at the end of its
-    own parameters) and ``[fitted privacy attributes]``.
+    The class becomes a keyword-only dataclass (without ``__eq__`` or
+    ``__repr__``: scikit-learn's stay), whose ``__init__`` stores each
+    parameter; annotated private attributes (``_parameter_constraints``...)
+    are not parameters. A parameter declared with :func:`setting` or
+    :func:`parameter`, here or in a base class, is shared: its constraints join
+    ``_parameter_constraints`` and its entry replaces the docstring's
+    ``[federation parameters]`` marker, with this class's default.
+    """
+    annotations = cls.__dict__.get("__annotations__", {})
+    private = {name: annotations.pop(name) for name in [n for n in annotations if n.startswith("_")]}
+    written = "__init__" in cls.__dict__
+    dataclasses.dataclass(kw_only=True, eq=False, repr=False, match_args=False)(cls)
+    annotations.update(private)
+    if not written:
+        cls.__init__._from_declarations = True
+    fields = dataclasses.fields(cls)
+    docs = {f.name: doc for f in fields if (doc := f.metadata.get("doc") or _inherited_doc(cls, f.name))}
+    cls._parameter_docs = docs
+    parents = {n: c for n, c in getattr(cls, "_parameter_constraints", {}).items() if n not in docs}
+    cls._parameter_constraints = {**{n: doc.all_constraints for n, doc in docs.items()}, **parents,
+                                  **cls.__dict__.get("_parameter_constraints", {})}
+    template = cls.__dict__.get("_docstring", cls.__doc__)
+    if template is not None and PARAMETERS_MARKER in template:
+        cls._docstring = template
+        defaults = {f.name: f.default for f in fields}
+        entries = [doc_entry(name, doc, defaults[name]) for name, doc in docs.items()]
+        cls.__doc__ = (template.replace(PARAMETERS_MARKER, "\n".join(entries).strip())
+                       .replace(ATTRIBUTES_MARKER, textwrap.indent(FITTED_ATTRIBUTES, "    ").strip()))
+    return cls
+
+
+def _inherited_doc(cls: type, name: str) -> SettingDoc | None:
+    """The documentation of parameter ``name`` where a base class declared it (a subclass may restate a default)."""
+    for base in cls.__mro__[1:]:
+        if name in base.__dict__.get("_parameter_docs", {}):
+            return base.__dict__["_parameter_docs"][name]
+    return None
+
+
+def federated_parameters(defaults: dict | None = None, docs: dict[str, SettingDoc] | None = None):
+    """Deprecated class decorator (removed in 0.3): declare the parameters as annotated class attributes instead.
+
+    .. deprecated:: 0.2
+        A subclass of a federated estimator gets every parameter of its bases
+        without a decorator; it changes a default by writing the attribute
+        again (``eps: float = 1.0``) and declares its own as annotated
+        attributes. The decorator still applies ``defaults`` and ``docs``, and
+        gives an ``__init__(self, *, own..., **shared)`` the full signature.
 
     Parameters
     ----------
-    defaults : dict
-        The estimator's default for shared parameters where it differs from
-        its base class's (or from :class:`~skfedriem.federated.FederationSettings`).
+    defaults : dict, optional
+        Defaults of parameters of the base classes.
     docs : dict of str to SettingDoc, optional
-        This estimator's own documentation and constraints of some shared
-        parameters (e.g. ``"auto"`` values only it accepts).
+        Documentation and constraints of some of them.
 
     Returns
     -------
     callable
         ``decorate(cls) -> cls``.
     """
+    warnings.warn("federated_parameters is deprecated and is removed in 0.3: a subclass of a federated estimator has "
+                  "its bases' parameters; write a changed default as a class attribute (eps: float = 1.0).",
+                  FutureWarning, stacklevel=2)
 
     def decorate(cls):
-        names = cls._shared_parameters
-        cls._shared_defaults = {**cls._shared_defaults, **defaults}
-        cls._shared_docs = {**cls._shared_docs, **(docs or {})}
-        own = [p for p in inspect.signature(cls.__init__).parameters.values()
-               if p.kind is not p.VAR_KEYWORD and p.name not in names]  # an inherited __init__'s own ones kept
-        if "__init__" not in cls.__dict__:  # its own signature, not the inherited function's
-            inherited = cls.__init__
+        old_init = cls.__dict__.get("__init__")
+        takes_shared = old_init is not None and any(
+            p.kind is p.VAR_KEYWORD for p in inspect.signature(old_init).parameters.values())
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        for name in {**(defaults or {}), **(docs or {})}:
+            default = (defaults or {}).get(name, known[name].default)
+            metadata = {"doc": docs[name]} if docs and name in docs else {}
+            cls.__annotations__[name] = "object"
+            setattr(cls, name, dataclasses.field(default=default, metadata=metadata))
+        if getattr(old_init, "_from_declarations", False):
+            del cls.__init__  # the dataclass's, made again with the new defaults
+        _declare_parameters(cls)
+        if takes_shared:
+            fields = dataclasses.fields(cls)
+            own = [p for p in inspect.signature(old_init).parameters.values()
+                   if p.kind is not p.VAR_KEYWORD and p.name not in {f.name for f in fields}]
+            shared = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default) for f in fields]
 
             def __init__(self, **params) -> None:
-                inherited(self, **params)
+                old_init(self, **{**{f.name: f.default for f in fields if f.name in (defaults or {})}, **params})
 
-            __init__.__qualname__, __init__.__module__ = f"{cls.__qualname__}.__init__", cls.__module__
+            __init__.__qualname__, __init__.__module__ = old_init.__qualname__, cls.__module__
+            __init__.__signature__ = inspect.Signature(own + shared)
             cls.__init__ = __init__
-        shared = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=cls._shared_defaults[n])
-                  for n in names]
-        cls.__init__.__signature__ = inspect.Signature(own + shared)
-        parents = {n: c for n, c in getattr(cls, "_parameter_constraints", {}).items() if n not in names}
-        cls._parameter_constraints = {**{n: cls._shared_docs[n].constraints for n in names}, **parents,
-                                      **cls.__dict__.get("_parameter_constraints", {})}
-        if cls.__doc__ is not None:
-            entries = [_entry(n, cls._shared_docs[n], cls._shared_defaults[n]) for n in names]
-            cls.__doc__ = (cls.__doc__.replace(PARAMETERS_MARKER, "\n".join(entries).strip())
-                           .replace(ATTRIBUTES_MARKER, textwrap.indent(FITTED_ATTRIBUTES, "    ").strip()))
         return cls
 
     return decorate
 
 
-def _entry(name: str, doc: SettingDoc, default) -> str:
-    """One numpydoc parameter entry, indented for a class docstring."""
-    return doc_entry(name, doc, default)
+@dataclass_transform(kw_only_default=True, field_specifiers=(setting, parameter, dataclasses.field))
+class _EstimatorParameters:
+    """Every subclass's annotated public class attributes are its parameters (:func:`_declare_parameters`)."""
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        _declare_parameters(cls)
 
 
-class FederatedEstimatorMixin:
+class FederatedEstimatorMixin(_EstimatorParameters):
     """Parameters, seeds, the round loop and the fitted privacy report shared by every federated estimator.
+
+    Its parameters are those every estimator takes; a subclass adds its own
+    as annotated class attributes.
 
     Parameters
     ----------
-    **shared
-        The shared parameters (``_shared_parameters``), each stored under its
-        own name; those not given take the estimator's default.
+    [federation parameters]
     """
 
-    #: The shared parameters, in signature order (a subclass extends it).
-    _shared_parameters: tuple[str, ...] = (
-        "eps", "delta", "clip", "n_rounds", "local_steps", "batch_size", "clients_per_round", "aggregation",
-        "optimizer", "lr", "sampling", "n_clients", "random_state", "secure_mode", "privacy_budget",
-        "client_timings", "warm_start", "backend", "n_jobs", "lockstep", "device", "verbose",
-    )
-    _shared_docs: dict[str, SettingDoc] = {**setting_docs(), **ESTIMATOR_PARAMETERS}
-    _shared_defaults: dict = {
-        **{name: FederationSettings.__dataclass_fields__[name].default for name in setting_docs()},
-        "n_clients": 3, "random_state": None, "privacy_budget": None, "warm_start": False,
-    }
+    eps: float | str | None = setting("eps", values={"budget": (
+        "this fit's share of ``privacy_budget`` (a :class:`~skfedriem.privacy.PrivacyBudget` planned for ``n_fits`` "
+        "fits), the largest ε that leaves room for the remaining planned fits: the recipe for a search whose refit "
+        "must not be refused.")})
+    delta: float = setting("delta")
+    clip: float | str = setting("clip")
+    n_rounds: int | str = setting("n_rounds")
+    local_steps: int | str | None = setting("local_steps")
+    batch_size: int | str | None = setting("batch_size")
+    clients_per_round: int | None = setting("clients_per_round")
+    aggregation: str | Aggregation = setting("aggregation")
+    optimizer: str | Callable = setting("optimizer")
+    lr: float | str = setting("lr")
+    sampling: str = setting("sampling")
+    n_clients: int = parameter(
+        3, "int", "When ``fit`` gets no ``groups``: the number of clients of a random split by record position only "
+        "(never by value or label: a split that read the records would let one record move others between clients).",
+        [Interval(Integral, 1, None, closed="left")])
+    random_state: int | np.random.RandomState | None = parameter(
+        None, "int, RandomState instance or None",
+        "None: the initial point, the client split and the client selection use fresh OS entropy, and every "
+        "client's batches and noise 128 bits of its own. An int (or RandomState) seeds everything, for "
+        "reproducible experiments: anyone who knows it can replay the noise, so such a run is not private "
+        "against them (a :class:`~skfedriem.exceptions.SeededNoiseWarning` says so).", ["random_state"])
+    secure_mode: bool = setting("secure_mode")
+    privacy_budget: PrivacyBudget | None = parameter(
+        None, "PrivacyBudget or None", "A total budget shared by every fit on the same records (grid search, "
+        "cross-validation): the fit is charged before training and refused if the composition would exceed it.",
+        [PrivacyBudget, None])
+    client_timings: bool = setting("client_timings")
+    warm_start: bool = parameter(
+        False, "bool", "Continue from the fitted model: the new rounds are calibrated to ``eps`` on their own and "
+        "``epsilon_`` composes every round run so far on the same records, as does ``history_``. Settings "
+        "that only shape the next rounds (``eps``, ``lr``, ``n_rounds``...) may change; those that define the "
+        "model (its size, dtype, classes...) may not.", ["boolean"])
+    backend: str = setting("backend")
+    n_jobs: int | None = setting("n_jobs")
+    lockstep: bool = setting("lockstep")
+    device: str | torch.device = setting("device")
+    verbose: int | str = setting("verbose")
+
+    #: Every parameter's documentation and constraints, by name (built from the declarations).
+    _parameter_docs: ClassVar[dict[str, SettingDoc]]
     #: Parameters that define the model's shape or meaning: a warm start may not change them.
     _model_parameters: tuple[str, ...] = ()
-
-    def __init__(self, **shared) -> None:
-        unknown = sorted(set(shared) - set(self._shared_parameters))
-        if unknown:
-            raise TypeError(f"{type(self).__name__}.__init__() got an unexpected keyword argument {unknown[0]!r}")
-        for name in self._shared_parameters:
-            setattr(self, name, shared.get(name, self._shared_defaults[name]))
 
     # ----------------------------------------------------------- federation API
     def prepare_records(self, X, y=None, *, classes=None, site: bool = False) -> tuple[torch.Tensor, ...]:
@@ -396,13 +503,13 @@ class FederatedEstimatorMixin:
 
     def _check_combinations(self) -> None:
         """ValueError for settings of which one would silently drop the other."""
-        name, defaults, own = type(self).__name__, self._shared_defaults, self._shared_parameters
-        if "local_epochs" in own and self.local_steps not in (None, "auto") \
+        name, defaults = type(self).__name__, {f.name: f.default for f in dataclasses.fields(self)}
+        if "local_epochs" in defaults and self.local_steps not in (None, "auto") \
                 and self.local_epochs != defaults["local_epochs"]:
             raise ValueError(f"{name} got local_steps={self.local_steps!r} and local_epochs={self.local_epochs!r}: "
                              "local_steps fixes every client's steps per round and local_epochs would not be used. "
                              "Set one of them.")
-        if "clip_quantile" in own and self.clip != "auto" and self.clip_quantile != defaults["clip_quantile"]:
+        if "clip_quantile" in defaults and self.clip != "auto" and self.clip_quantile != defaults["clip_quantile"]:
             raise ValueError(f"{name} got clip={self.clip!r} and clip_quantile={self.clip_quantile!r}: the quantile "
                              "steers adaptive clipping only. Set clip='auto' to use it, or drop clip_quantile.")
 
@@ -585,3 +692,12 @@ def _same(a, b) -> bool:
         return bool(a == b)
     except (TypeError, ValueError):
         return a is b
+
+
+def __getattr__(name: str):
+    if name == "ESTIMATOR_PARAMETERS":
+        warnings.warn("skfedriem.base.ESTIMATOR_PARAMETERS is deprecated and is removed in 0.3: every parameter's "
+                      "documentation is FederatedEstimatorMixin._parameter_docs.", FutureWarning, stacklevel=2)
+        docs = FederatedEstimatorMixin._parameter_docs
+        return {n: docs[n] for n in ("eps", "n_clients", "random_state", "privacy_budget", "warm_start")}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

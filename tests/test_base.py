@@ -36,7 +36,7 @@ def rows():
 @pytest.mark.parametrize("cls", ESTIMATORS, ids=lambda c: c.__name__)
 def test_every_shared_parameter_is_in_the_signature_the_docs_and_the_constraints(cls):
     signature = inspect.signature(cls)
-    for name in cls._shared_parameters:
+    for name in cls._parameter_docs:  # the shared ones: declared with setting() or parameter()
         assert name in signature.parameters and name in cls._parameter_constraints
         assert f"\n    {name} : " in cls.__doc__  # generated from its one declaration
     assert set(signature.parameters) == set(cls._parameter_constraints)

@@ -60,3 +60,48 @@ def test_the_lockstep_names_privacy_exported_still_resolve_with_a_warning():
     assert "ClientStack" not in privacy.__all__
     with pytest.raises(AttributeError):
         privacy.NoSuchName
+
+
+def test_the_parameters_decorator_of_earlier_versions_still_builds_an_estimator_with_a_warning():
+    """Both forms it took: a subclass changing a default, and an ``__init__(self, *, own, **shared)``."""
+    import inspect
+
+    from sklearn.base import clone
+
+    from skfedriem.base import federated_parameters
+
+    with pytest.warns(FutureWarning, match="federated_parameters is deprecated"):
+        @federated_parameters({"eps": 1.0})
+        class Tuned(FederatedSPDNetClassifier):
+            pass
+
+    assert Tuned().eps == 1.0 and clone(Tuned(dims=(3,))).get_params()["dims"] == (3,)
+    assert FederatedSPDNetClassifier().eps == 10.0
+
+    with pytest.warns(FutureWarning, match="federated_parameters is deprecated"):
+        @federated_parameters({"n_rounds": 7})
+        class OwnInit(FederatedSPDNetClassifier):
+            """An old-style classifier.
+
+            Parameters
+            ----------
+            depth : int, default=2
+            [federation parameters]
+            """
+
+            def __init__(self, *, depth=2, **shared):
+                self.depth = depth
+                super().__init__(**shared)
+
+    est = OwnInit(depth=3, eps=2.0)
+    assert (est.depth, est.eps, est.n_rounds) == (3, 2.0, 7)
+    assert {"depth", "eps", "n_rounds", "dims"} <= set(inspect.signature(OwnInit).parameters)
+    assert clone(est).get_params()["depth"] == 3 and "n_rounds : int or \"auto\", default=7" in OwnInit.__doc__
+
+
+def test_the_estimator_parameters_table_of_earlier_versions_is_read_from_the_declarations():
+    import skfedriem.base as base
+
+    with pytest.warns(FutureWarning, match="ESTIMATOR_PARAMETERS is deprecated"):
+        table = base.ESTIMATOR_PARAMETERS
+    assert table["n_clients"].type == "int" and "budget" in table["eps"].values

@@ -145,14 +145,12 @@ def test_a_new_manifolds_noise_is_tangent(oblique):
 
 
 def test_a_subclass_without_an_init_keeps_its_parents_parameters():
-    """The decorator gives such a class an ``__init__`` of its own: the parent's parameters stay in its signature."""
+    """A subclass that restates one default gets an ``__init__`` of its own: the parent's parameters stay in it."""
     from skfedriem import FederatedSPDNetClassifier
-    from skfedriem.base import federated_parameters
     from sklearn.base import clone
 
-    @federated_parameters({"eps": 1.0})
     class Tuned(FederatedSPDNetClassifier):
-        pass
+        eps: float = 1.0
 
     est = Tuned(dims=(3,))
     assert est.get_params()["dims"] == (3,) and clone(est).dims == (3,) and est.eps == 1.0

@@ -13,12 +13,12 @@ parameters that ``GridSearchCV`` can tune.
 from __future__ import annotations
 
 from abc import ABCMeta, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from numbers import Integral, Real
 from typing import ClassVar
 
 import numpy as np
+from numpy.typing import ArrayLike
 import torch
 import torch.nn.functional as F
 from sklearn.base import BaseEstimator, ClassifierMixin
@@ -26,17 +26,16 @@ from sklearn.preprocessing import LabelEncoder
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_array, check_is_fitted
 
-from .._compat import HasMethods, Interval, StrOptions, _fit_context
+from .._compat import HasMethods, StrOptions, _fit_context
 from .._warnings import warn_user
-from ..base import FederatedEstimatorMixin
+from ..base import FederatedEstimatorMixin, parameter, setting
 from ..federated.client import iterate_tolerance
-from ..federated.optimizers import OPTIMIZERS
-from ..federated.settings import SettingDoc
+from ..privacy.accounting_methods import RunAccounting
 from ..manifolds import manifold_of
 from ..privacy.per_sample import trainable_parameters
-from .planning import SCHEDULES, ClassifierSchedule, plan_classifier, planned_optimizer
+from .planning import PLANNED, SCHEDULES, ClassifierSchedule, plan_classifier, planned_optimizer
 
-__all__ = ["CLASSIFIER_PARAMETERS", "FederatedClassifier"]
+__all__ = ["FederatedClassifier"]
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 _NUMPY_DTYPES = {"float32": np.float32, "float64": np.float64}
@@ -109,15 +108,35 @@ def _forward_in_chunks(module: torch.nn.Module, inputs: torch.Tensor) -> torch.T
         return torch.cat([module(inputs[i : i + _PREDICT_CHUNK]) for i in range(0, len(inputs), _PREDICT_CHUNK)])
 
 
-#: The parameters every classifier has besides the federation's.
-CLASSIFIER_PARAMETERS: dict[str, SettingDoc] = {
-    "classes": SettingDoc(
-        "array-like of shape (n_classes,) or None",
+class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimator, metaclass=ABCMeta):
+    """Base of the federated private classifiers; subclasses say what X is and which network to train.
+
+    Subclasses declare their own parameters as annotated class attributes
+    (every parameter here is theirs too, documented on each), say what
+    ``schedule`` the planner follows, and implement :meth:`_check_inputs` and
+    :meth:`_build_module`.
+
+    Parameters
+    ----------
+    [federation parameters]
+    """
+
+    eps: float | str | None = 10.0
+    n_rounds: int | str = setting("n_rounds", "auto", values=PLANNED["n_rounds"])
+    batch_size: int | str | None = setting("batch_size", "auto", values=PLANNED["batch_size"])
+    optimizer: str | Callable = setting("optimizer", "auto", values=PLANNED["optimizer"])
+    lr: float | str = setting("lr", "auto", values=PLANNED["lr"])
+    local_epochs: float | str = setting("local_epochs", "auto", values=PLANNED["local_epochs"])
+    lr_schedule: str | Callable = setting("lr_schedule", "auto", values=PLANNED["lr_schedule"])
+    accounting: str | RunAccounting = setting("accounting")
+    clip_quantile: float = setting("clip_quantile")
+    classes: ArrayLike | None = parameter(
+        None, "array-like of shape (n_classes,) or None",
         "The public label set. None: the labels found in ``y``, which treats the set of labels present in the "
         "clients' trials as public (replacing one trial could remove a class, and the network's output width "
-        "with it). Set it for a private fit whose label set is known beforehand.", ["array-like", None]),
-    "init": SettingDoc(
-        "fitted classifier, torch.nn.Module, state dict or None",
+        "with it). Set it for a private fit whose label set is known beforehand.", ["array-like", None])
+    init: object = parameter(
+        None, "fitted classifier, torch.nn.Module, state dict or None",
         "A model trained on *public* records (other subjects, another dataset) to start from: a fitted "
         "classifier of the same architecture, its ``module_``, or a ``state_dict()``. Its weights are "
         "public (nothing is charged for them); the private rounds fine-tune them, and ``epsilon_`` covers "
@@ -129,71 +148,11 @@ CLASSIFIER_PARAMETERS: dict[str, SettingDoc] = {
         "``cross_val_score``, pass ``fitted.module_``: scikit-learn's ``clone`` unfits estimator-valued "
         "parameters. None: the model's own data-independent initialisation. Not used when ``warm_start`` "
         "continues a fitted model.",
-        [None, Mapping, torch.nn.Module, HasMethods(["fit", "predict"])]),
-    "dtype": SettingDoc(
-        '{"float32", "float64"}', "Precision of the network; inputs are validated in it (a trial that "
-        "overflows or underflows float32 is refused by index).", [StrOptions(set(DTYPES))]),
-}
+        [None, Mapping, torch.nn.Module, HasMethods(["fit", "predict"])])
+    dtype: str = parameter(
+        "float32", '{"float32", "float64"}', "Precision of the network; inputs are validated in it (a trial that "
+        "overflows or underflows float32 is refused by index).", [StrOptions(set(DTYPES))])
 
-
-_AUTO = StrOptions({"auto"})
-_PLANNED = (" ``\"auto\"``: chosen by :func:`~skfedriem.classification.planning.plan_classifier` from public "
-            "quantities only (the model's kind, ε, δ, C, the clients' sizes, B); ``plan_`` says what and why.")
-
-#: The schedule settings a classifier plans when they are "auto" (their default).
-PLANNED_PARAMETERS: dict[str, SettingDoc] = {
-    "n_rounds": SettingDoc('int or "auto"', "T, the number of communication rounds (\"auto\": 200).",
-                           [Interval(Integral, 1, None, closed="left"), _AUTO]),
-    "batch_size": SettingDoc(
-        'int, None or "auto"', "B, clamped to the smallest client with a warning. None: every client's batch is "
-        "all its records (q = 1), with noise scaled to its own size so that every client spends the same privacy "
-        "(\"auto\": 64; 16 for EEGNet).", [Interval(Integral, 1, None, closed="left"), None, _AUTO]),
-    "local_epochs": SettingDoc(
-        'float or "auto"', "Local work per round: τ_i = ceil(local_epochs m_i / B) steps for a client of m_i "
-        "records without privacy; under privacy every client takes the smallest client's ceil(local_epochs m⋆ / B), "
-        "since a round is charged at the largest count and the smallest client's rate together (\"auto\": 1). "
-        "Each step draws a fresh uniform batch.",
-        [Interval(Real, 0, None, closed="neither"), _AUTO]),
-    "optimizer": SettingDoc(
-        'str, callable or "auto"', "The clients' local optimiser, fresh at each round: ``\"sgd\"``, "
-        "``\"adam\"``, one added with :func:`~skfedriem.federated.register_optimizer`, or "
-        "``optimizer(params, lr) -> torch.optim.Optimizer``." + _PLANNED + " SGD for SPDNet and the tangent-space "
-        "model (Adam normalises a gradient that is mostly noise under DP), Adam for EEGNet.",
-        [OPTIMIZERS.constraint(), callable, _AUTO]),
-    "lr": SettingDoc(
-        'float or "auto"', "η, the learning rate of round 0." + _PLANNED + " SPDNet with SGD: "
-        "η = min(0.5 / τ, 0.4 / (σ̄ √(T τ))) for τ local steps per round and σ̄ the noise std of the "
-        "server's mean (a bounded step per round and a bounded random walk of the noise); the tangent-space "
-        "model 0.1; Adam 1e-2 (1e-3 for EEGNet); another optimiser needs an explicit η.",
-        [Interval(Real, 0, None, closed="neither"), _AUTO]),
-    "lr_schedule": SettingDoc(
-        '{"constant", "cosine"}, callable or "auto"', "The learning rate as a function of the round: constant, "
-        "cosine decay η (1 + cos(π t / T)) / 2, or ``schedule(t)`` (\"auto\": constant with SGD, cosine "
-        "otherwise).", [StrOptions({"constant", "cosine", "auto"}), callable]),
-}
-
-
-class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimator, metaclass=ABCMeta):
-    """Base of the federated private classifiers; subclasses say what X is and which network to train.
-
-    Subclasses define ``__init__(self, *, <own parameters>, **shared)`` (storing
-    their own, then ``super().__init__(**shared)``), decorate the class with
-    :func:`~skfedriem.base.federated_parameters`, and implement
-    :meth:`_check_inputs` and :meth:`_build_module`.
-
-    Parameters
-    ----------
-    **shared
-        The parameters every federated classifier takes (see
-        :class:`~skfedriem.FederatedSPDNetClassifier` for their documentation).
-    """
-
-    _shared_parameters = (*FederatedEstimatorMixin._shared_parameters, "local_epochs", "lr_schedule",
-                          "accounting", "clip_quantile", "classes", "init", "dtype")
-    _shared_docs = {**FederatedEstimatorMixin._shared_docs, **PLANNED_PARAMETERS, **CLASSIFIER_PARAMETERS}
-    _shared_defaults = {**FederatedEstimatorMixin._shared_defaults, "eps": 10.0, "n_rounds": "auto",
-                        "batch_size": "auto", "local_epochs": "auto", "optimizer": "auto", "lr": "auto",
-                        "lr_schedule": "auto", "classes": None, "init": None, "dtype": "float32"}
     #: What :func:`~skfedriem.classification.planning.plan_classifier` knows of this model (declared by each
     #: model's class, which registers it under its name).
     schedule: ClassVar[ClassifierSchedule]

@@ -7,7 +7,6 @@ from numbers import Integral
 import numpy as np
 
 from .._compat import Interval
-from ..base import federated_parameters
 from ..models import EEGNet
 from ._base import FederatedClassifier
 from .planning import ClassifierSchedule
@@ -15,7 +14,6 @@ from .planning import ClassifierSchedule
 __all__ = ["FederatedEEGNetClassifier"]
 
 
-@federated_parameters({})
 class FederatedEEGNetClassifier(FederatedClassifier):
     """EEGNet on raw EEG trials, trained across clients with record-level (ε, δ)-DP.
 
@@ -53,6 +51,11 @@ class FederatedEEGNetClassifier(FederatedClassifier):
     (3,)
     """
 
+    F1: int = 8
+    D: int = 2
+    F2: int = 16
+    kernel_length: int = 64
+
     _parameter_constraints: dict = {
         "F1": [Interval(Integral, 1, None, closed="left")],
         "D": [Interval(Integral, 1, None, closed="left")],
@@ -63,10 +66,6 @@ class FederatedEEGNetClassifier(FederatedClassifier):
         name="eegnet", batch_size=16, optimizer="adam", optimizer_without_privacy="adam", adam_lr=1e-3,
         optimizer_reason="the paper's EEGNet optimiser (the grid did not train EEGNet)")
     _model_parameters = ("F1", "D", "F2", "kernel_length", "dtype", "classes")
-
-    def __init__(self, *, F1=8, D=2, F2=16, kernel_length=64, **shared) -> None:
-        self.F1, self.D, self.F2, self.kernel_length = F1, D, F2, kernel_length
-        super().__init__(**shared)
 
     def _check_inputs(self, X: np.ndarray, name: str = "X") -> np.ndarray:
         if X.ndim != 3:

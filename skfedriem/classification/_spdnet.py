@@ -8,7 +8,6 @@ import numpy as np
 
 from .._compat import Interval
 from .._spd import check_spd
-from ..base import federated_parameters
 from ..models import SPDNet
 from ._base import FederatedClassifier
 from .planning import ClassifierSchedule
@@ -16,7 +15,6 @@ from .planning import ClassifierSchedule
 __all__ = ["FederatedSPDNetClassifier"]
 
 
-@federated_parameters({})
 class FederatedSPDNetClassifier(FederatedClassifier):
     """SPDNet classifier of covariance matrices, trained by DP-RFedProj across clients.
 
@@ -62,6 +60,9 @@ class FederatedSPDNetClassifier(FederatedClassifier):
     ((3,), True)
     """
 
+    dims: tuple[int, ...] | None = None
+    reeig_eps: float = 1e-4
+
     _parameter_constraints: dict = {
         "dims": [tuple, list, None],
         "reeig_eps": [Interval(Real, 0, None, closed="neither")],
@@ -69,11 +70,6 @@ class FederatedSPDNetClassifier(FederatedClassifier):
     schedule = ClassifierSchedule(
         name="spdnet", batch_size=64, optimizer="sgd", optimizer_without_privacy="adam", adam_lr=1e-2)
     _model_parameters = ("dims", "reeig_eps", "dtype", "classes")
-
-    def __init__(self, *, dims=None, reeig_eps=1e-4, **shared) -> None:
-        self.dims = dims
-        self.reeig_eps = reeig_eps
-        super().__init__(**shared)
 
     def _check_inputs(self, X: np.ndarray, name: str = "X") -> np.ndarray:
         return check_spd(X, name=name)

@@ -6,12 +6,12 @@ import dataclasses
 import math
 
 import numpy as np
+from numpy.typing import ArrayLike
 import torch
 from sklearn.utils.validation import check_array
 
 from .._compat import StrOptions
 from .._spd import check_spd
-from ..base import federated_parameters
 from ..federated import FederatedTrainer, FederationSettings
 from ..models import TangentMean, TangentSpaceLogistic, reference_from_mean
 from ._base import DTYPES, FederatedClassifier
@@ -33,7 +33,6 @@ def _own_losses(losses: torch.Tensor, *targets: torch.Tensor) -> torch.Tensor:
     return losses
 
 
-@federated_parameters({})
 class FederatedTangentSpaceClassifier(FederatedClassifier):
     """Tangent space + logistic regression of covariance matrices, trained by the same private protocol.
 
@@ -114,6 +113,8 @@ class FederatedTangentSpaceClassifier(FederatedClassifier):
     ((3,), True)
     """
 
+    reference: ArrayLike | str | None = "auto"
+
     _parameter_constraints: dict = {"reference": ["array-like", StrOptions({"auto", "mean"}), None]}
     schedule = ClassifierSchedule(
         name="tangent", batch_size=64, optimizer="sgd", optimizer_without_privacy="sgd", adam_lr=1e-2, sgd_lr=0.1,
@@ -121,10 +122,6 @@ class FederatedTangentSpaceClassifier(FederatedClassifier):
                       "linear model tolerates the noise's walk; SPDNet's rule gave it smaller steps that learnt "
                       "less at ε = 1)")
     _model_parameters = ("reference", "dtype", "classes")
-
-    def __init__(self, *, reference="auto", **shared) -> None:
-        self.reference = reference
-        super().__init__(**shared)
 
     def _released_mean(self) -> bool:
         """Whether the reference is the clients' mean, released before the rounds."""

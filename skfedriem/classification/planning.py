@@ -65,7 +65,7 @@ from .._warnings import warn_user
 from ..federated.plan import PrivacyPlan, plan_run
 from ..federated.settings import FederationSettings
 
-__all__ = ["ClassifierPlan", "ClassifierSchedule", "NOISE_WALK", "ROUND_STEP", "SCHEDULES", "plan_classifier",
+__all__ = ["PLANNED", "ClassifierPlan", "ClassifierSchedule", "NOISE_WALK", "ROUND_STEP", "SCHEDULES", "plan_classifier",
            "planned_optimizer"]
 
 ROUND_STEP = 0.5
@@ -73,6 +73,22 @@ ROUND_STEP = 0.5
 NOISE_WALK = 0.4
 """η σ̄ √(T τ), the planned spread of the noise's random walk in each coordinate of the model."""
 DEFAULT_ROUNDS = 200
+
+_CHOSEN = ("chosen by :func:`~skfedriem.classification.planning.plan_classifier` from public quantities only (the "
+           "model's kind, ε, δ, C, the clients' sizes, B); ``plan_`` says what and why.")
+#: What ``"auto"`` (the classifiers' default) means for each setting :func:`plan_classifier` plans.
+PLANNED: dict[str, dict[str, str]] = {
+    "n_rounds": {"auto": f"{DEFAULT_ROUNDS}."},
+    "batch_size": {"auto": "the model's (64; 16 for EEGNet)."},
+    "local_epochs": {"auto": "1."},
+    "optimizer": {"auto": _CHOSEN + " SGD for SPDNet and the tangent-space model (Adam normalises a gradient that "
+                          "is mostly noise under DP), Adam for EEGNet."},
+    "lr": {"auto": _CHOSEN + " SPDNet with SGD: η = min(0.5 / τ, 0.4 / (σ̄ √(T τ))) for τ local steps per round and σ̄ "
+                   "the noise std of the server's mean (a bounded step per round and a bounded random walk of the "
+                   "noise); the tangent-space model 0.1; Adam 1e-2 (1e-3 for EEGNet); another optimiser needs an "
+                   "explicit η."},
+    "lr_schedule": {"auto": "constant with SGD, cosine otherwise."},
+}
 
 Auto = Literal["auto"]
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 from numbers import Integral, Real
 
 import numpy as np
+from numpy.typing import ArrayLike
 import torch
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils import check_array
@@ -12,12 +14,11 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._compat import Interval, StrOptions, _fit_context
 from .._warnings import warn_user
-from ..base import FederatedEstimatorMixin, _same, federated_parameters
-from ..federated.settings import SettingDoc
+from ..base import FederatedEstimatorMixin, _same, setting
 from ..metrics import pca_optimality_gap
 from ..models import PCAProjector, SecondMoment
 from ..privacy import PrivacyAccountant
-from .planning import choose_solver, plan_pca
+from .planning import PLANNED, choose_solver, plan_pca
 
 __all__ = ["FederatedPCA", "identity_loss"]
 
@@ -27,31 +28,11 @@ def identity_loss(losses: torch.Tensor) -> torch.Tensor:
     return losses
 
 
-#: What only the Riemannian solver uses, with the values that mean "not set".
-_RIEMANNIAN_ONLY = {"n_rounds": "auto", "local_steps": "auto", "batch_size": "auto", "lr": "auto",
-                    "clients_per_round": None, "aggregation": "projavg", "optimizer": "sgd", "manifold": "grassmann"}
-_AUTO = StrOptions({"auto"})
-_PLANNED = (" \"auto\" (the default) is chosen by :func:`~skfedriem.decomposition.planning.plan_pca` from public "
-            "quantities only (ε, δ, the client sizes, d, p, C): full batches, one local step, a horizon η T "
-            "proportional to the signal-to-noise the budget allows; ``plan_`` says what and why.")
+#: What only the Riemannian solver uses (``solver="covariance"`` warns when one differs from its default).
+_RIEMANNIAN_ONLY = ("n_rounds", "local_steps", "batch_size", "lr", "clients_per_round", "aggregation", "optimizer",
+                    "manifold")
 
 
-@federated_parameters(
-    {"eps": 1.0, "n_rounds": "auto", "local_steps": "auto", "batch_size": "auto", "lr": "auto", "n_clients": 5},
-    docs={
-        "n_rounds": SettingDoc("int or \"auto\"", "T, the number of communication rounds." + _PLANNED,
-                               [Interval(Integral, 1, None, closed="left"), _AUTO]),
-        "local_steps": SettingDoc("int or \"auto\"", "τ private steps per client per round (\"auto\": 1).",
-                                  [Interval(Integral, 1, None, closed="left"), _AUTO]),
-        "batch_size": SettingDoc("int or \"auto\"", "B, clamped to the smallest client with a warning (\"auto\": "
-                                 "every client's whole records at every step, no subsampling).",
-                                 [Interval(Integral, 1, None, closed="left"), _AUTO]),
-        "lr": SettingDoc("float or \"auto\"", "η (\"auto\": 0.5 / C, or less when the planned horizon is short).",
-                         [Interval(Real, 0, None, closed="neither"), _AUTO]),
-        "clip": SettingDoc("float", "C, the per-record gradient clip norm (the planned schedule is built on it; "
-                           "adaptive clipping is for the classifiers).", [Interval(Real, 0, None, closed="neither")]),
-    },
-)
 class FederatedPCA(FederatedEstimatorMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     """Principal subspace learnt across clients with record-level (ε, δ)-DP.
 
@@ -140,6 +121,18 @@ class FederatedPCA(FederatedEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Tra
     (3, 2)
     """
 
+    n_components: int = dataclasses.field(default=2, kw_only=False)  # positional, as scikit-learn's PCA
+    manifold: str = "grassmann"
+    solver: str = "auto"
+    init: str | ArrayLike = "random"
+    eps: float | str | None = 1.0
+    clip: float = setting("clip", without=("auto",))
+    n_rounds: int | str = setting("n_rounds", "auto", values=PLANNED["n_rounds"])
+    local_steps: int | str = setting("local_steps", "auto", values=PLANNED["local_steps"], without=(None,))
+    batch_size: int | str | None = setting("batch_size", "auto", values=PLANNED["batch_size"])
+    lr: float | str = setting("lr", "auto", values=PLANNED["lr"])
+    n_clients: int = 5
+
     _parameter_constraints: dict = {
         "n_components": [Interval(Integral, 1, None, closed="left")],
         "manifold": [StrOptions({"grassmann", "stiefel"})],
@@ -147,11 +140,6 @@ class FederatedPCA(FederatedEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Tra
         "init": [StrOptions({"random"}), "array-like"],
     }
     _model_parameters = ("n_components", "manifold")
-
-    def __init__(self, n_components=2, *, manifold="grassmann", solver="auto", init="random", **shared) -> None:
-        self.n_components = n_components
-        self.manifold, self.solver, self.init = manifold, solver, init
-        super().__init__(**shared)
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None, groups=None, reference_X=None):
@@ -235,8 +223,9 @@ class FederatedPCA(FederatedEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Tra
             if self._warm():
                 raise ValueError("warm_start=True cannot continue solver='covariance': a second release would "
                                  "add to the first moment rather than refine it. Fit afresh (warm_start=False).")
-            ignored = {name: getattr(self, name) for name, default in _RIEMANNIAN_ONLY.items()
-                       if not _same(getattr(self, name), default)}
+            defaults = {f.name: f.default for f in dataclasses.fields(self)}
+            ignored = {name: getattr(self, name) for name in _RIEMANNIAN_ONLY
+                       if not _same(getattr(self, name), defaults[name])}
             if ignored:
                 warn_user(f"solver={self.solver!r} releases each client's second moment once ({plan.reason}); it "
                           f"ignores {', '.join(f'{k}={v!r}' for k, v in ignored.items())}. Set solver='riemannian' "

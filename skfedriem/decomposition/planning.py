@@ -49,7 +49,7 @@ from .._plan_text import PrintedAsTable, plan_table
 from ..manifolds import Grassmann, Stiefel
 from ..privacy import gdp_mu_for_epsilon
 
-__all__ = ["HORIZON_PER_SNR", "MAX_COVARIANCE_FEATURES", "MAX_STEP", "PCAPlan", "choose_solver", "plan_pca"]
+__all__ = ["HORIZON_PER_SNR", "MAX_COVARIANCE_FEATURES", "MAX_STEP", "PLANNED", "PCAPlan", "choose_solver", "plan_pca"]
 
 HORIZON_PER_SNR = 1.0
 """H = η T τ per unit of the signal-to-noise scale s."""
@@ -61,6 +61,18 @@ MIN_ROUNDS, MAX_ROUNDS = 10, 1000
 NON_PRIVATE_ROUNDS = 200
 
 Auto = Literal["auto"]
+
+_PLANNED_HORIZON = (
+    "planned by :func:`~skfedriem.decomposition.planning.plan_pca` from public quantities only (ε, δ, the client "
+    "sizes, d, p, C): full batches, one local step, a horizon η T proportional to the signal-to-noise the budget "
+    "allows; ``plan_`` says what and why.")
+#: What ``"auto"`` (FederatedPCA's default) means for each setting :func:`plan_pca` plans.
+PLANNED: dict[str, dict[str, str]] = {
+    "n_rounds": {"auto": _PLANNED_HORIZON},
+    "local_steps": {"auto": "1."},
+    "batch_size": {"auto": "every client's whole records at every step, no subsampling."},
+    "lr": {"auto": "0.5 / C, or less when the planned horizon is short."},
+}
 
 
 @dataclass(frozen=True)

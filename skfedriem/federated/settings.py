@@ -3,7 +3,7 @@
 Every setting is declared once, here: its type, its allowed values (a
 scikit-learn parameter constraint, so registered names are read when it is
 checked) and its documentation, which the estimators' docstrings and
-signatures are built from (:func:`skfedriem.base.federated_parameters`). An
+constraints are built from (an estimator declares it with :func:`skfedriem.base.setting`). An
 estimator builds a :class:`FederationSettings` from its ``get_params()`` once
 per fit, inside the validation scikit-learn's ``_fit_context`` already did; a
 settings object built directly is validated when it is made.
@@ -38,20 +38,69 @@ class SettingDoc:
     Parameters
     ----------
     type : str
-        Its numpydoc type, e.g. ``"float or None"``.
+        Its numpydoc type without the string values of ``values``, e.g. ``"float or None"``.
     text : str
         What it does (one paragraph; the default is added per estimator).
     constraints : list
-        scikit-learn parameter constraints (``Interval``, ``StrOptions``, types, ``None``...).
+        scikit-learn parameter constraints (``Interval``, ``StrOptions``, types, ``None``...), without ``values``.
+    values : mapping of str to str, optional
+        Special string values it also takes (e.g. ``"auto"``), each with what it means.
     """
 
     type: str
     text: str
     constraints: list
+    values: Mapping[str, str] = field(default_factory=dict)
+
+    def narrowed(self, values: Mapping[str, str] | None = None, without: tuple = ()) -> SettingDoc:
+        """The same setting with more special ``values`` and without the alternatives in ``without``.
+
+        Parameters
+        ----------
+        values : mapping of str to str, optional
+            Special string values an estimator adds (its planner's ``"auto"``...).
+        without : tuple
+            Special values, or ``None``, that an estimator does not take.
+
+        Returns
+        -------
+        SettingDoc
+        """
+        kept = {v: text for v, text in {**self.values, **(values or {})}.items() if v not in without}
+        constraints = [c for c in self.constraints if not (c is None and None in without)]
+        alternatives = [a for a in _alternatives(self.type) if not (a == "None" and None in without)]
+        return SettingDoc(_join(alternatives), self.text, constraints, kept)
+
+    @property
+    def all_constraints(self) -> list:
+        """Its constraints with its special values."""
+        return [*self.constraints, StrOptions(set(self.values))] if self.values else list(self.constraints)
+
+    @property
+    def full_type(self) -> str:
+        """Its numpydoc type with its special values."""
+        return _join(_alternatives(self.type) + [f'"{v}"' for v in self.values])
+
+    @property
+    def full_text(self) -> str:
+        """Its text, then what each special value means."""
+        return " ".join([self.text, *(f'``"{v}"``: {text}' for v, text in self.values.items())])
 
 
-def _setting(default: Any, type_: str, constraints: list, text: str) -> Any:
-    return field(default=default, metadata={"doc": SettingDoc(type_, text, constraints)})
+def _alternatives(type_: str) -> list[str]:
+    """``"int, None or 'auto'"`` -> its alternatives (a ``{...}`` set of options stays whole)."""
+    if type_.startswith("{") and "}" in type_:
+        head, rest = type_[: type_.index("}") + 1], type_[type_.index("}") + 1 :]
+        return [head, *_alternatives(rest.lstrip(", ").removeprefix("or ").strip())] if rest.strip() else [head]
+    return [a.strip() for a in type_.replace(" or ", ", ").split(",") if a.strip()]
+
+
+def _join(alternatives: list[str]) -> str:
+    return alternatives[0] if len(alternatives) == 1 else f"{', '.join(alternatives[:-1])} or {alternatives[-1]}"
+
+
+def _setting(default: Any, type_: str, constraints: list, text: str, values: Mapping[str, str] | None = None) -> Any:
+    return field(default=default, metadata={"doc": SettingDoc(type_, text, constraints, dict(values or {}))})
 
 
 @dataclass(frozen=True)
@@ -86,10 +135,11 @@ class FederationSettings:
         "Target δ, in [1e-15, 1) (the accountant certifies nothing smaller); keep it well below 1 / (records of "
         "the smallest client).")
     clip: float | str = _setting(
-        1.0, 'float or "auto"', [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
-        "C, the per-record gradient clip norm, over all parameter blocks together. ``\"auto\"``: adaptive "
-        "clipping (Andrew et al., 2021), C follows the ``clip_quantile`` of the gradient norms, estimated from a "
-        "noisy count every step releases and charged with it (:mod:`skfedriem.federated.adaptive_clip`).")
+        1.0, "float", [Interval(Real, 0, None, closed="neither")],
+        "C, the per-record gradient clip norm, over all parameter blocks together.",
+        {"auto": "adaptive clipping (Andrew et al., 2021), C follows the ``clip_quantile`` of the gradient norms, "
+                 "estimated from a noisy count every step releases and charged with it "
+                 "(:mod:`skfedriem.federated.adaptive_clip`)."})
     clip_quantile: float = _setting(
         0.5, "float", [Interval(Real, 0, 1, closed="neither")],
         "γ, the fraction of records left unclipped that ``clip=\"auto\"`` aims at.")
@@ -103,7 +153,7 @@ class FederationSettings:
         "ceil(local_epochs) steps). Each step draws a fresh uniform batch.")
     local_steps: int | None = _setting(
         None, "int or None", [Interval(Integral, 1, None, closed="left"), None],
-        "When set, every client takes exactly this many steps per round and ``local_epochs`` is not used.")
+        "τ, the private steps every client takes per round, in place of ``local_epochs`` where an estimator has it.")
     batch_size: int | None = _setting(
         None, "int or None", [Interval(Integral, 1, None, closed="left"), None],
         "B, clamped to the smallest client with a warning. None: every client's batch is all its records "
@@ -173,10 +223,10 @@ class FederationSettings:
         "client's own secret randomness and copied to the device, so they keep their full entropy anywhere; the "
         "server and the fitted model stay on the CPU.")
     verbose: int | str = _setting(
-        "auto", 'int or "auto"', ["verbose", StrOptions({"auto"})],
-        "Progress over rounds on stderr. ``\"auto\"``: a bar once a fit has run 5 s, where someone is watching "
-        "(a terminal or a notebook; not when stderr is captured, piped or a log); 0: none; 1: a bar from the "
-        "first round; > 1 also Flower's and Ray's logs.")
+        "auto", "int", ["verbose"],
+        "Progress over rounds on stderr. 0: none; 1: a bar from the first round; > 1 also Flower's and Ray's logs.",
+        {"auto": "a bar once a fit has run 5 s, where someone is watching (a terminal or a notebook; not when stderr "
+                 "is captured, piped or a log)."})
 
     def __post_init__(self) -> None:
         _check(**dataclasses.asdict(self))
@@ -230,7 +280,7 @@ def setting_constraints() -> dict[str, list]:
     -------
     dict of str to list
     """
-    return {name: doc.constraints for name, doc in setting_docs().items()}
+    return {name: doc.all_constraints for name, doc in setting_docs().items()}
 
 
 def _check(**settings) -> None:
@@ -253,8 +303,8 @@ def doc_entry(name: str, doc: SettingDoc, default: Any) -> str:
     str
     """
     default_text = f'"{default}"' if isinstance(default, str) else repr(default)
-    body = textwrap.fill(doc.text, 100, initial_indent=" " * 8, subsequent_indent=" " * 8)
-    return f"    {name} : {doc.type}, default={default_text}\n{body}"
+    body = textwrap.fill(doc.full_text, 100, initial_indent=" " * 8, subsequent_indent=" " * 8)
+    return f"    {name} : {doc.full_type}, default={default_text}\n{body}"
 
 
 def _document_settings() -> None:

@@ -1,7 +1,8 @@
 """A new classifier in one file: a linear model of the covariance matrices' logarithms (log-Euclidean features).
 
 The estimator says what a record is (``_check_inputs``), builds its network (``_build_module``) and declares what the
-planner needs to know of it (``schedule``); everything else (the client split, the private rounds, the accounting,
+planner needs to know of it (``schedule``); every parameter of :class:`FederatedClassifier` is its parameter (a model
+parameter of its own would be one more annotated class attribute, ``rank: int = 8``); everything else (the client split, the private rounds, the accounting,
 ``plan_``, the fitted privacy attributes, the deployment API) is inherited. The one registration at the end names it
 for deployments: ``estimator_from_run_config("logeuclidean", run_config)`` builds it from a Flower run configuration.
 """
@@ -14,7 +15,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from skfedriem.base import federated_parameters
 from skfedriem.classification import FederatedClassifier, check_spd
 from skfedriem.classification.planning import ClassifierSchedule
 from skfedriem.flower.run_config import register_deployable
@@ -44,7 +44,6 @@ class LogEuclideanLinear(nn.Module):
         return self.linear(logarithm[..., self.rows, self.cols] * self.weights)
 
 
-@federated_parameters({})
 class FederatedLogEuclideanClassifier(FederatedClassifier):
     """Linear classifier of log-Euclidean features of covariance matrices, trained by DP-RFedProj across clients.
 
