@@ -72,7 +72,7 @@ _site_log = logging.getLogger("skfedriem.flower.site")
 
 def setting(name: str, default: Any = _SETTINGS_DEFAULT, *, values: Mapping[str, str] | None = None,
             without: tuple = ()) -> Any:
-    """Declare an estimator parameter that is the run setting ``name`` (a class attribute: ``lr: float = setting("lr")``).
+    """Declare an estimator parameter that is the run setting ``name``: ``lr: float = setting("lr")`` in a class body.
 
     Its type, constraints and documentation are the field's of
     :class:`~skfedriem.federated.FederationSettings`.
@@ -119,7 +119,8 @@ def parameter(default: Any, type_: str, text: str, constraints: list, *,
     -------
     dataclasses.Field
     """
-    return dataclasses.field(default=default, metadata={"doc": SettingDoc(type_, text, constraints, dict(values or {}))})
+    doc = SettingDoc(type_, text, constraints, dict(values or {}))
+    return dataclasses.field(default=default, metadata={"doc": doc})
 
 
 #: The fitted attributes every estimator sets (post-processing of what the server saw), as docstring text.

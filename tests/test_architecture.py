@@ -35,7 +35,7 @@ def test_the_federation_layer_imports_nothing_above_it(path):
 
 def test_the_check_sees_a_violation(tmp_path):
     """The import check above would catch an upward import (it is not vacuous)."""
-    probe = PACKAGE / "federated" / "engine.py"
+    probe = PACKAGE / "federated" / "pricing.py"
     assert "skfedriem.privacy.accounting_methods" in imported_modules(probe)
     assert any(m.startswith("skfedriem.flower") for m in imported_modules(PACKAGE / "flower" / "simulation.py"))
 

@@ -65,7 +65,8 @@ from .._warnings import warn_user
 from ..federated.plan import PrivacyPlan, plan_run
 from ..federated.settings import FederationSettings
 
-__all__ = ["PLANNED", "ClassifierPlan", "ClassifierSchedule", "NOISE_WALK", "ROUND_STEP", "SCHEDULES", "plan_classifier",
+__all__ = ["PLANNED", "ClassifierPlan", "ClassifierSchedule", "NOISE_WALK", "ROUND_STEP", "SCHEDULES",
+           "plan_classifier",
            "planned_optimizer"]
 
 ROUND_STEP = 0.5
@@ -83,8 +84,8 @@ PLANNED: dict[str, dict[str, str]] = {
     "local_epochs": {"auto": "1."},
     "optimizer": {"auto": _CHOSEN + " SGD for SPDNet and the tangent-space model (Adam normalises a gradient that "
                           "is mostly noise under DP), Adam for EEGNet."},
-    "lr": {"auto": _CHOSEN + " SPDNet with SGD: η = min(0.5 / τ, 0.4 / (σ̄ √(T τ))) for τ local steps per round and σ̄ "
-                   "the noise std of the server's mean (a bounded step per round and a bounded random walk of the "
+    "lr": {"auto": _CHOSEN + " SPDNet with SGD: η = min(0.5 / τ, 0.4 / (σ̄ √(T τ))) for τ local steps per round "
+                   "and σ̄ the noise std of the server's mean (a bounded step per round and a bounded random walk of the "
                    "noise); the tangent-space model 0.1; Adam 1e-2 (1e-3 for EEGNet); another optimiser needs an "
                    "explicit η."},
     "lr_schedule": {"auto": "constant with SGD, cosine otherwise."},

@@ -1,15 +1,16 @@
-"""Federation: settings, aggregation rules, plans, the clients' side, transports, parallel and lockstep clients, checkpoints, the loop."""
+"""Federation: settings, aggregation rules, plans and their pricing, clients (parallel, lockstep), the loop."""
 
 from .._backends import BACKENDS, register_backend
 from .aggregation import AGGREGATIONS, Aggregation, get_aggregation, register_aggregation
 from .checkpoint import TrainingState
 from .client import ClientRecipe, ClientState, RoundInstructions, run_client_round
-from .engine import FederatedTrainer, lr_at_round, resolve_device
+from .engine import FederatedTrainer, resolve_device
 from .fixed_features import on_fixed_features
 from .lockstep import lockstep_groups, run_clients, run_lockstep
 from .optimizers import OPTIMIZERS, OptimizerEntry, is_elementwise, register_optimizer
 from .parallel import THREADS_PER_JOB, ParallelTransport, effective_n_jobs, thread_budget
 from .plan import PrivacyPlan, noise_swamps_signal, plan_basis, plan_run
+from .pricing import RoundPricing, lr_at_round
 from .settings import FederationSettings
 from .transport import LocalTransport, Transport
 
@@ -28,6 +29,7 @@ __all__ = [
     "ParallelTransport",
     "PrivacyPlan",
     "RoundInstructions",
+    "RoundPricing",
     "TrainingState",
     "Transport",
     "effective_n_jobs",

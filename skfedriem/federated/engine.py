@@ -1,6 +1,8 @@
 """The federated round loop, for any module with manifold-tagged parameters.
 
-The loop knows nothing of PCA or SPDNet, of Flower or of any accounting
+What each round sends and costs is planned and priced by
+:class:`~skfedriem.federated.pricing.RoundPricing`; the trainer runs the
+clients and serves the rounds. The loop knows nothing of PCA or SPDNet, of Flower or of any accounting
 method by name: it needs a torch module, a per-record loss, the clients'
 records (or a transport to them) and a registered accounting method. A new
 model, manifold, aggregation rule, accounting method or transport plugs in
@@ -10,7 +12,6 @@ without touching it.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -24,21 +25,16 @@ from .._warnings import warn_user
 from ..exceptions import NoiseSwampsSignalWarning
 from ..manifolds import manifold_of
 from ..privacy import PrivacyAccountant, PrivacyBudget
-from ..privacy.per_sample import trainable_parameters
-from ..privacy.subsampled_gaussian import DISCRETIZATION
-from ..privacy.accounting_methods import RunAccounting, get_accounting
-from ..privacy.mechanism import clipped_gradient_diameter
-from ..privacy.per_sample import LossFn
-from ..privacy.step_plan import round_release
-from .aggregation import get_aggregation
-from .checkpoint import TrainingState
+from ..privacy.per_sample import LossFn, trainable_parameters
 from .adaptive_clip import FRACTION_RANGE, next_clip
+from .checkpoint import TrainingState
+from .client import CLIPPED_FRACTION, ClientRecipe, ClientState, RoundInstructions
 from .fixed_features import on_fixed_features
 from .lockstep import lockstep_eligible
-from .client import CLIPPED_FRACTION, ClientRecipe, ClientState, RoundInstructions, step_plan
 from .optimizers import resolve_optimizer
 from .parallel import ParallelTransport, effective_n_jobs, thread_budget
-from .plan import PrivacyPlan, check_client_sizes, noise_swamps_signal, plan_basis, plan_run
+from .plan import PrivacyPlan, check_client_sizes, noise_swamps_signal
+from .pricing import RoundPricing, lr_at_round
 from .progress import round_progress
 from .settings import FederationSettings
 from .transport import LocalTransport, Transport
@@ -78,39 +74,6 @@ def resolve_device(device: str | torch.device) -> torch.device:
         raise ValueError(f"The 'device' parameter must be a 'cpu' or 'cuda' device. Got {device!r} instead.")
     return resolved
 
-
-
-def lr_at_round(lr: float, schedule: str | Callable[[int], float], round_: int, n_rounds: int) -> float:
-    """Learning rate of round ``round_`` (0-based).
-
-    Parameters
-    ----------
-    lr : float
-        η, the rate of round 0.
-    schedule : {"constant", "cosine"} or callable
-        Constant η, cosine decay η (1 + cos(π t / T)) / 2, or ``schedule(t)``
-        -> the rate of round t (``lr`` is then ignored).
-    round_ : int
-        t.
-    n_rounds : int
-        T.
-
-    Returns
-    -------
-    float
-
-    Examples
-    --------
-    >>> lr_at_round(0.1, "cosine", 50, 100)
-    0.05
-    """
-    if callable(schedule):
-        return float(schedule(round_))
-    if schedule == "constant":
-        return lr
-    if schedule == "cosine":
-        return lr * 0.5 * (1 + math.cos(math.pi * round_ / n_rounds))
-    raise ValueError(f"The 'lr_schedule' parameter must be 'constant', 'cosine' or a callable. Got {schedule!r} instead.")
 
 
 class FederatedTrainer:
@@ -216,8 +179,8 @@ class FederatedTrainer:
         self.module = module
         self.loss_fn = loss_fn
         self.settings = settings
-        self.accounting = get_accounting(settings.accounting)
-        self.aggregation = get_aggregation(settings.aggregation)
+        self.pricing = RoundPricing(module, settings, plan)
+        self.accounting, self.aggregation = self.pricing.accounting, self.pricing.aggregation
         self.seed_sequence = seed_sequence if seed_sequence is not None else np.random.SeedSequence()
         self.client_seed = client_seed
         self.privacy_budget = privacy_budget
@@ -225,7 +188,6 @@ class FederatedTrainer:
         self.prior = prior
         self.monitor = monitor
         self.record_transcript = record_transcript
-        self._plan, self._plan_given = plan, plan is not None
         self._charged = False
 
     @property
@@ -302,40 +264,20 @@ class FederatedTrainer:
         return k
 
     def client_instructions(self, client: int, lr: float, clip: float | None = None) -> RoundInstructions:
-        """The public instructions for client ``client`` in a round at learning rate ``lr``.
-
-        ``clip`` (adaptive clipping): this round's C_t; the noise follows it,
-        σ_t = σ_0 C_t / C_0, nudged up by 1e-12 so that rounding never makes a
-        step's μ0 exceed the planned one (what the ledger charges).
-        """
-        plan = self.plan_
-        noise_std, count_noise_std = plan.client_noise_std(client), plan.count_noise_std
-        if clip is None or clip == plan.clip:
-            clip = plan.clip
-        else:
-            noise_std = noise_std * (clip / plan.clip) * (1 + 1e-12)
-        return RoundInstructions(lr=lr, local_steps=plan.local_steps[client],
-                                 batch_size=plan.client_batch_size(client), clip=clip, noise_std=noise_std,
-                                 sampling=self.settings.sampling, aggregation=self.aggregation.name,
-                                 count_noise_std=count_noise_std)
+        """The public instructions for client ``client`` in a round (:meth:`RoundPricing.client_instructions`)."""
+        return self.pricing.client_instructions(client, lr, clip)
 
     def plan(self, client_sizes: list[int], client_names: list) -> PrivacyPlan:
-        """The run's plan for these clients: B, each τ_i, and σ calibrated by the accounting method.
+        """The run's plan for these clients, made once (:meth:`RoundPricing.plan`)."""
+        return self.pricing.plan(client_sizes, client_names)
 
-        The plan the trainer was given, or the one it made for the same
-        clients, is not made again.
-        """
-        diameter = clipped_gradient_diameter(self.module)
-        basis = plan_basis(client_sizes, self.settings, self.accounting, diameter)
-        if self._plan is not None and self._plan.basis == basis:
-            return self._plan
-        if self._plan_given:
-            raise ValueError(f"The plan given to FederatedTrainer was made for other clients, settings or model "
-                             f"({self._plan.basis}) than this run's ({basis}): plan the run with these "
-                             "(plan_run), or pass no plan.")
-        self._plan = plan_run(client_sizes, client_names, self.settings, accounting=self.accounting,
-                              diameter=diameter)
-        return self._plan
+    @property
+    def plan_(self) -> PrivacyPlan:
+        """The plan of the clients this trainer planned, priced or served."""
+        if self.pricing.plan_ is None:
+            raise AttributeError("This FederatedTrainer has planned no run yet: plan_ is set by planned_release, "
+                                 "charge_plan or the run.")
+        return self.pricing.plan_
 
     def planned_release(self, client_sizes: list[int], client_names: list | None = None) -> PrivacyAccountant:
         """The whole run as its ledger will be charged, before any round: what a privacy budget is charged.
@@ -352,9 +294,8 @@ class FederatedTrainer:
         PrivacyAccountant
         """
         names = list(range(len(client_sizes))) if client_names is None else list(client_names)
-        self.plan_ = self.plan(client_sizes, names)
-        self._client_sizes = [int(m) for m in client_sizes]
-        return self._whole_run()
+        self.plan(client_sizes, names)
+        return self.pricing.rounds_release()
 
     def charge_plan(self, client_sizes: list[int], client_names: list | None = None, *,
                     released: PrivacyAccountant | None = None) -> None:
@@ -383,9 +324,7 @@ class FederatedTrainer:
         rounds = self.planned_release(client_sizes, client_names)
         ledger = PrivacyAccountant() if self.prior is None else PrivacyAccountant.from_state_dict(self.prior.ledger)
         ledger.extend(rounds)
-        if ledger.private:
-            self.accounting.epsilon(ledger, self.settings.delta, steps_per_round=self.plan_.steps_per_round,
-                                    n_rounds=self.plan_.n_rounds, discretization=DISCRETIZATION)
+        self.pricing.epsilon(ledger)
         if self.privacy_budget is not None:
             whole = PrivacyAccountant()
             if released is not None:
@@ -394,35 +333,9 @@ class FederatedTrainer:
             self.privacy_budget.charge(whole, label=self.run_name or type(self.module).__name__)
         self._charged = True
 
-    def _whole_run(self) -> PrivacyAccountant:
-        planned = PrivacyAccountant()
-        for t in range(self.n_rounds):
-            planned.extend(self.round_release(self._lr(t)))
-        return planned
-
-    def _lr(self, t: int) -> float:
-        return lr_at_round(self.settings.lr, self.settings.lr_schedule, t, self.n_rounds)
-
     def round_release(self, lr: float, clip: float | None = None) -> PrivacyAccountant:
-        """What one round costs: the steps every client would take for its instructions, dominated as one.
-
-        Built by :func:`~skfedriem.federated.client.step_plan`, the function
-        each client uses to turn its instructions into the steps its sampler
-        and mechanism run, from each client's own size and the model; over
-        every client, selected or not (client selection gives no amplification:
-        the server chooses and sees it). Steps without noise cost infinite loss.
-        """
-        cost = round_release(step_plan(self.client_instructions(i, lr, clip), size, self.module)
-                             for i, size in enumerate(self._client_sizes))
-        if clip is None or clip == self.plan_.clip:
-            return cost
-        # adaptive clipping: the round as planned (at C_0) dominates it, step for step; charging that keeps
-        # every round's entry the same
-        planned = self.round_release(lr)
-        if not _dominates(planned, cost):  # cannot happen: σ_t is nudged up (and the budget was charged the plan)
-            raise RuntimeError(f"An adaptive round at clip {clip!r} would cost more than its plan: "
-                               f"{cost.state_dict()} > {planned.state_dict()}.")
-        return planned
+        """What one round costs, as every client charges it (:meth:`RoundPricing.round_release`)."""
+        return self.pricing.round_release(lr, clip)
 
     def serve(self, transport: Transport, client_sizes: list[int], client_names: list,
               server_seq: np.random.SeedSequence, *, resume: TrainingState | None = None,
@@ -465,78 +378,92 @@ class FederatedTrainer:
         averages the submissions that arrived (θ is unchanged when none did);
         ``history_`` records who replied.
         """
-        n_clients = len(client_sizes)
-        k = self._clients_per_round(n_clients)
-        self.plan_ = self.plan(client_sizes, client_names)
-        self._client_sizes = [int(m) for m in client_sizes]
-        if noise_swamps_signal(self.plan_, k):
+        k = self._clients_per_round(len(client_sizes))
+        start = self._start(client_sizes, client_names, k, resume)
+        server_rng = np.random.default_rng(server_seq)
+        if resume is not None:
+            server_rng.bit_generator.state = resume.server_rng
+        clip = self._clip_after(self.history_[self._round_offset + start - 1] if start > 0 else None)
+        for t in round_progress(range(start, self.n_rounds), self.settings.verbose):
+            resent = resume if resume is not None and resume.started and t == start else None
+            clip = self._serve_round(t, transport, server_rng, k, clip, resent, on_round)
+        if self.history_ and start < self.n_rounds:
+            self.history_[-1]["epsilon"] = self.epsilon_  # the certified value itself, on the fine grid
+        return self
+
+    def _start(self, client_sizes: list[int], client_names: list, k: int, resume: TrainingState | None) -> int:
+        """Plan, check a resume, charge the budget and set θ, the ledger and the history; the first round to run."""
+        plan = self.plan(client_sizes, client_names)
+        if noise_swamps_signal(plan, k):
             warn_user(f"The noise swamps the signal: the noise std of each step of the {k} clients' mean exceeds "
-                      f"√(T τ) C = {math.sqrt(self.plan_.total_steps) * self.plan_.clip:.3g}, the most the "
-                      f"{self.plan_.total_steps} steps' clipped gradients can add up to along any direction "
-                      f"against the noise (each client's σ = {self.plan_.noise_std:.3g}): the fit will be a random "
+                      f"√(T τ) C = {math.sqrt(plan.total_steps) * plan.clip:.3g}, the most the "
+                      f"{plan.total_steps} steps' clipped gradients can add up to along any direction "
+                      f"against the noise (each client's σ = {plan.noise_std:.3g}): the fit will be a random "
                       "walk. Raise eps, or give the clients more records per step (a larger batch_size) or fewer "
                       "rounds.", NoiseSwampsSignalWarning)
         if resume is not None:
             self._check_resume(resume)
         if self.privacy_budget is not None and resume is None and not self._charged:
-            self.privacy_budget.charge(self._whole_run(), label=self.run_name or type(self.module).__name__)
-        server_rng = np.random.default_rng(server_seq)
-        params = trainable_parameters(self.module)
+            self.privacy_budget.charge(self.pricing.rounds_release(),
+                                       label=self.run_name or type(self.module).__name__)
         start, prior = 0, self.prior if self.prior is not None else TrainingState.empty()
         if resume is not None:
             start, prior = resume.round, resume
-            server_rng.bit_generator.state = resume.server_rng
             with torch.no_grad():
-                for name, p in params.items():
+                for name, p in trainable_parameters(self.module).items():
                     p.copy_(resume.theta[name])
         self.accountant_ = PrivacyAccountant.from_state_dict(prior.ledger)
-        # 10x the final grid: still an upper bound, and each round composes only its own steps
-        self._epsilon_so_far = self.accounting.running_epsilon(
-            self.accountant_, self.settings.delta, steps_per_round=self.plan_.steps_per_round,
-            n_rounds=self.plan_.n_rounds, discretization=10 * DISCRETIZATION)
-        self._final_epsilon = self._planned_final_epsilon(start, resume)
+        self._epsilon_so_far = self.pricing.running_epsilon(self.accountant_)
+        # ε of the ledger once every remaining round is charged, on the fine grid (what epsilon_ will be): every ε
+        # in history_ is at most it, so the curve never crosses the final figure
+        remaining = PrivacyAccountant.from_state_dict(self.accountant_.state_dict())
+        remaining.extend(self.pricing.rounds_release(start + (resume is not None and resume.started)))
+        self._final_epsilon = self.pricing.epsilon(remaining)
         self.history_: list[dict] = [dict(h) for h in prior.history]
         self._round_offset = len(self.history_) - start
         self.transcript_: list[dict] | None = [] if self.record_transcript else None
-        manifolds = {name: manifold_of(p) for name, p in params.items()}
+        return start
 
-        clip = self._clip_after(self.history_[self._round_offset + start - 1] if start > 0 else None)
-        for t in round_progress(range(start, self.n_rounds), self.settings.verbose):
-            round_started = time.perf_counter()
-            lr = self._lr(t)
-            theta = {name: p.detach().clone() for name, p in params.items()}
-            rng_before = copy.deepcopy(server_rng.bit_generator.state)
-            selected = np.sort(server_rng.choice(n_clients, size=k, replace=False))
-            cost = self.round_release(lr, clip)
-            if not (resume is not None and resume.started and t == start and resume.round_cost == cost.state_dict()):
-                self.accountant_.extend(cost)  # a cut round re-sent as it was charged is not charged again
-            if on_round is not None:
-                on_round(TrainingState(t, theta, self.accountant_.state_dict(), self.history_, rng_before, True,
-                                       plan=self._plan_record(), round_cost=cost.state_dict()))
-            replies = transport.run_round(t, selected.tolist(), theta,
-                                          {int(i): self.client_instructions(int(i), lr, clip) for i in selected})
-            replied = sorted(replies)
-            fraction = self._clipped_fraction(replies) if self.plan_.adaptive_clip else None
-            started = time.perf_counter()
-            submissions = None
-            if replied:  # otherwise θ stays
-                submissions = {name: torch.stack([replies[i][0][name] for i in replied]) for name in params}
-                with torch.no_grad():
-                    for name, p in params.items():
-                        p.copy_(self.aggregation.output(manifolds[name], theta[name], submissions[name].mean(0)))
-            aggregation_seconds = time.perf_counter() - started
-            if self.transcript_ is not None:
-                self.transcript_.append({"theta": theta, "clients": replied, "submissions": submissions})
-            self._end_round(t, lr, selected, replied, aggregation_seconds,
-                            sum(replies[i][1] for i in replied), time.perf_counter() - round_started)
-            if self.plan_.adaptive_clip:
-                self.history_[-1].update(clip=clip, clipped_fraction=fraction)
-                clip = self._clip_after(self.history_[-1])
-            if on_round is not None:
-                on_round(self.state(t + 1, server_rng))
-        if self.history_ and start < self.n_rounds:
-            self.history_[-1]["epsilon"] = self.epsilon_  # the certified value itself, on the fine grid
-        return self
+    def _serve_round(self, t: int, transport: Transport, server_rng: np.random.Generator, k: int, clip: float,
+                     resent: TrainingState | None, on_round: Callable[[TrainingState], None] | None) -> float:
+        """Round ``t``: select, charge, send, aggregate, record; the clip of the next round.
+
+        ``resent``: the checkpoint taken at this round's start, which re-sends
+        it as it was charged (not charged again).
+        """
+        round_started = time.perf_counter()
+        lr = self.pricing.lr(t)
+        params = trainable_parameters(self.module)
+        theta = {name: p.detach().clone() for name, p in params.items()}
+        rng_before = copy.deepcopy(server_rng.bit_generator.state)
+        selected = np.sort(server_rng.choice(len(self.pricing.client_sizes), size=k, replace=False))
+        cost = self.pricing.round_release(lr, clip)
+        if resent is None or resent.round_cost != cost.state_dict():
+            self.accountant_.extend(cost)
+        if on_round is not None:
+            on_round(TrainingState(t, theta, self.accountant_.state_dict(), self.history_, rng_before, True,
+                                   plan=self.pricing.record(), round_cost=cost.state_dict()))
+        replies = transport.run_round(t, selected.tolist(), theta,
+                                      {int(i): self.client_instructions(int(i), lr, clip) for i in selected})
+        replied = sorted(replies)
+        started = time.perf_counter()
+        submissions = None
+        if replied:  # otherwise θ stays
+            submissions = {name: torch.stack([replies[i][0][name] for i in replied]) for name in params}
+            with torch.no_grad():
+                for name, p in params.items():
+                    p.copy_(self.aggregation.output(manifold_of(p), theta[name], submissions[name].mean(0)))
+        aggregation_seconds = time.perf_counter() - started
+        if self.transcript_ is not None:
+            self.transcript_.append({"theta": theta, "clients": replied, "submissions": submissions})
+        self._end_round(t, lr, selected, replied, aggregation_seconds,
+                        sum(replies[i][1] for i in replied), time.perf_counter() - round_started)
+        if self.plan_.adaptive_clip:
+            self.history_[-1].update(clip=clip, clipped_fraction=self._clipped_fraction(replies))
+            clip = self._clip_after(self.history_[-1])
+        if on_round is not None:
+            on_round(self.state(t + 1, server_rng))
+        return clip
 
     def _clip_after(self, row: dict | None) -> float:
         """C of the next round: C_0 at the start, else :func:`~skfedriem.federated.adaptive_clip.next_clip` of a
@@ -557,41 +484,16 @@ class FederatedTrainer:
         values = [min(max(v, low), high) for v in values if math.isfinite(v)]
         return float(np.mean(values)) if values else None
 
-    def _planned_final_epsilon(self, start: int, resume: TrainingState | None) -> float:
-        """ε of the ledger once every remaining round is charged, on the fine grid (what ``epsilon_`` will be).
-
-        Every ε in ``history_`` is at most this: the ε after t rounds is below
-        the ε after all of them, so min(the coarse per-round value, this) is
-        still an upper bound, and the curve never crosses the final figure.
-        """
-        ledger = PrivacyAccountant.from_state_dict(self.accountant_.state_dict())
-        for t in range(start + (resume is not None and resume.started), self.n_rounds):
-            ledger.extend(self.round_release(self._lr(t)))
-        if not ledger.private:
-            return math.inf
-        return self.accounting.epsilon(ledger, self.settings.delta, steps_per_round=self.plan_.steps_per_round,
-                                       n_rounds=self.plan_.n_rounds, discretization=DISCRETIZATION)
-
     def state(self, completed_rounds: int, server_rng: np.random.Generator | None = None) -> TrainingState:
         """This run's state after ``completed_rounds`` rounds: θ, ledger, history (and the selection stream)."""
         theta = {name: p.detach().clone() for name, p in trainable_parameters(self.module).items()}
         rng = None if server_rng is None else copy.deepcopy(server_rng.bit_generator.state)
         return TrainingState(completed_rounds, theta, self.accountant_.state_dict(), self.history_, rng, False,
-                             plan=self._plan_record())
-
-    def _plan_record(self) -> dict:
-        """What a resume must share with the run it continues: the target, the plan and the clients' sizes."""
-        schedule = self.settings.lr_schedule
-        return {"eps": self.settings.eps, "delta": self.settings.delta, "n_rounds": self.n_rounds,
-                "aggregation": self.aggregation.name, "client_sizes": list(self._client_sizes),
-                # what shapes the instructions a resumed round re-sends (a callable schedule: by its name)
-                "lr": self.settings.lr, "lr_schedule": schedule if isinstance(schedule, str) else repr(schedule),
-                "clip_quantile": self.settings.clip_quantile,
-                **{k: v for k, v in dataclasses.asdict(self.plan_).items() if k != "basis"}}
+                             plan=self.pricing.record())
 
     def _check_resume(self, resume: TrainingState) -> None:
         """ValueError unless the checkpoint was taken by a run with this one's plan."""
-        ours = self._plan_record()
+        ours = self.pricing.record()
         if resume.plan != ours:
             changed = sorted(k for k in set(ours) | set(resume.plan or {})
                              if (resume.plan or {}).get(k) != ours.get(k))
@@ -601,13 +503,6 @@ class FederatedTrainer:
                 f"{ {k: ours.get(k) for k in changed} }). A resumed run sends and charges what its checkpoint "
                 "planned; start a new run instead."
             )
-
-    def _epsilon(self, discretization: float) -> float:
-        if not self.accountant_.private:
-            return math.inf
-        return self.accounting.epsilon(self.accountant_, self.settings.delta,
-                                       steps_per_round=self.plan_.steps_per_round, n_rounds=self.plan_.n_rounds,
-                                       discretization=discretization)
 
     def _end_round(self, t: int, lr: float, selected: np.ndarray, replied: list[int], aggregation_seconds: float,
                    submission_seconds: float, round_seconds: float) -> None:
@@ -636,15 +531,7 @@ class FederatedTrainer:
     @property
     def epsilon_(self) -> float:
         """Certified ε of every round in the ledger (earlier runs included) on the fine grid; inf when non-private."""
-        return self._epsilon(DISCRETIZATION)
-
-
-def _dominates(planned: PrivacyAccountant, cost: PrivacyAccountant) -> bool:
-    """Whether ``planned`` charges at least what ``cost`` does, entry by entry (same rates, steps, μ0 ≥)."""
-    if len(planned.history) != len(cost.history):
-        return False
-    return all((p.sample_rate, p.sampling, p.steps) == (c.sample_rate, c.sampling, c.steps) and p.mu0 >= c.mu0
-               for p, c in zip(planned.history, cost.history))
+        return self.pricing.epsilon(self.accountant_)
 
 
 def run_locally(trainer: FederatedTrainer, clients: Sequence[tuple[torch.Tensor, ...]], names: list,

@@ -23,7 +23,7 @@ def test_a_fit_plans_its_run_once(cls, monkeypatch):
     """The planner's plan is the trainer's: the run's σ is calibrated once per fit (it was planned twice, by the
     planner and again by the trainer), and the fitted plan is the one the rounds ran."""
     from skfedriem.classification import planning
-    from skfedriem.federated import engine
+    from skfedriem.federated import pricing
 
     plans = []
 
@@ -32,7 +32,7 @@ def test_a_fit_plans_its_run_once(cls, monkeypatch):
         return plans[-1]
 
     monkeypatch.setattr(planning, "plan_run", counted)
-    monkeypatch.setattr(engine, "plan_run", counted)
+    monkeypatch.setattr(pricing, "plan_run", counted)
     X, y, groups = _spd(0)
     clf = cls(eps=4.0, n_rounds=2, random_state=0).fit(X, y, groups=groups)
     private = [p for p in plans if p.mu0 is not None]  # the tangent space's mean is its own (non-private) run

@@ -166,7 +166,7 @@ def test_a_resume_with_another_quantile_or_step_is_refused(federation, tmp_path)
     est = FederatedSPDNetClassifier(eps=4.0, clip="auto", n_rounds=3, random_state=0)
     trainer = est.make_trainer(X.shape[1:], classes=np.unique(y), client_sizes=[60, 60, 60])
     trainer.planned_release([60, 60, 60])
-    record = trainer._plan_record()
+    record = trainer.pricing.record()
     for change in ({"clip_quantile": 0.9}, {"lr": 0.3}):
         other = est.set_params(**change).make_trainer(X.shape[1:], classes=np.unique(y),
                                                       client_sizes=[60, 60, 60])

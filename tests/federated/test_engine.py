@@ -79,10 +79,10 @@ def test_a_trainer_runs_the_plan_it_is_given_and_refuses_one_made_for_other_clie
 
 def test_a_trainer_plans_once_for_the_same_clients(monkeypatch):
     """Charging the plan before the rounds and serving them use one plan (it used to be made twice)."""
-    from skfedriem.federated import engine
+    from skfedriem.federated import pricing
 
     calls = []
-    monkeypatch.setattr(engine, "plan_run", lambda *a, **k: calls.append(1) or plan_run(*a, **k))
+    monkeypatch.setattr(pricing, "plan_run", lambda *a, **k: calls.append(1) or plan_run(*a, **k))
     from skfedriem.federated.plan import plan_run
 
     t = trainer()

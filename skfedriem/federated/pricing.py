@@ -1,0 +1,200 @@
+"""The server's plan of a run and the price of each of its rounds: what a round sends and what it is charged.
+
+:class:`RoundPricing` is the part of :class:`~skfedriem.federated.FederatedTrainer`
+that knows nothing of transports or of the records: from the public settings,
+the clients' sizes and the model it plans the run once (σ, B, τ_i), writes
+each client's instructions for a round and prices the round as every client
+will charge it (:func:`~skfedriem.federated.client.step_plan`, the function the
+clients run). The round loop (:meth:`~skfedriem.federated.FederatedTrainer.serve`)
+sends what it writes and charges what it prices.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+
+from torch import nn
+
+from ..privacy import PrivacyAccountant
+from ..privacy.accounting_methods import get_accounting
+from ..privacy.mechanism import clipped_gradient_diameter
+from ..privacy.step_plan import round_release
+from ..privacy.subsampled_gaussian import DISCRETIZATION
+from .aggregation import get_aggregation
+from .client import RoundInstructions, step_plan
+from .plan import PrivacyPlan, plan_basis, plan_run
+from .settings import FederationSettings
+
+__all__ = ["RoundPricing", "lr_at_round"]
+
+
+def lr_at_round(lr: float, schedule: str | Callable[[int], float], round_: int, n_rounds: int) -> float:
+    """Learning rate of round ``round_`` (0-based).
+
+    Parameters
+    ----------
+    lr : float
+        η, the rate of round 0.
+    schedule : {"constant", "cosine"} or callable
+        Constant η, cosine decay η (1 + cos(π t / T)) / 2, or ``schedule(t)``
+        -> the rate of round t (``lr`` is then ignored).
+    round_ : int
+        t.
+    n_rounds : int
+        T.
+
+    Returns
+    -------
+    float
+
+    Examples
+    --------
+    >>> lr_at_round(0.1, "cosine", 50, 100)
+    0.05
+    """
+    if callable(schedule):
+        return float(schedule(round_))
+    if schedule == "constant":
+        return lr
+    if schedule == "cosine":
+        return lr * 0.5 * (1 + math.cos(math.pi * round_ / n_rounds))
+    raise ValueError(f"The 'lr_schedule' parameter must be 'constant', 'cosine' or a callable. "
+                     f"Got {schedule!r} instead.")
+
+
+class RoundPricing:
+    """A run's plan, its rounds' instructions and what each round costs, for one model and its settings.
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        The model (its blocks and clipped-gradient diameter shape the steps).
+    settings : FederationSettings
+    plan : PrivacyPlan, optional
+        A plan made by a planner for these settings and this model; used for
+        the clients it was made for (its ``basis``), refused for others.
+
+    Attributes
+    ----------
+    plan_ : PrivacyPlan or None
+        The plan of the clients last planned for (None before).
+    client_sizes : list of int or None
+        Their sizes.
+    """
+
+    def __init__(self, module: nn.Module, settings: FederationSettings, plan: PrivacyPlan | None = None) -> None:
+        self.module, self.settings = module, settings
+        self.accounting = get_accounting(settings.accounting)
+        self.aggregation = get_aggregation(settings.aggregation)
+        self._given = plan
+        self.plan_: PrivacyPlan | None = None
+        self.client_sizes: list[int] | None = None
+
+    def plan(self, client_sizes: list[int], client_names: list) -> PrivacyPlan:
+        """The run's plan for these clients: B, each τ_i, and σ calibrated by the accounting method.
+
+        The plan given, or the one made for the same clients, is not made again.
+
+        Parameters
+        ----------
+        client_sizes : list of int
+        client_names : list
+
+        Returns
+        -------
+        PrivacyPlan
+        """
+        diameter = clipped_gradient_diameter(self.module)
+        basis = plan_basis(client_sizes, self.settings, self.accounting, diameter)
+        if self.plan_ is None or self.plan_.basis != basis:
+            if self._given is not None and self._given.basis != basis:
+                raise ValueError(f"The plan given to FederatedTrainer was made for other clients, settings or model "
+                                 f"({self._given.basis}) than this run's ({basis}): plan the run with these "
+                                 "(plan_run), or pass no plan.")
+            self.plan_ = self._given or plan_run(client_sizes, client_names, self.settings,
+                                                 accounting=self.accounting, diameter=diameter)
+        self.client_sizes = [int(m) for m in client_sizes]
+        return self.plan_
+
+    def lr(self, t: int) -> float:
+        """η of round ``t``."""
+        return lr_at_round(self.settings.lr, self.settings.lr_schedule, t, self.settings.n_rounds)
+
+    def client_instructions(self, client: int, lr: float, clip: float | None = None) -> RoundInstructions:
+        """The public instructions for client ``client`` in a round at learning rate ``lr``.
+
+        ``clip`` (adaptive clipping): this round's C_t; the noise follows it,
+        σ_t = σ_0 C_t / C_0, nudged up by 1e-12 so that rounding never makes a
+        step's μ0 exceed the planned one (what the ledger charges).
+        """
+        plan = self.plan_
+        noise_std, count_noise_std = plan.client_noise_std(client), plan.count_noise_std
+        if clip is None or clip == plan.clip:
+            clip = plan.clip
+        else:
+            noise_std = noise_std * (clip / plan.clip) * (1 + 1e-12)
+        return RoundInstructions(lr=lr, local_steps=plan.local_steps[client],
+                                 batch_size=plan.client_batch_size(client), clip=clip, noise_std=noise_std,
+                                 sampling=self.settings.sampling, aggregation=self.aggregation.name,
+                                 count_noise_std=count_noise_std)
+
+    def round_release(self, lr: float, clip: float | None = None) -> PrivacyAccountant:
+        """What one round costs: the steps every client would take for its instructions, dominated as one.
+
+        Built by :func:`~skfedriem.federated.client.step_plan`, the function
+        each client uses to turn its instructions into the steps its sampler
+        and mechanism run, from each client's own size and the model; over
+        every client, selected or not (client selection gives no amplification:
+        the server chooses and sees it). Steps without noise cost infinite loss.
+        """
+        cost = round_release(step_plan(self.client_instructions(i, lr, clip), size, self.module)
+                             for i, size in enumerate(self.client_sizes))
+        if clip is None or clip == self.plan_.clip:
+            return cost
+        # adaptive clipping: the round as planned (at C_0) dominates it, step for step; charging that keeps
+        # every round's entry the same
+        planned = self.round_release(lr)
+        if not _dominates(planned, cost):  # cannot happen: σ_t is nudged up (and the budget was charged the plan)
+            raise RuntimeError(f"An adaptive round at clip {clip!r} would cost more than its plan: "
+                               f"{cost.state_dict()} > {planned.state_dict()}.")
+        return planned
+
+    def rounds_release(self, first: int = 0) -> PrivacyAccountant:
+        """Rounds ``first`` .. T − 1 as the ledger will be charged them (all of them: the whole run)."""
+        planned = PrivacyAccountant()
+        for t in range(first, self.settings.n_rounds):
+            planned.extend(self.round_release(self.lr(t)))
+        return planned
+
+    def epsilon(self, ledger: PrivacyAccountant, discretization: float = DISCRETIZATION) -> float:
+        """Certified ε of ``ledger`` under this run's accounting (inf when a step was not private)."""
+        if not ledger.private:
+            return math.inf
+        return self.accounting.epsilon(ledger, self.settings.delta, steps_per_round=self.plan_.steps_per_round,
+                                       n_rounds=self.plan_.n_rounds, discretization=discretization)
+
+    def running_epsilon(self, ledger: PrivacyAccountant) -> Callable[[], float]:
+        """ε of ``ledger`` as it grows, on a grid 10x the final one: still an upper bound, and each round composes
+        only its own steps."""
+        return self.accounting.running_epsilon(ledger, self.settings.delta, steps_per_round=self.plan_.steps_per_round,
+                                               n_rounds=self.plan_.n_rounds, discretization=10 * DISCRETIZATION)
+
+    def record(self) -> dict:
+        """What a resume must share with the run it continues: the target, the plan and the clients' sizes."""
+        schedule = self.settings.lr_schedule
+        return {"eps": self.settings.eps, "delta": self.settings.delta, "n_rounds": self.settings.n_rounds,
+                "aggregation": self.aggregation.name, "client_sizes": list(self.client_sizes),
+                # what shapes the instructions a resumed round re-sends (a callable schedule: by its name)
+                "lr": self.settings.lr, "lr_schedule": schedule if isinstance(schedule, str) else repr(schedule),
+                "clip_quantile": self.settings.clip_quantile,
+                **{k: v for k, v in dataclasses.asdict(self.plan_).items() if k != "basis"}}
+
+
+def _dominates(planned: PrivacyAccountant, cost: PrivacyAccountant) -> bool:
+    """Whether ``planned`` charges at least what ``cost`` does, entry by entry (same rates, steps, μ0 ≥)."""
+    if len(planned.history) != len(cost.history):
+        return False
+    return all((p.sample_rate, p.sampling, p.steps) == (c.sample_rate, c.sampling, c.steps) and p.mu0 >= c.mu0
+               for p, c in zip(planned.history, cost.history))
