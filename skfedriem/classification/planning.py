@@ -307,53 +307,67 @@ def plan_classifier(
     names = list(range(len(client_sizes))) if client_names is None else list(client_names)
     privacy = plan_run(list(client_sizes), names, settings, diameter=diameter)
     tau = privacy.steps_per_round
-    median = statistics.median(client_sizes)
-    if _is_auto(batch_size) and batch < schedule.batch_size and 4 * min(client_sizes) <= median:
-        if local_steps is not None:
-            work = f"every client then takes its {tau} set steps a round of {batch} records"
-        elif privacy.mu0 is None:
-            work = f"the others then take up to {tau} steps a round of {batch} records"
-        else:
-            work = (f"every client then takes the smallest's {tau} step(s) a round, each with the noise of a batch "
-                    f"of {batch}: a round draws {batch * tau} records of the largest client's {max(client_sizes)}")
-        warn_user(f"batch_size='auto' is {batch} for every client because the smallest holds only "
-                  f"{min(client_sizes)} records (median {median:g}): {work}. Leave the small client out or merge it "
-                  "with another, or set batch_size yourself.")
+    if _is_auto(batch_size) and batch < schedule.batch_size:
+        _warn_of_a_small_client(client_sizes, batch, privacy, local_steps is not None)
     chosen = planned_optimizer(schedule, optimizer, private=eps is not None)
     if _is_auto(optimizer):
-        if schedule.optimizer_reason:
-            why = schedule.optimizer_reason
-        elif chosen == "adam":
-            why = ("without privacy, Adam with a cosine schedule converges where the private SGD schedule stayed near "
-                   "chance on real EEG")
-        else:
-            why = "Adam normalises a gradient that is mostly noise under DP, and lost to SGD on small clients"
-        reasons.append(f"{chosen}: {why}")
+        reasons.append(f"{chosen}: {_optimizer_reason(schedule, chosen)}")
     if _is_auto(lr_schedule):
         lr_schedule = "constant" if chosen == "sgd" else "cosine"
     if _is_auto(lr):
-        if chosen == "sgd" and schedule.sgd_lr is not None:
-            lr = schedule.sgd_lr
-            reasons.append(f"η = {lr:g}: {schedule.sgd_lr_reason}" if schedule.sgd_lr_reason else f"η = {lr:g}")
-        elif chosen == "sgd":
-            k = len(client_sizes) if clients_per_round is None else min(clients_per_round, len(client_sizes))
-            sigmas = [privacy.client_noise_std(i) for i in range(len(client_sizes))]
-            spread = math.sqrt(sum(x * x for x in sigmas) / len(sigmas) / k)  # σ̄: the noise of a k-client mean
-            walk = spread * math.sqrt(rounds * tau)
-            lr = ROUND_STEP / tau if walk == 0 else min(ROUND_STEP / tau, noise_walk / walk)
-            reasons.append(f"η = min({ROUND_STEP:g} / τ, {noise_walk:g} / (σ̄ √(T τ))) = {lr:.4g} with "
-                           f"τ = {tau} local steps per round and σ̄ = {spread:.3g}, the noise std of a "
-                           f"{k}-client mean: a bounded step per round, and a bounded random walk of the noise "
-                           "over the run")
-        elif chosen == "adam":
-            lr = schedule.adam_lr
-            reasons.append(f"η = {lr:g}: Adam's step for this model")
-        else:
-            raise ValueError(f"lr='auto' is planned for optimizer 'sgd' or 'adam'; optimizer={optimizer!r} needs "
-                             "an explicit lr.")
+        k = len(client_sizes) if clients_per_round is None else min(clients_per_round, len(client_sizes))
+        lr, why = _planned_lr(schedule, chosen, optimizer, privacy, k, rounds, noise_walk)
+        reasons.append(why)
     return ClassifierPlan(optimizer=chosen, lr=float(lr), lr_schedule=lr_schedule, n_rounds=rounds,
                           batch_size=batch, local_epochs=epochs, local_steps=local_steps, steps_per_round=tau,
                           reason="; ".join(reasons) or "every setting given", privacy=privacy)
+
+
+def _warn_of_a_small_client(client_sizes: list[int], batch: int, privacy: PrivacyPlan, steps_set: bool) -> None:
+    """Warn when ``batch_size="auto"`` was cut to a client much smaller than the median: every client's batch is."""
+    median, tau = statistics.median(client_sizes), privacy.steps_per_round
+    if 4 * min(client_sizes) > median:
+        return
+    if steps_set:
+        work = f"every client then takes its {tau} set steps a round of {batch} records"
+    elif privacy.mu0 is None:
+        work = f"the others then take up to {tau} steps a round of {batch} records"
+    else:
+        work = (f"every client then takes the smallest's {tau} step(s) a round, each with the noise of a batch "
+                f"of {batch}: a round draws {batch * tau} records of the largest client's {max(client_sizes)}")
+    warn_user(f"batch_size='auto' is {batch} for every client because the smallest holds only "
+              f"{min(client_sizes)} records (median {median:g}): {work}. Leave the small client out or merge it "
+              "with another, or set batch_size yourself.")
+
+
+def _optimizer_reason(schedule: ClassifierSchedule, chosen: str) -> str:
+    if schedule.optimizer_reason:
+        return schedule.optimizer_reason
+    if chosen == "adam":
+        return ("without privacy, Adam with a cosine schedule converges where the private SGD schedule stayed near "
+                "chance on real EEG")
+    return "Adam normalises a gradient that is mostly noise under DP, and lost to SGD on small clients"
+
+
+def _planned_lr(schedule: ClassifierSchedule, chosen: str, optimizer, privacy: PrivacyPlan, k: int, rounds: int,
+                noise_walk: float) -> tuple[float, str]:
+    """η for ``lr="auto"`` and why: the model's fixed SGD step, the noise-walk rule, or Adam's step."""
+    tau = privacy.steps_per_round
+    if chosen == "sgd" and schedule.sgd_lr is not None:
+        lr = schedule.sgd_lr
+        return lr, (f"η = {lr:g}: {schedule.sgd_lr_reason}" if schedule.sgd_lr_reason else f"η = {lr:g}")
+    if chosen == "sgd":
+        sigmas = [privacy.client_noise_std(i) for i in range(len(privacy.local_steps))]
+        spread = math.sqrt(sum(x * x for x in sigmas) / len(sigmas) / k)  # σ̄: the noise of a k-client mean
+        walk = spread * math.sqrt(rounds * tau)
+        lr = ROUND_STEP / tau if walk == 0 else min(ROUND_STEP / tau, noise_walk / walk)
+        return lr, (f"η = min({ROUND_STEP:g} / τ, {noise_walk:g} / (σ̄ √(T τ))) = {lr:.4g} with τ = {tau} local "
+                    f"steps per round and σ̄ = {spread:.3g}, the noise std of a {k}-client mean: a bounded step per "
+                    "round, and a bounded random walk of the noise over the run")
+    if chosen == "adam":
+        return schedule.adam_lr, f"η = {schedule.adam_lr:g}: Adam's step for this model"
+    raise ValueError(f"lr='auto' is planned for optimizer 'sgd' or 'adam'; optimizer={optimizer!r} needs an "
+                     "explicit lr.")
 
 
 def _is_auto(value) -> bool:
