@@ -70,8 +70,9 @@ def __getattr__(name: str):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     import warnings
 
-    from ..federated import lockstep
+    # from the two modules, not the lockstep package (which imports the clients, which import this package)
+    from ..federated.lockstep import modules, stack
 
     warnings.warn(f"skfedriem.privacy.{name} moved to skfedriem.federated.lockstep.{name}; the old path is removed "
                   "in 0.3.", FutureWarning, stacklevel=2)
-    return getattr(lockstep, name)
+    return getattr(stack if hasattr(stack, name) else modules, name)
