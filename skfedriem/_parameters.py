@@ -107,6 +107,7 @@ def _declare_parameters(cls: type) -> type:
     ``_parameter_constraints`` and its entry replaces the docstring's
     ``[federation parameters]`` marker, with this class's default.
     """
+    _refuse_silent_mistakes(cls)
     annotations = cls.__dict__.get("__annotations__", {})
     private = {name: annotations.pop(name) for name in [n for n in annotations if n.startswith("_")]}
     written = "__init__" in cls.__dict__
@@ -114,6 +115,7 @@ def _declare_parameters(cls: type) -> type:
     annotations.update(private)
     if not written:
         cls.__init__._from_declarations = True
+    _adopt_hand_written_init(cls)
     fields = dataclasses.fields(cls)
     docs = {f.name: doc for f in fields if (doc := f.metadata.get("doc") or _inherited_doc(cls, f.name))}
     cls._parameter_docs = docs
@@ -128,6 +130,56 @@ def _declare_parameters(cls: type) -> type:
         cls.__doc__ = (template.replace(PARAMETERS_MARKER, "\n".join(entries).strip())
                        .replace(ATTRIBUTES_MARKER, textwrap.indent(FITTED_ATTRIBUTES, "    ").strip()))
     return cls
+
+
+def _refuse_silent_mistakes(cls: type) -> None:
+    """TypeError for what would silently not take effect: a parameter's default written without its annotation (the
+    instances would keep the base's), or a base's ``__init__`` the dataclass's would never call."""
+    own = cls.__dict__.get("__annotations__", {})
+    inherited = {f.name for base in cls.__mro__[1:] if "__dataclass_fields__" in base.__dict__
+                 for f in dataclasses.fields(base)}
+    for name, value in cls.__dict__.items():
+        if name in inherited and name not in own and not (inspect.isfunction(value) or hasattr(value, "__get__")):
+            raise TypeError(f"{cls.__name__}.{name} = {value!r} has no annotation, so it is not the parameter's "
+                            f"default: write {name}: <type> = {value!r}.")
+    if "__init__" not in cls.__dict__:
+        skipped = [base.__name__ for base in cls.__mro__[1:]
+                   if "__init__" in base.__dict__ and base is not object and "__dataclass_fields__" not in base.__dict__]
+        if skipped:
+            raise TypeError(f"{cls.__name__}'s __init__ stores its parameters and calls no other __init__, so "
+                            f"{', '.join(skipped)}.__init__ would never run: give {cls.__name__} an __init__ of its "
+                            "own, or move that set-up out of __init__.")
+
+
+def _adopt_hand_written_init(cls: type) -> None:
+    """Give an ``__init__(self, ..., **shared)`` of an earlier version the full signature (deprecated until 0.3).
+
+    Its own parameters keep their kind and default; every other parameter
+    joins as keyword-only, with the class's default, and is passed on to it.
+    """
+    init = cls.__dict__.get("__init__")
+    original = getattr(init, "_hand_written", None)
+    if original is None:
+        if init is None or getattr(init, "_from_declarations", False) or not any(
+                p.kind is p.VAR_KEYWORD for p in inspect.signature(init).parameters.values()):
+            return
+        warnings.warn(f"{cls.__name__}.__init__(..., **shared) is deprecated and is refused in 0.3: delete it and "
+                      "declare the class's own parameters as annotated class attributes (depth: int = 2).",
+                      FutureWarning, stacklevel=4)
+        original = init
+    own = [p for p in inspect.signature(original).parameters.values() if p.kind is not p.VAR_KEYWORD]
+    own_names = {p.name for p in own}
+    shared = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default)
+              for f in dataclasses.fields(cls) if f.name not in own_names]
+
+    def __init__(self, *args, **params) -> None:
+        passed = {f.name: f.default for f in dataclasses.fields(cls) if f.name not in own_names}
+        original(self, *args, **{**passed, **params})
+
+    __init__.__qualname__, __init__.__module__ = original.__qualname__, cls.__module__
+    __init__.__signature__ = inspect.Signature(own + shared)
+    __init__._hand_written = original
+    cls.__init__ = __init__
 
 
 def _inherited_doc(cls: type, name: str) -> SettingDoc | None:
@@ -145,8 +197,7 @@ def federated_parameters(defaults: dict | None = None, docs: dict[str, SettingDo
         A subclass of a federated estimator gets every parameter of its bases
         without a decorator; it changes a default by writing the attribute
         again (``eps: float = 1.0``) and declares its own as annotated
-        attributes. The decorator still applies ``defaults`` and ``docs``, and
-        gives an ``__init__(self, *, own..., **shared)`` the full signature.
+        attributes. The decorator still applies ``defaults`` and ``docs``.
 
     Parameters
     ----------
@@ -165,31 +216,15 @@ def federated_parameters(defaults: dict | None = None, docs: dict[str, SettingDo
                   FutureWarning, stacklevel=2)
 
     def decorate(cls):
-        old_init = cls.__dict__.get("__init__")
-        takes_shared = old_init is not None and any(
-            p.kind is p.VAR_KEYWORD for p in inspect.signature(old_init).parameters.values())
         known = {f.name: f for f in dataclasses.fields(cls)}
         for name in {**(defaults or {}), **(docs or {})}:
             default = (defaults or {}).get(name, known[name].default)
             metadata = {"doc": docs[name]} if docs and name in docs else {}
             cls.__annotations__[name] = "object"
             setattr(cls, name, dataclasses.field(default=default, metadata=metadata))
-        if getattr(old_init, "_from_declarations", False):
+        if getattr(cls.__dict__.get("__init__"), "_from_declarations", False):
             del cls.__init__  # the dataclass's, made again with the new defaults
-        _declare_parameters(cls)
-        if takes_shared:
-            fields = dataclasses.fields(cls)
-            own = [p for p in inspect.signature(old_init).parameters.values()
-                   if p.kind is not p.VAR_KEYWORD and p.name not in {f.name for f in fields}]
-            shared = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default) for f in fields]
-
-            def __init__(self, **params) -> None:
-                old_init(self, **{**{f.name: f.default for f in fields if f.name in (defaults or {})}, **params})
-
-            __init__.__qualname__, __init__.__module__ = old_init.__qualname__, cls.__module__
-            __init__.__signature__ = inspect.Signature(own + shared)
-            cls.__init__ = __init__
-        return cls
+        return _declare_parameters(cls)
 
     return decorate
 

@@ -92,7 +92,7 @@ def test_the_settings_object_is_the_estimators_parameters(spd):
     (FederatedPCA, "rows", {"manifold": "stiefel"}),
 ])
 def test_a_warm_start_refuses_a_change_of_the_model(cls, fit_args, change, request):
-    """Issue 20: a warm fit with dims=(3,) kept a 4→2 BiMap; n_components=3 kept a (2, d) basis."""
+    """A warm fit with another model shape is refused (dims=(3,) kept a 4→2 BiMap; n_components=3 a (2, d) basis)."""
     data = request.getfixturevalue(fit_args)
     options = (dict(eps=None, warm_start=True, **SPD) if fit_args == "spd" else
                dict(eps=None, warm_start=True, solver="riemannian", n_rounds=2, random_state=0))
@@ -287,3 +287,32 @@ def test_noise_averaged_over_many_clients_is_not_called_a_random_walk():
         clf = FederatedTangentSpaceClassifier(eps=0.2, n_rounds=20, random_state=0).fit(X, y, groups=groups)
     assert clf.noise_std_ > np.sqrt(20) * 1.0  # one client's noise alone would swamp every direction
     assert clf.score(X, y) > 0.8
+
+
+def test_a_default_or_a_base_init_that_would_silently_not_apply_is_refused():
+    """A default written without its annotation, or a mixin's ``__init__`` the generated one would skip."""
+    with pytest.raises(TypeError, match="eps = 1.0 has no annotation"):
+        class Unannotated(FederatedSPDNetClassifier):
+            eps = 1.0
+
+    class Logging:
+        def __init__(self, **params):
+            self.log = []
+            super().__init__(**params)
+
+    with pytest.raises(TypeError, match="Logging.__init__ would never run"):
+        class Logged(Logging, FederatedSPDNetClassifier):
+            pass
+
+    class Annotated(FederatedSPDNetClassifier):
+        eps: float = 1.0
+
+    assert Annotated().eps == 1.0
+
+
+def test_pca_refuses_batch_size_none_as_before():
+    from sklearn.utils._param_validation import InvalidParameterError
+
+    X, groups = make_federated_pca(n_clients=3, n_samples_per_client=40, n_features=5, random_state=0)
+    with pytest.raises(InvalidParameterError, match="batch_size"):
+        FederatedPCA(batch_size=None).fit(X, groups=groups)

@@ -105,3 +105,23 @@ def test_the_estimator_parameters_table_of_earlier_versions_is_read_from_the_dec
     with pytest.warns(FutureWarning, match="ESTIMATOR_PARAMETERS is deprecated"):
         table = base.ESTIMATOR_PARAMETERS
     assert table["n_clients"].type == "int" and "budget" in table["eps"].values
+
+
+def test_an_old_style_init_keeps_its_positional_parameters_and_its_defaults():
+    """An ``__init__(self, n_components=3, *, beta, **shared)`` is adopted as it was: positional, its own default."""
+    import inspect
+
+    from sklearn.base import clone
+
+    from skfedriem import FederatedPCA
+
+    with pytest.warns(FutureWarning, match=r"__init__\(\.\.\., \*\*shared\) is deprecated"):
+        class OldPCA(FederatedPCA):
+            def __init__(self, n_components=3, *, beta=0.1, **shared):
+                self.beta = beta
+                super().__init__(n_components, **shared)
+
+    est = OldPCA(4, beta=0.2, eps=0.5)
+    assert (est.n_components, est.beta, est.eps) == (4, 0.2, 0.5)
+    assert inspect.signature(OldPCA).parameters["n_components"].default == 3 and OldPCA().n_components == 3
+    assert clone(est).get_params()["beta"] == 0.2 and clone(est).eps == 0.5

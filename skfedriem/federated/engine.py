@@ -176,9 +176,7 @@ class FederatedTrainer:
         if settings.secure_mode and client_seed is not None:
             raise ValueError("secure_mode=True draws the clients' batches and noise from the OS's secure generator; "
                              "it cannot be seeded. Got a client_seed.")
-        self.module = module
         self.loss_fn = loss_fn
-        self.settings = settings
         self.pricing = RoundPricing(module, settings, plan)
         self.accounting, self.aggregation = self.pricing.accounting, self.pricing.aggregation
         self.seed_sequence = seed_sequence if seed_sequence is not None else np.random.SeedSequence()
@@ -189,6 +187,16 @@ class FederatedTrainer:
         self.monitor = monitor
         self.record_transcript = record_transcript
         self._charged = False
+
+    @property
+    def module(self) -> nn.Module:
+        """The model trained in place; the run is planned and priced for it, so it is not replaced."""
+        return self.pricing.module
+
+    @property
+    def settings(self) -> FederationSettings:
+        """The run's settings; the run is planned and priced from them, so they are not replaced."""
+        return self.pricing.settings
 
     @property
     def n_rounds(self) -> int:

@@ -58,9 +58,14 @@ class PrivacyPlan:
     gradient_mu0 : float or None, default=None
         μ_g, the gradient's part of μ0 (:func:`~skfedriem.federated.adaptive_clip.split_mu0`);
         None: all of μ0.
-    basis : tuple, default=()
-        What the plan was made from (:func:`plan_basis`): a trainer given the
-        plan uses it only for the same basis.
+
+    Attributes
+    ----------
+    basis : tuple
+        What the plan was made from (:func:`plan_basis`), set by
+        :func:`plan_run` alone: a trainer given the plan uses it only for the
+        same basis, and a plan built or edited by hand (``dataclasses.replace``)
+        has none, so no trainer takes it.
     """
 
     batch_size: int
@@ -77,7 +82,7 @@ class PrivacyPlan:
     sensitivity: float = 2.0
     count_noise_std: float = 0.0
     gradient_mu0: float | None = None
-    basis: tuple = field(default=(), repr=False, compare=False)
+    basis: tuple = field(default=(), init=False, repr=False, compare=False)
 
     def client_batch_size(self, client: int) -> int:
         """B_i: ``batch_size``, or client i's whole size in a full-batch run."""
@@ -164,7 +169,7 @@ def plan_basis(client_sizes: list[int], settings: FederationSettings, accounting
     -------
     tuple
     """
-    return (tuple(int(m) for m in client_sizes), get_accounting(accounting).name, float(diameter),
+    return (tuple(int(m) for m in client_sizes), get_accounting(accounting), float(diameter),
             *(getattr(settings, name) for name in PLANNED_FROM))
 
 
@@ -225,15 +230,24 @@ def plan_run(
     factor = sensitivity_factor(diameter, settings.sampling)
     shape = dict(batch_size=batch_size, local_steps=taus, sample_rate=q, steps_per_round=tau,
                  total_steps=settings.n_rounds * tau, accounting=method.name, sampling=settings.sampling,
-                 batch_sizes=tuple(int(m) for m in client_sizes) if full_batch else None, sensitivity=factor,
-                 basis=plan_basis(client_sizes, settings, method, diameter))
+                 batch_sizes=tuple(int(m) for m in client_sizes) if full_batch else None, sensitivity=factor)
+    plan = _calibrated(shape, settings, method, private, m_star)
+    object.__setattr__(plan, "basis", plan_basis(client_sizes, settings, method, diameter))  # plan_run's mark
+    return plan
+
+
+def _calibrated(shape: dict, settings: FederationSettings, method: RunAccounting, private: bool,
+                m_star: int) -> PrivacyPlan:
+    """The plan of ``shape`` with σ calibrated to the settings' (ε, δ) (none without privacy)."""
+    factor, batch_size = shape["sensitivity"], shape["batch_size"]
     if not private:
         return PrivacyPlan(**shape, mu0=None, noise_std=0.0, clip=math.inf)
     if settings.delta >= 1 / m_star:
         warn_user(f"delta={settings.delta:g} is not small against 1/m⋆ = 1/{m_star}: (eps, delta)-DP at this delta "
                   "allows leaking a whole record of the smallest client.")
-    mu0 = method.calibrate(settings.eps, settings.delta, sample_rate=q, steps_per_round=tau,
-                           n_rounds=settings.n_rounds, sampling=settings.sampling)
+    mu0 = method.calibrate(settings.eps, settings.delta, sample_rate=shape["sample_rate"],
+                           steps_per_round=shape["steps_per_round"], n_rounds=settings.n_rounds,
+                           sampling=settings.sampling)
     if settings.clip != "auto":
         return PrivacyPlan(**shape, mu0=mu0, noise_std=factor * settings.clip / (batch_size * mu0), clip=settings.clip)
     mu_g, count_noise_std = split_mu0(mu0)

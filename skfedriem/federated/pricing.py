@@ -189,7 +189,7 @@ class RoundPricing:
                 # what shapes the instructions a resumed round re-sends (a callable schedule: by its name)
                 "lr": self.settings.lr, "lr_schedule": schedule if isinstance(schedule, str) else repr(schedule),
                 "clip_quantile": self.settings.clip_quantile,
-                **{k: v for k, v in dataclasses.asdict(self.plan_).items() if k != "basis"}}
+                **{f.name: getattr(self.plan_, f.name) for f in dataclasses.fields(self.plan_) if f.name != "basis"}}
 
 
 def _dominates(planned: PrivacyAccountant, cost: PrivacyAccountant) -> bool:

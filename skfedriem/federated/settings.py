@@ -88,11 +88,16 @@ class SettingDoc:
 
 
 def _alternatives(type_: str) -> list[str]:
-    """``"int, None or 'auto'"`` -> its alternatives (a ``{...}`` set of options stays whole)."""
-    if type_.startswith("{") and "}" in type_:
-        head, rest = type_[: type_.index("}") + 1], type_[type_.index("}") + 1 :]
-        return [head, *_alternatives(rest.lstrip(", ").removeprefix("or ").strip())] if rest.strip() else [head]
-    return [a.strip() for a in type_.replace(" or ", ", ").split(",") if a.strip()]
+    """``"int, None or 'auto'"`` -> its alternatives (what stands inside brackets stays whole)."""
+    parts, depth, current = [], 0, ""
+    for char in type_.replace(" or ", ", "):
+        depth += (char in "([{") - (char in ")]}")
+        if char == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += char
+    return [a.strip() for a in [*parts, current] if a.strip()]
 
 
 def _join(alternatives: list[str]) -> str:

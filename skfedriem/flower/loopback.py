@@ -36,6 +36,7 @@ import tempfile
 import threading
 import time
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from queue import Empty, Queue
 
@@ -368,23 +369,9 @@ def site_files(estimator: str, out: Path, *, sites: int, records: int, features:
     return paths, {**settings, "classes": "0,1", "validation-path": str(validation)}
 
 
-def main(argv: list[str] | None = None) -> dict:
-    """Command line: synthetic sites, a secured loopback federation, one run; prints the result.
-
-    Parameters
-    ----------
-    argv : list of str, optional
-        The arguments (default: ``sys.argv[1:]``); ``--help`` lists them.
-
-    Returns
-    -------
-    dict
-        The run's result as printed.
-    """
-    from .apps import APP_DIRS
-
+def _parser(estimators: list[str]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m skfedriem.flower.loopback", description=__doc__.split("\n")[0])
-    parser.add_argument("--estimator", choices=sorted(APP_DIRS), default="pca")
+    parser.add_argument("--estimator", choices=estimators, default="pca")
     parser.add_argument("--sites", type=int, default=3)
     parser.add_argument("--records", type=int, default=120, help="records per site")
     parser.add_argument("--features", type=int, default=6, help="features (PCA) or channels (classifiers)")
@@ -406,15 +393,15 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds for each flwr run")
     parser.add_argument("--out", default=None, help="where the sites' files, logs and results go (default: a fresh "
                                                         "temporary folder, printed)")
-    args = parser.parse_args(argv)
+    return parser
 
-    out = Path(args.out).absolute() if args.out else Path(tempfile.mkdtemp(prefix="skfedriem-loopback-"))
-    print(f"skfedriem.loopback: files, logs and results in {out}", flush=True)
-    show = _printer()
+
+def _sites_and_run_config(args: argparse.Namespace, out: Path) -> tuple[list[Path], list[dict], dict]:
+    """The synthetic sites' files and node configurations, and the run configuration, from the command line."""
     paths, settings = site_files(args.estimator, out, sites=args.sites, records=args.records,
                                  features=args.features)
-    sites = []
     non_private = args.eps.lower() == "none"
+    sites = []
     for i, path in enumerate(paths):
         site = {"data-path": str(path), "name": f"site-{i}", "ledger-path": str(path.with_name("ledger.json"))}
         if non_private:  # a test bench's sites accept rounds without noise only when told to
@@ -423,38 +410,67 @@ def main(argv: list[str] | None = None) -> dict:
             site["max-epsilon"] = args.site_max_epsilon
         sites.append(site)
     run_config = {"n-clients": args.sites, "rounds": args.rounds, "round-timeout": args.round_timeout,
-                  "eps": args.eps if args.eps.lower() == "none" else float(args.eps),
-                  "output": str(out / "server"), **settings}
+                  "eps": args.eps if non_private else float(args.eps), "output": str(out / "server"), **settings}
     for item in args.set:
         key, _, value = item.partition("=")
         run_config[key] = tomllib.loads(f"value = {value}")["value"]
+    return paths, sites, run_config
 
+
+def _round_watcher(federation: LoopbackFederation, args: argparse.Namespace, show: Callable[[str], None],
+                   events: dict) -> Callable[[str], bool]:
+    """What reads the run's log: it shows each line and kills or restarts what the command line asked, after the
+    round it named; True abandons the run's log stream (the ServerApp was killed)."""
+
+    def watch(line: str) -> bool:
+        show(line)
+        if "skfedriem: round " not in line:
+            return False
+        done = int(line.split("skfedriem: round ")[1].split("/")[0])
+        if done == args.kill_site_after_round and events["killed_site"] is None:
+            federation.kill_site(0)
+            events["killed_site"] = done
+            print("skfedriem.loopback: killed site-0's SuperNode", flush=True)
+        if done == args.restart_site_after_round and not events.get("restarted"):
+            federation.restart_site(args.sites - 1)
+            events["restarted"] = True
+            print(f"skfedriem.loopback: restarted site-{args.sites - 1}'s SuperNode", flush=True)
+        if done == args.kill_server_after_round and not events["server_killed"]:
+            events["server_killed"] = federation.kill_server_app() > 0
+            print("skfedriem.loopback: killed the ServerApp", flush=True)
+            return True
+        return False
+
+    return watch
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Command line: synthetic sites, a secured loopback federation, one run; prints the result.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        The arguments (default: ``sys.argv[1:]``); ``--help`` lists them.
+
+    Returns
+    -------
+    dict
+        The run's result as printed.
+    """
+    from .apps import APP_DIRS
+
+    args = _parser(sorted(APP_DIRS)).parse_args(argv)
+    out = Path(args.out).absolute() if args.out else Path(tempfile.mkdtemp(prefix="skfedriem-loopback-"))
+    print(f"skfedriem.loopback: files, logs and results in {out}", flush=True)
+    show = _printer()
+    paths, sites, run_config = _sites_and_run_config(args, out)
     extra = {}
     with LoopbackFederation(out / "logs", sites, secure=not args.insecure) as federation:
         events = {"killed_site": None, "server_killed": False}
         intruder = None
         if args.intruder:
             intruder = federation.add_site({"data-path": str(paths[0]), "name": "intruder"}, register=False)
-
-        def watch(line: str) -> bool:
-            show(line)
-            if "skfedriem: round " not in line:
-                return False
-            done = int(line.split("skfedriem: round ")[1].split("/")[0])
-            if done == args.kill_site_after_round and events["killed_site"] is None:
-                federation.kill_site(0)
-                events["killed_site"] = done
-                print("skfedriem.loopback: killed site-0's SuperNode", flush=True)
-            if done == args.restart_site_after_round and not events.get("restarted"):
-                federation.restart_site(args.sites - 1)
-                events["restarted"] = True
-                print(f"skfedriem.loopback: restarted site-{args.sites - 1}'s SuperNode", flush=True)
-            if done == args.kill_server_after_round and not events["server_killed"]:
-                events["server_killed"] = federation.kill_server_app() > 0
-                print("skfedriem.loopback: killed the ServerApp", flush=True)
-                return True  # abandon this run's log stream: the run is over
-            return False
-
+        watch = _round_watcher(federation, args, show, events)
         federation.run(APP_DIRS[args.estimator], run_config, timeout=args.timeout, on_line=watch)
         if args.kill_server_after_round is not None:
             if not events["server_killed"]:

@@ -210,26 +210,7 @@ class PrivacyBudget:
         PrivacyBudgetExceeded
             When the budget is spent (or a non-private fit was charged).
         """
-        if self.n_fits is None:
-            raise ValueError(f"{label} asks for its share (eps='budget'), but this PrivacyBudget plans no number of "
-                             "fits: create it with n_fits= (e.g. folds x candidates + 1 for a grid search and its "
-                             "refit).")
-        fits = self.fits
-        remaining = self.n_fits - len(fits)
-        if remaining < 1:
-            raise ValueError(f"{label} asks for its share, but all n_fits={self.n_fits} planned fits were charged "
-                             f"already ({len(fits)} fits): n_fits was too small for this search. Plan "
-                             "n_fits=PrivacyBudget.n_fits_for(cv, param_grid) before it starts, or give this fit its "
-                             "own eps.")
-        if math.isinf(self.epsilon):
-            raise ValueError(f"{label} asks for its share (eps='budget') of a PrivacyBudget with epsilon=inf, which "
-                             "only records: its share would be a fit without noise. Give the budget a finite "
-                             "epsilon, or give the fit its own eps.")
-        spent = self.spent()
-        if spent >= self.epsilon:
-            raise PrivacyBudgetExceeded(f"{label} cannot run: this budget is spent ({spent:.4g} of epsilon="
-                                        f"{self.epsilon:g}).")
-
+        fits, remaining, spent = self._fits_left_to_plan(label)
         base = _composition(fits)
 
         def composed(release: PrivacyAccountant, discretization: float) -> float:
@@ -253,25 +234,37 @@ class PrivacyBudget:
         def fits_in(scale: float) -> bool:
             return composed(scaled(scale), coarse) <= self.epsilon
 
-        low, high = 1.0, 1.0
-        if fits_in(1.0):
-            while fits_in(high * 2) and high < 1e6:
-                high *= 2
-            low, high = high, high * 2
-        else:
-            while not fits_in(low):
-                if low < 1e-6:
-                    raise PrivacyBudgetExceeded(no_room)
-                low, high = low / 2, low
-        while high - low > 1e-2 * low:
-            middle = math.sqrt(low * high)
-            low, high = (middle, high) if fits_in(middle) else (low, middle)
+        low = _largest_scale(fits_in, no_room)
         eps = min(self.epsilon, MAX_EPSILON, scaled(low).get_epsilon(self.delta, discretization=self.discretization))
         for _ in range(20):  # a fit whose shape moves with its target (e.g. a planned T) is checked as it is
             if composed(release_at(eps), self.discretization) <= self.epsilon:
                 return eps
             eps *= 0.98
         raise PrivacyBudgetExceeded(no_room)
+
+    def _fits_left_to_plan(self, label: str) -> tuple[list, int, float]:
+        """The charged fits, how many planned fits are left (this one included) and ε spent; or why no share."""
+        if self.n_fits is None:
+            raise ValueError(f"{label} asks for its share (eps='budget'), but this PrivacyBudget plans no number of "
+                             "fits: create it with n_fits= (e.g. folds x candidates + 1 for a grid search and its "
+                             "refit).")
+        fits = self.fits
+        remaining = self.n_fits - len(fits)
+        if remaining < 1:
+            raise ValueError(f"{label} asks for its share, but all n_fits={self.n_fits} planned fits were charged "
+                             f"already ({len(fits)} fits): n_fits was too small for this search. Plan "
+                             "n_fits=PrivacyBudget.n_fits_for(cv, param_grid) before it starts, or give this fit its "
+                             "own eps.")
+        if math.isinf(self.epsilon):
+            raise ValueError(f"{label} asks for its share (eps='budget') of a PrivacyBudget with epsilon=inf, which "
+                             "only records: its share would be a fit without noise. Give the budget a finite "
+                             "epsilon, or give the fit its own eps.")
+        spent = self.spent()
+        if spent >= self.epsilon:
+            raise PrivacyBudgetExceeded(f"{label} cannot run: this budget is spent ({spent:.4g} of epsilon="
+                                        f"{self.epsilon:g}).")
+
+        return fits, remaining, spent
 
     def charge(self, release: PrivacyAccountant | None, *, label: str) -> float:
         """Record ``release`` (a fit's whole planned run), or refuse it before it happens.
@@ -362,3 +355,21 @@ def _restore_budget(budget_id, owner_pid, epsilon, delta, path, discretization, 
     budget._fits = list(fits or [])
     _LIVE[budget_id] = budget
     return budget
+
+
+def _largest_scale(fits_in: Callable[[float], bool], no_room: str) -> float:
+    """The largest scale of every μ0 (to 1%) at which ``fits_in`` holds, bracketed by doubling or halving from 1."""
+    low, high = 1.0, 1.0
+    if fits_in(1.0):
+        while fits_in(high * 2) and high < 1e6:
+            high *= 2
+        low, high = high, high * 2
+    else:
+        while not fits_in(low):
+            if low < 1e-6:
+                raise PrivacyBudgetExceeded(no_room)
+            low, high = low / 2, low
+    while high - low > 1e-2 * low:
+        middle = math.sqrt(low * high)
+        low, high = (middle, high) if fits_in(middle) else (low, middle)
+    return low

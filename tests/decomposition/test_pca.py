@@ -317,7 +317,7 @@ def test_continuing_a_non_private_fit_reports_infinite_epsilon(data):
 
 
 def test_the_one_shot_release_reports_its_explained_variance(data):
-    """Issue 22: the eigenvalues of the released moment are post-processing; the Riemannian solver has none."""
+    """The eigenvalues of the released moment are post-processing; the Riemannian solver releases none."""
     X, groups = data
     pca = covariance(eps=None).fit(X, groups=groups)
     moment = X.T @ X / len(X)  # full batches of equal clients, no noise: the pooled uncentred second moment

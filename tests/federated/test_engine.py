@@ -344,3 +344,23 @@ def test_a_cut_round_resent_at_another_cost_is_charged_again():
     resumed.serve(LocalTransport(resumed.client_recipe(), data, states), [60] * 3, [0, 1, 2], resumed.seed_sequence,
                   resume=cut)
     assert resumed.accountant_.steps == (3 + 1) * 2  # the re-sent round is charged at what it was sent with
+
+
+def test_a_plan_edited_by_hand_is_refused_and_the_settings_are_not_replaced():
+    """A plan's basis is plan_run's mark: an edited copy (less noise) has none, so no trainer takes it; a trainer's
+    settings and module are those its rounds are priced for (reassigning them would under-charge the rounds)."""
+    import dataclasses
+
+    from skfedriem.federated import plan_run
+
+    settings = FederationSettings(n_rounds=2, batch_size=10, local_steps=2, eps=2.0)
+    plan = plan_run([60, 60, 60], [0, 1, 2], settings)
+    quieter = dataclasses.replace(plan, noise_std=plan.noise_std / 10, mu0=plan.mu0 * 10)
+    assert quieter.basis == ()
+    with pytest.raises(ValueError, match="plan given to FederatedTrainer was made for other clients"):
+        FederatedTrainer(StiefelNet(seed=0), cross_entropy, settings, plan=quieter).fit(clients())
+    t = FederatedTrainer(StiefelNet(seed=0), cross_entropy, settings)
+    with pytest.raises(AttributeError):
+        t.settings = settings.replace(n_rounds=8)
+    with pytest.raises(AttributeError):
+        t.module = StiefelNet(seed=1)
