@@ -108,6 +108,8 @@ def _declare_parameters(cls: type) -> type:
     ``[federation parameters]`` marker, with this class's default.
     """
     _refuse_silent_mistakes(cls)
+    if "__init__" not in cls.__dict__ and hasattr(cls.__init__, "_hand_written"):
+        cls.__init__ = cls.__init__  # a base's adopted __init__ stays this class's (adopted again for its fields)
     annotations = cls.__dict__.get("__annotations__", {})
     private = {name: annotations.pop(name) for name in [n for n in annotations if n.startswith("_")]}
     written = "__init__" in cls.__dict__
@@ -139,7 +141,7 @@ def _refuse_silent_mistakes(cls: type) -> None:
     inherited = {f.name for base in cls.__mro__[1:] if "__dataclass_fields__" in base.__dict__
                  for f in dataclasses.fields(base)}
     for name, value in cls.__dict__.items():
-        if name in inherited and name not in own and not (inspect.isfunction(value) or hasattr(value, "__get__")):
+        if name in inherited and name not in own:
             raise TypeError(f"{cls.__name__}.{name} = {value!r} has no annotation, so it is not the parameter's "
                             f"default: write {name}: <type> = {value!r}.")
     if "__init__" not in cls.__dict__:
@@ -155,7 +157,9 @@ def _adopt_hand_written_init(cls: type) -> None:
     """Give an ``__init__(self, ..., **shared)`` of an earlier version the full signature (deprecated until 0.3).
 
     Its own parameters keep their kind and default; every other parameter
-    joins as keyword-only, with the class's default, and is passed on to it.
+    joins as keyword-only, with the class's default: those of the bases above
+    the class that wrote it are passed on to it, and those declared below it
+    (a subclass's annotated attributes) are stored here.
     """
     init = cls.__dict__.get("__init__")
     original = getattr(init, "_hand_written", None)
@@ -166,19 +170,26 @@ def _adopt_hand_written_init(cls: type) -> None:
         warnings.warn(f"{cls.__name__}.__init__(..., **shared) is deprecated and is refused in 0.3: delete it and "
                       "declare the class's own parameters as annotated class attributes (depth: int = 2).",
                       FutureWarning, stacklevel=4)
-        original = init
+        original, writer = init, cls
+    else:
+        writer = init._writer
     own = [p for p in inspect.signature(original).parameters.values() if p.kind is not p.VAR_KEYWORD]
     own_names = {p.name for p in own}
-    shared = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default)
-              for f in dataclasses.fields(cls) if f.name not in own_names]
+    fields = [f for f in dataclasses.fields(cls) if f.name not in own_names]
+    above = next(b for b in writer.__mro__[1:] if "__dataclass_fields__" in b.__dict__)
+    upstream = {f.name for f in dataclasses.fields(above)}
+    below = {f.name for f in fields} - upstream
+    shared = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default) for f in fields]
 
     def __init__(self, *args, **params) -> None:
-        passed = {f.name: f.default for f in dataclasses.fields(cls) if f.name not in own_names}
-        original(self, *args, **{**passed, **params})
+        values = {**{f.name: f.default for f in fields}, **params}
+        original(self, *args, **{k: v for k, v in values.items() if k not in below})
+        for name in below:
+            setattr(self, name, values[name])
 
-    __init__.__qualname__, __init__.__module__ = original.__qualname__, cls.__module__
+    __init__.__qualname__, __init__.__module__ = f"{cls.__qualname__}.__init__", cls.__module__
     __init__.__signature__ = inspect.Signature(own + shared)
-    __init__._hand_written = original
+    __init__._hand_written, __init__._writer = original, writer
     cls.__init__ = __init__
 
 

@@ -295,6 +295,10 @@ def test_a_default_or_a_base_init_that_would_silently_not_apply_is_refused():
         class Unannotated(FederatedSPDNetClassifier):
             eps = 1.0
 
+    with pytest.raises(TypeError, match="lr_schedule = .* has no annotation"):
+        class CallableDefault(FederatedSPDNetClassifier):
+            lr_schedule = staticmethod(lambda t: 0.1)
+
     class Logging:
         def __init__(self, **params):
             self.log = []

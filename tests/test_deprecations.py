@@ -125,3 +125,24 @@ def test_an_old_style_init_keeps_its_positional_parameters_and_its_defaults():
     assert (est.n_components, est.beta, est.eps) == (4, 0.2, 0.5)
     assert inspect.signature(OldPCA).parameters["n_components"].default == 3 and OldPCA().n_components == 3
     assert clone(est).get_params()["beta"] == 0.2 and clone(est).eps == 0.5
+
+
+def test_a_subclass_of_an_old_style_classifier_keeps_its_parents_init():
+    """Its parent's hand-written ``__init__`` still runs (it set ``depth``), with the subclass's own parameters."""
+    from sklearn.base import clone
+
+    with pytest.warns(FutureWarning):
+        class Old(FederatedSPDNetClassifier):
+            def __init__(self, *, depth=2, **shared):
+                self.depth = depth
+                super().__init__(**shared)
+
+    class Child(Old):
+        eps: float = 5.0
+        width: int = 7
+
+    child = Child(depth=4, width=9)
+    assert (child.depth, child.eps, child.width) == (4, 5.0, 9)
+    assert {"depth", "width", "eps"} <= set(child.get_params()) and clone(child).depth == 4
+    with pytest.raises(TypeError, match="unexpected keyword argument 'colour'"):
+        Child(colour=1)

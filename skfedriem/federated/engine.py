@@ -177,8 +177,8 @@ class FederatedTrainer:
             raise ValueError("secure_mode=True draws the clients' batches and noise from the OS's secure generator; "
                              "it cannot be seeded. Got a client_seed.")
         self.loss_fn = loss_fn
-        self.pricing = RoundPricing(module, settings, plan)
-        self.accounting, self.aggregation = self.pricing.accounting, self.pricing.aggregation
+        self._pricing = RoundPricing(module, settings, plan)
+        self.accounting, self.aggregation = self._pricing.accounting, self._pricing.aggregation
         self.seed_sequence = seed_sequence if seed_sequence is not None else np.random.SeedSequence()
         self.client_seed = client_seed
         self.privacy_budget = privacy_budget
@@ -187,6 +187,11 @@ class FederatedTrainer:
         self.monitor = monitor
         self.record_transcript = record_transcript
         self._charged = False
+
+    @property
+    def pricing(self) -> RoundPricing:
+        """The run's plan and the price of its rounds (:class:`~skfedriem.federated.RoundPricing`)."""
+        return self._pricing
 
     @property
     def module(self) -> nn.Module:
@@ -340,6 +345,7 @@ class FederatedTrainer:
             whole.extend(rounds)
             self.privacy_budget.charge(whole, label=self.run_name or type(self.module).__name__)
         self._charged = True
+        self.pricing.charged()
 
     def round_release(self, lr: float, clip: float | None = None) -> PrivacyAccountant:
         """What one round costs, as every client charges it (:meth:`RoundPricing.round_release`)."""
@@ -414,6 +420,7 @@ class FederatedTrainer:
         if self.privacy_budget is not None and resume is None and not self._charged:
             self.privacy_budget.charge(self.pricing.rounds_release(),
                                        label=self.run_name or type(self.module).__name__)
+            self.pricing.charged()
         start, prior = 0, self.prior if self.prior is not None else TrainingState.empty()
         if resume is not None:
             start, prior = resume.round, resume

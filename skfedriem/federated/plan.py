@@ -65,7 +65,9 @@ class PrivacyPlan:
         What the plan was made from (:func:`plan_basis`), set by
         :func:`plan_run` alone: a trainer given the plan uses it only for the
         same basis, and a plan built or edited by hand (``dataclasses.replace``)
-        has none, so no trainer takes it.
+        has none, so no trainer takes it. It holds the accounting method
+        itself, compared by identity: a plan is for the process that made it
+        (a pickled or deep-copied one is refused; plan again).
     """
 
     batch_size: int

@@ -85,12 +85,27 @@ class RoundPricing:
     """
 
     def __init__(self, module: nn.Module, settings: FederationSettings, plan: PrivacyPlan | None = None) -> None:
-        self.module, self.settings = module, settings
+        self._module, self._settings = module, settings
         self.accounting = get_accounting(settings.accounting)
         self.aggregation = get_aggregation(settings.aggregation)
         self._given = plan
+        self._charged: PrivacyPlan | None = None
         self.plan_: PrivacyPlan | None = None
         self.client_sizes: list[int] | None = None
+
+    @property
+    def module(self) -> nn.Module:
+        """The model the rounds are priced for."""
+        return self._module
+
+    @property
+    def settings(self) -> FederationSettings:
+        """The settings the rounds are priced from."""
+        return self._settings
+
+    def charged(self) -> None:
+        """Mark the current plan as the one a privacy budget was charged: no other is made after it."""
+        self._charged = self.plan_
 
     def plan(self, client_sizes: list[int], client_names: list) -> PrivacyPlan:
         """The run's plan for these clients: B, each τ_i, and σ calibrated by the accounting method.
@@ -109,6 +124,9 @@ class RoundPricing:
         diameter = clipped_gradient_diameter(self.module)
         basis = plan_basis(client_sizes, self.settings, self.accounting, diameter)
         if self.plan_ is None or self.plan_.basis != basis:
+            if self._charged is not None:
+                raise ValueError(f"A privacy budget was charged for this trainer's plan of other clients, settings or "
+                                 f"model ({self._charged.basis}) than this run's ({basis}): make a new trainer.")
             if self._given is not None and self._given.basis != basis:
                 raise ValueError(f"The plan given to FederatedTrainer was made for other clients, settings or model "
                                  f"({self._given.basis}) than this run's ({basis}): plan the run with these "

@@ -364,3 +364,18 @@ def test_a_plan_edited_by_hand_is_refused_and_the_settings_are_not_replaced():
         t.settings = settings.replace(n_rounds=8)
     with pytest.raises(AttributeError):
         t.module = StiefelNet(seed=1)
+
+
+
+def test_a_trainer_charged_for_one_run_runs_no_other():
+    """Once its budget is charged for a plan, a trainer refuses to plan another (the budget would pay for a run
+    that did not happen while another ran)."""
+    from skfedriem.privacy import PrivacyBudget
+
+    budget = PrivacyBudget(epsilon=50.0)
+    t = trainer(privacy_budget=budget)
+    t.charge_plan([60, 60, 60])
+    with pytest.raises(ValueError, match="budget was charged for this trainer's plan of other clients"):
+        t.fit(clients(m=20))
+    with pytest.raises(AttributeError):
+        t.pricing.settings = t.settings.replace(n_rounds=30)
