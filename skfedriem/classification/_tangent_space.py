@@ -12,7 +12,7 @@ from sklearn.utils.validation import check_array
 
 from .._compat import StrOptions
 from .._spd import check_spd
-from ..federated import FederatedTrainer, FederationSettings
+from ..federated import FederatedTrainer
 from ..models import TangentMean, TangentSpaceLogistic, reference_from_mean
 from ._base import DTYPES, FederatedClassifier
 from .planning import ClassifierSchedule

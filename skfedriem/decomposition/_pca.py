@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from numbers import Integral, Real
+from numbers import Integral
 
 import numpy as np
 from numpy.typing import ArrayLike
