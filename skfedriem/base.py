@@ -29,7 +29,7 @@ ServerApp/ClientApp go through the same four public methods (scikit-learn's
 
 A subclass implements the hooks ``_check_records``, ``_model``,
 ``_encode_targets``, ``_monitor`` and ``_set_model_attributes`` (and
-``_trainer_options`` for settings its model fixes), and names in
+``_plan_run`` for settings its model fixes or plans), and names in
 ``_model_parameters`` the parameters that define its model's shape or meaning.
 """
 
@@ -287,12 +287,10 @@ class FederatedEstimatorMixin(_EstimatorParameters):
 
     def _planned_trainer(self, module: nn.Module, loss_fn: LossFn, input_shape, clients: _Clients,
                          eps: float | None, **options) -> FederatedTrainer:
-        """A trainer of ``module`` for a run targeting ``eps``, planned once: the settings with what the model plans
-        in place of "auto", and the server's plan of them where the planner made it (the trainer does not make it
+        """A trainer of ``module`` for a run targeting ``eps``, planned once: the complete settings the model's
+        planner returns, and the server's plan of them where the planner made it (the trainer does not make it
         again)."""
-        planned, plan = self._trainer_options(input_shape, clients.sizes, eps,
-                                              diameter=clipped_gradient_diameter(module), client_names=clients.names)
-        settings = FederationSettings.from_params(self.get_params(deep=False), eps=eps, **planned)
+        settings, plan = self._plan_run(input_shape, clients, eps, diameter=clipped_gradient_diameter(module))
         return FederatedTrainer(module, loss_fn, settings, plan=plan, **options)
 
     def _left_after(self, spent: PrivacyAccountant, eps: float | None, module, loss_fn, input_shape,
@@ -345,8 +343,7 @@ class FederatedEstimatorMixin(_EstimatorParameters):
 
     def _settings(self, input_shape, client_sizes, eps: float | None) -> FederationSettings:
         """This estimator's settings for a run targeting ``eps``, with what its model plans in place of "auto"."""
-        planned, _ = self._trainer_options(input_shape, client_sizes, eps)
-        return FederationSettings.from_params(self.get_params(deep=False), eps=eps, **planned)
+        return self._plan_run(input_shape, _Clients(client_sizes, None), eps)[0]
 
     def set_fitted(self, trainer: FederatedTrainer, *, input_shape: tuple[int, ...], classes=None):
         """Set the fitted attributes from a finished run; returns self.
@@ -377,11 +374,12 @@ class FederatedEstimatorMixin(_EstimatorParameters):
         return self
 
     # ------------------------------------------------------------------ helpers
-    def _trainer_options(self, input_shape: tuple[int, ...], client_sizes: list[int] | None, eps: float | None, *,
-                         diameter: float = 2.0, client_names: list | None = None) -> tuple[dict, PrivacyPlan | None]:
-        """Settings the model fixes or plans (for the run's target ``eps``), overriding those of the same name, and
-        the server's plan of the run when the planner made one (σ calibrated with the model's ``diameter``)."""
-        return {}, None
+    def _plan_run(self, input_shape: tuple[int, ...], clients: _Clients, eps: float | None, *,
+                  diameter: float = 2.0) -> tuple[FederationSettings, PrivacyPlan | None]:
+        """The run's complete settings for its target ``eps`` (what the model fixes or plans in place of its
+        settings' ``"auto"``), and the server's plan of them when the planner made one (σ calibrated with the
+        model's ``diameter``)."""
+        return FederationSettings.from_params(self.get_params(deep=False), eps=eps), None
 
     def client_optimizer(self):
         """The optimiser every client runs, as a deployed site resolves it from the run's settings alone.

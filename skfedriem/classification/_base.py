@@ -33,7 +33,7 @@ from ..federated.client import iterate_tolerance
 from ..privacy.accounting_methods import RunAccounting
 from ..manifolds import manifold_of
 from ..privacy.per_sample import trainable_parameters
-from .planning import PLANNED, SCHEDULES, ClassifierSchedule, plan_classifier, planned_optimizer
+from .planning import PLANNED, SCHEDULES, ClassifierSchedule, plan_classifier_run, planned_optimizer
 
 __all__ = ["FederatedClassifier"]
 
@@ -372,20 +372,15 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
                                  f"(its weights only mean something with its own): set this estimator's {block!r} "
                                  "to the one the public model used.")
 
-    def _trainer_options(self, input_shape, client_sizes, eps, *, diameter=2.0, client_names=None):
-        """The schedule planned from public quantities (:func:`~skfedriem.classification.planning.plan_classifier`),
-        and the server's plan it was chosen from."""
-        if client_sizes is None:
+    def _plan_run(self, input_shape, clients, eps, *, diameter=2.0):
+        """The run's complete settings and the server's plan of them, planned from public quantities
+        (:func:`~skfedriem.classification.planning.plan_classifier_run`)."""
+        if clients.sizes is None:
             raise ValueError(f"{type(self).__name__}.make_trainer needs client_sizes (the clients' public numbers "
                              "of records) to plan its 'auto' settings.")
-        self._plan = plan_classifier(
-            model=self.schedule, client_sizes=list(client_sizes), eps=eps, delta=self.delta, clip=self.clip,
-            sampling=self.sampling, accounting=self.accounting, clients_per_round=self.clients_per_round,
-            optimizer=self.optimizer, lr=self.lr,
-            lr_schedule=self.lr_schedule, n_rounds=self.n_rounds, batch_size=self.batch_size,
-            local_epochs=self.local_epochs, local_steps=self.local_steps, diameter=diameter,
-            client_names=client_names)
-        return self._plan.settings(), self._plan.privacy
+        self._plan = plan_classifier_run(self.schedule, {**self.get_params(deep=False), "eps": eps},
+                                         list(clients.sizes), diameter=diameter, client_names=clients.names)
+        return self._plan.trainer_settings, self._plan.privacy
 
     def client_optimizer(self):
         return planned_optimizer(self.schedule, self.optimizer, private=self.eps is not None)

@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -67,7 +68,7 @@ from ..federated.settings import FederationSettings
 
 __all__ = ["PLANNED", "ClassifierPlan", "ClassifierSchedule", "NOISE_WALK", "ROUND_STEP", "SCHEDULES",
            "plan_classifier",
-           "planned_optimizer"]
+           "plan_classifier_run", "planned_optimizer"]
 
 ROUND_STEP = 0.5
 """η τ, the largest planned SGD step per round (units of the loss's gradient)."""
@@ -142,42 +143,41 @@ SCHEDULES: Registry[ClassifierSchedule] = Registry("model", ClassifierSchedule)
 
 @dataclass(frozen=True)
 class ClassifierPlan(PrintedAsTable):
-    """What :func:`plan_classifier` chose, and why.
+    """What :func:`plan_classifier` chose, and why: the run's complete settings and the server's plan of them.
 
     Parameters
     ----------
-    optimizer : str
-        The clients' local optimiser.
-    lr : float
-        η of round 0.
-    lr_schedule : str or callable
-    n_rounds : int
-        T.
-    batch_size : int or None
-        B as set (the trainer clamps it to the smallest client); None: full batches.
-    local_epochs : float
-    local_steps : int or None
-        τ when set by hand (``local_epochs`` is then not used).
-    steps_per_round : int
-        τ = max τ_i, the local steps of the run's largest client at this B.
-    reason : str
-        Every choice in words.
-    privacy : PrivacyPlan or None, default=None
+    trainer_settings : FederationSettings
+        Every setting of the run, each ``"auto"`` replaced by what was
+        planned: what :class:`~skfedriem.federated.FederatedTrainer` runs with.
+    privacy : PrivacyPlan
         The server's plan of these settings (σ, each τ_i) that the planned η
         was chosen from: the trainer takes it as its plan instead of making
         it again.
+    reason : str
+        Every choice in words.
+
+    Attributes
+    ----------
+    optimizer, lr, lr_schedule, n_rounds, batch_size, local_epochs, local_steps
+        Those of ``trainer_settings`` (``batch_size`` as set: the trainer's
+        plan clamps it to the smallest client; None: full batches).
+    steps_per_round : int
+        τ = max τ_i, the local steps of the run's largest client at this B.
     """
 
-    optimizer: object
-    lr: float
-    lr_schedule: object
-    n_rounds: int
-    batch_size: int | None
-    local_epochs: float
-    local_steps: int | None
-    steps_per_round: int
+    trainer_settings: FederationSettings
+    privacy: PrivacyPlan = field(repr=False, compare=False)
     reason: str
-    privacy: PrivacyPlan | None = field(default=None, repr=False, compare=False)
+
+    optimizer = property(lambda self: self.trainer_settings.optimizer)
+    lr = property(lambda self: self.trainer_settings.lr)
+    lr_schedule = property(lambda self: self.trainer_settings.lr_schedule)
+    n_rounds = property(lambda self: self.trainer_settings.n_rounds)
+    batch_size = property(lambda self: self.trainer_settings.batch_size)
+    local_epochs = property(lambda self: self.trainer_settings.local_epochs)
+    local_steps = property(lambda self: self.trainer_settings.local_steps)
+    steps_per_round = property(lambda self: self.privacy.steps_per_round)
 
     def __str__(self) -> str:
         steps = (f"{self.local_steps} (set)" if self.local_steps is not None
@@ -189,8 +189,8 @@ class ClassifierPlan(PrintedAsTable):
 
     def settings(self) -> dict:
         """The planned values as estimator settings (what replaces every ``"auto"``)."""
-        return {"optimizer": self.optimizer, "lr": self.lr, "lr_schedule": self.lr_schedule,
-                "n_rounds": self.n_rounds, "batch_size": self.batch_size, "local_epochs": self.local_epochs}
+        return {name: getattr(self.trainer_settings, name)
+                for name in ("optimizer", "lr", "lr_schedule", "n_rounds", "batch_size", "local_epochs")}
 
 
 def _schedule(model: str | ClassifierSchedule) -> ClassifierSchedule:
@@ -287,40 +287,72 @@ def plan_classifier(
     >>> round(plan_classifier(model="spdnet", client_sizes=[36] * 30, eps=4.0).lr, 3)
     0.182
     """
+    settings = {"eps": eps, "delta": delta, "clip": clip, "sampling": sampling, "accounting": accounting,
+                "clients_per_round": clients_per_round, "optimizer": optimizer, "lr": lr, "lr_schedule": lr_schedule,
+                "n_rounds": n_rounds, "batch_size": batch_size, "local_epochs": local_epochs,
+                "local_steps": local_steps}
+    return plan_classifier_run(model, settings, client_sizes, noise_walk=noise_walk, diameter=diameter,
+                               client_names=client_names)
+
+
+def plan_classifier_run(model: str | ClassifierSchedule, params: Mapping, client_sizes: list[int], *,
+                        noise_walk: float = NOISE_WALK, diameter: float = 2.0,
+                        client_names: list | None = None) -> ClassifierPlan:
+    """:func:`plan_classifier` from an estimator's parameters: the run's complete settings, planned once.
+
+    Parameters
+    ----------
+    model : str or ClassifierSchedule
+    params : mapping
+        The run's settings by name (an estimator's ``get_params()``, with the
+        ε its rounds target as ``"eps"``; other keys are ignored), ``"auto"``
+        where the model plans them.
+    client_sizes : list of int
+    noise_walk, diameter, client_names
+        As in :func:`plan_classifier`.
+
+    Returns
+    -------
+    ClassifierPlan
+        Its ``trainer_settings`` hold every setting of ``params``, with what
+        was planned in place of each ``"auto"``.
+    """
     schedule = _schedule(model)
     if not client_sizes:
         raise ValueError("The 'client_sizes' parameter must list at least one client's size. Got [] instead.")
-    reasons = []
-    rounds = DEFAULT_ROUNDS if _is_auto(n_rounds) else int(n_rounds)
-    batch = min(schedule.batch_size, min(client_sizes)) if _is_auto(batch_size) else batch_size
-    epochs = 1.0 if _is_auto(local_epochs) else float(local_epochs)
-    unplanned = [text for value, text in ((n_rounds, f"T = {rounds}"),
-                                          (batch_size, f"B = {batch} (at most {schedule.batch_size})"),
-                                          (local_epochs, "one local epoch")) if _is_auto(value)]
-    if unplanned:
-        reasons.append(", ".join(unplanned) + ": the values the planning grid ran with (not planned from the "
-                       "federation)")
-    settings = FederationSettings(eps=eps, delta=delta, clip=clip, n_rounds=rounds, batch_size=batch,
-                                  local_epochs=epochs, local_steps=local_steps, sampling=sampling,
-                                  accounting=accounting)
+    auto = {name for name in PLANNED if _is_auto(params.get(name))}
+    private = params.get("eps") is not None
+    chosen = planned_optimizer(schedule, params["optimizer"], private=private)
+    planned = {"n_rounds": DEFAULT_ROUNDS, "batch_size": min(schedule.batch_size, min(client_sizes)),
+               "local_epochs": 1.0, "optimizer": chosen, "lr_schedule": "constant" if chosen == "sgd" else "cosine"}
+    # η is planned from the server's plan, which does not read it (PLANNED_FROM): the settings' default stands in
+    given = {name: value for name, value in params.items() if name not in auto}
+    settings = FederationSettings.from_params(given, **{name: planned[name] for name in auto if name != "lr"})
+    reasons = _unplanned_reasons(settings, schedule, auto)
     # the run's own plan (it warns of a clamped B or a large δ once, here): the trainer takes it as it is
     names = list(range(len(client_sizes))) if client_names is None else list(client_names)
     privacy = plan_run(list(client_sizes), names, settings, diameter=diameter)
-    tau = privacy.steps_per_round
-    if _is_auto(batch_size) and batch < schedule.batch_size:
-        _warn_of_a_small_client(client_sizes, batch, privacy, local_steps is not None)
-    chosen = planned_optimizer(schedule, optimizer, private=eps is not None)
-    if _is_auto(optimizer):
+    if "batch_size" in auto and settings.batch_size < schedule.batch_size:
+        _warn_of_a_small_client(client_sizes, settings.batch_size, privacy, settings.local_steps is not None)
+    if "optimizer" in auto:
         reasons.append(f"{chosen}: {_optimizer_reason(schedule, chosen)}")
-    if _is_auto(lr_schedule):
-        lr_schedule = "constant" if chosen == "sgd" else "cosine"
-    if _is_auto(lr):
-        k = len(client_sizes) if clients_per_round is None else min(clients_per_round, len(client_sizes))
-        lr, why = _planned_lr(schedule, chosen, optimizer, privacy, k, rounds, noise_walk)
+    if "lr" in auto:
+        k = len(client_sizes) if settings.clients_per_round is None else min(settings.clients_per_round,
+                                                                             len(client_sizes))
+        lr, why = _planned_lr(schedule, chosen, params["optimizer"], privacy, k, settings.n_rounds, noise_walk)
+        settings = settings.replace(lr=float(lr))
         reasons.append(why)
-    return ClassifierPlan(optimizer=chosen, lr=float(lr), lr_schedule=lr_schedule, n_rounds=rounds,
-                          batch_size=batch, local_epochs=epochs, local_steps=local_steps, steps_per_round=tau,
-                          reason="; ".join(reasons) or "every setting given", privacy=privacy)
+    return ClassifierPlan(trainer_settings=settings, privacy=privacy, reason="; ".join(reasons) or "every setting given")
+
+
+def _unplanned_reasons(settings: FederationSettings, schedule: ClassifierSchedule, auto: set[str]) -> list[str]:
+    """What ``"auto"`` stood for without planning (T, B, the local epochs), as the plan's first reason."""
+    unplanned = [text for name, text in (("n_rounds", f"T = {settings.n_rounds}"),
+                                         ("batch_size", f"B = {settings.batch_size} (at most {schedule.batch_size})"),
+                                         ("local_epochs", "one local epoch")) if name in auto]
+    if not unplanned:
+        return []
+    return [", ".join(unplanned) + ": the values the planning grid ran with (not planned from the federation)"]
 
 
 def _warn_of_a_small_client(client_sizes: list[int], batch: int, privacy: PrivacyPlan, steps_set: bool) -> None:

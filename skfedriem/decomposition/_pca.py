@@ -15,6 +15,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .._compat import Interval, StrOptions, _fit_context
 from .._warnings import warn_user
 from ..base import FederatedEstimatorMixin, _same, setting
+from ..federated import FederationSettings
 from ..metrics import pca_optimality_gap
 from ..models import PCAProjector, SecondMoment
 from ..privacy import PrivacyAccountant
@@ -205,8 +206,10 @@ class FederatedPCA(FederatedEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Tra
                               basis=self._initial_basis(n_features))
         return module, identity_loss
 
-    def _trainer_options(self, input_shape, client_sizes, eps, *, diameter=2.0, client_names=None):
-        """The solver and schedule planned from public quantities (:func:`~.planning.plan_pca`)."""
+    def _plan_run(self, input_shape, clients, eps, *, diameter=2.0):
+        """The run's complete settings, with the solver and schedule planned from public quantities
+        (:func:`~.planning.plan_pca`)."""
+        client_sizes = clients.sizes
         if client_sizes is None:
             raise ValueError("FederatedPCA.make_trainer needs client_sizes (the clients' public numbers of records) "
                              "to plan its 'auto' settings.")
@@ -232,11 +235,12 @@ class FederatedPCA(FederatedEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Tra
                           "to use them.")
             # the plan's one plain SGD step of rate 1 from A = 0 on every client's whole records: A_i = its
             # noisy moment
-            return {**options, "clients_per_round": None, "aggregation": "projavg", "optimizer": "sgd"}, None
+            options.update(clients_per_round=None, aggregation="projavg", optimizer="sgd")
+            return FederationSettings.from_params(self.get_params(deep=False), eps=eps, **options), None
         if self._warm() and isinstance(self.module_, SecondMoment):
             raise ValueError("warm_start=True cannot continue a solver='covariance' fit with Riemannian rounds: "
                              "pass its subspace as a public start instead, init=fitted.components_.")
-        return options, None
+        return FederationSettings.from_params(self.get_params(deep=False), eps=eps, **options), None
 
     def _components(self, module) -> np.ndarray:
         if isinstance(module, SecondMoment):

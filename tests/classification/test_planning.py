@@ -40,6 +40,18 @@ def test_a_fit_plans_its_run_once(cls, monkeypatch):
     assert clf.plan_.privacy is private[0] and clf.batch_size_ == private[0].batch_size
 
 
+@pytest.mark.parametrize("cls", [FederatedSPDNetClassifier, FederatedTangentSpaceClassifier])
+def test_the_trainer_runs_the_settings_the_planner_returned(cls):
+    """The planner returns the run's complete settings (every "auto" planned): the trainer runs that object, and the
+    settings the estimator did not leave to the planner are its own."""
+    clf = cls(eps=4.0, n_rounds=2, clip="auto", clip_quantile=0.7, lockstep=False, random_state=0)
+    trainer = clf.make_trainer((5, 5), classes=[0, 1], client_sizes=[30, 30, 30])
+    assert trainer.settings is clf._plan.trainer_settings
+    settings = trainer.settings
+    assert (settings.n_rounds, settings.clip_quantile, settings.lockstep) == (2, 0.7, False)
+    assert settings.batch_size == 30 and settings.lr == clf._plan.lr and settings.optimizer == "sgd"
+
+
 def test_the_plan_depends_on_public_quantities_only():
     """Two federations with the same client sizes and different records get the same plan; sizes move it."""
     (X1, y1, g1), (X2, y2, _) = _spd(0), _spd(1)
