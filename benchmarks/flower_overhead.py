@@ -2,7 +2,7 @@
 
 Same estimator and seed with backend="local" (baseline, same run), then
 backend="flower" (Flower's simulation engine), then real deployments on this
-host (``skfedriem.flower.loopback``: SuperLink and one SuperNode per site as
+host (``skfedriem.flower.operations.loopback``: SuperLink and one SuperNode per site as
 processes, TLS everywhere, registered SuperNode keys, each site's ledger on)
 for 3 and 5 sites: ours, and **the floor**, a minimal Flower App that does
 nothing but move the same kind of messages (numpy only: one train message per
@@ -28,7 +28,7 @@ import torch
 from _shared import busy
 from skfedriem import FederatedPCA
 from skfedriem.datasets import make_federated_pca
-from skfedriem.flower.loopback import LoopbackFederation, main as loopback
+from skfedriem.flower.operations.loopback import LoopbackFederation, main as loopback
 
 FLOOR_APP = '''
 """Flower's floor: a ServerApp and ClientApp that only move a 20 x 2 array (numpy, no torch, no skfedriem)."""

@@ -13,7 +13,7 @@ relies on.
 
 import importlib
 
-from ._backends import register_backend as _register_backend
+from ._utils.backends import register_backend as _register_backend
 
 __version__ = "0.1.0"
 __all__ = ["FederatedEEGNetClassifier", "FederatedPCA", "FederatedSPDNetClassifier", "FederatedTangentSpaceClassifier",

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._warnings import warn_user
+from ._utils.user_warnings import warn_user
 from .exceptions import SeededNoiseWarning
 
 __all__ = ["RunSeeds", "run_seeds"]

@@ -51,10 +51,10 @@ from torch import nn
 
 from . import baselines  # noqa: F401 - registers accounting="prirfed" for every estimator
 from ._clients import client_indices
-from ._compat import Interval, _fit_context
+from ._utils.compat import Interval, _fit_context
 from ._parameters import _EstimatorParameters, federated_parameters, parameter, setting
 from ._seeding import RunSeeds, run_seeds
-from ._warnings import warn_user
+from ._utils.user_warnings import warn_user
 from .exceptions import NoiseSwampsSignalWarning, PositionalClientsWarning, PrivacyBudgetExceeded
 from .federated import Aggregation, FederatedTrainer, FederationSettings, PrivacyPlan, TrainingState
 from .federated.settings import SettingDoc

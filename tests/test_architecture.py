@@ -33,6 +33,13 @@ def test_the_federation_layer_imports_nothing_above_it(path):
     assert not bad, f"{path.name} imports {bad}"
 
 
+@pytest.mark.parametrize("path", sorted((PACKAGE / "_utils").glob("*.py")), ids=lambda p: p.name)
+def test_the_plumbing_imports_nothing_of_the_package_but_itself(path):
+    """``skfedriem._utils`` is the ground floor: every other module may use it, it uses none of them."""
+    bad = sorted(m for m in imported_modules(path) if m.startswith("skfedriem") and not m.startswith("skfedriem._utils"))
+    assert not bad, f"{path.name} imports {bad}"
+
+
 def test_the_check_sees_a_violation(tmp_path):
     """The import check above would catch an upward import (it is not vacuous)."""
     probe = PACKAGE / "federated" / "pricing.py"
@@ -40,7 +47,8 @@ def test_the_check_sees_a_violation(tmp_path):
     assert any(m.startswith("skfedriem.flower") for m in imported_modules(PACKAGE / "flower" / "simulation.py"))
 
 
-@pytest.mark.parametrize("path", sorted((PACKAGE / "flower").glob("*.py")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted((PACKAGE / "flower").rglob("*.py")),
+                         ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_apps_call_no_private_method_of_an_estimator(path):
     """Deployment code builds, trains and fits estimators through their public federation API."""
     calls = []

@@ -136,7 +136,7 @@ def test_every_registry_takes_names_and_lists_them():
     assert FederationSettings(n_rounds=1, optimizer="test_rmsprop").optimizer == "test_rmsprop"
     with pytest.raises(ValueError, match="'optimizer' parameter .* among .*'adam'.*Got 'rms' instead"):
         FederationSettings(n_rounds=1, optimizer="rms")
-    from skfedriem.flower.run_config import ESTIMATORS, estimator_from_run_config
+    from skfedriem.flower.deployment.run_config import ESTIMATORS, estimator_from_run_config
 
     assert ESTIMATORS.names() == ("eegnet", "pca", "spdnet", "tangent")
     with pytest.raises(ValueError, match=r"'estimator kind' parameter must be one of \['eegnet', 'pca', 'spdnet', 'tangent'\]"):

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 from packaging.specifiers import SpecifierSet
 
-from skfedriem._compat import DP_ACCOUNTING_VERSIONS, dense_pmfs
+from skfedriem._utils.compat import DP_ACCOUNTING_VERSIONS, dense_pmfs
 from skfedriem.privacy.ledger import _epsilon_for_delta
 from skfedriem.privacy.subsampled_gaussian import single_step_pld
 

@@ -8,7 +8,7 @@ import pytest
 from skfedriem import FederatedEEGNetClassifier, FederatedSPDNetClassifier, FederatedTangentSpaceClassifier
 from skfedriem.classification import planning
 from skfedriem.decomposition import planning as pca_planning
-from skfedriem.flower.run_config import ESTIMATORS, register_deployable
+from skfedriem.flower.deployment.run_config import ESTIMATORS, register_deployable
 
 
 @pytest.mark.parametrize("old, new", [("skfedriem.classifier_planning", planning),

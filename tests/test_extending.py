@@ -17,7 +17,7 @@ from skfedriem import FederatedTangentSpaceClassifier
 from skfedriem.classification.planning import SCHEDULES, ClassifierSchedule, plan_classifier
 from skfedriem.datasets import make_spd_classification
 from skfedriem.federated import FederatedTrainer, FederationSettings
-from skfedriem.flower.run_config import ESTIMATORS, estimator_from_run_config, register_deployable
+from skfedriem.flower.deployment.run_config import ESTIMATORS, estimator_from_run_config, register_deployable
 from skfedriem.manifolds import ManifoldParameter, manifold_of
 from skfedriem.privacy import SeededRandomness
 from skfedriem.privacy.mechanism import noisy_mean

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from skfedriem.federated import AGGREGATIONS, Aggregation, register_aggregation, register_backend, register_optimizer
-from skfedriem.flower.run_config import register_deployable
+from skfedriem.flower.deployment.run_config import register_deployable
 from skfedriem.privacy import register_accounting
 from skfedriem.privacy.accounting_methods import ACCOUNTINGS, WholeRunAccounting
 

@@ -28,7 +28,7 @@ import torch
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from scipy.optimize import brentq
 
-from .._compat import Interval, validate_params
+from .._utils.compat import Interval, validate_params
 from ..manifolds import Euclidean, Manifold, Sphere, Stiefel
 from ..privacy import DISCRETIZATION, PrivacyAccountant
 from ..privacy.accounting_methods import RunAccounting, register_accounting

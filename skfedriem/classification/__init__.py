@@ -1,6 +1,6 @@
 """Federated, record-level private classifiers (scikit-learn estimators)."""
 
-from .._spd import check_spd
+from .._utils.spd import check_spd
 from ._base import FederatedClassifier
 from ._eegnet import FederatedEEGNetClassifier
 from ._spdnet import FederatedSPDNetClassifier

@@ -26,8 +26,8 @@ from sklearn.preprocessing import LabelEncoder
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_array, check_is_fitted
 
-from .._compat import HasMethods, StrOptions, _fit_context
-from .._warnings import warn_user
+from .._utils.compat import HasMethods, StrOptions, _fit_context
+from .._utils.user_warnings import warn_user
 from ..base import FederatedEstimatorMixin, parameter, setting
 from ..federated.client import iterate_tolerance
 from ..privacy.accounting_methods import RunAccounting

@@ -6,7 +6,7 @@ from numbers import Integral
 
 import numpy as np
 
-from .._compat import Interval
+from .._utils.compat import Interval
 from ..models import EEGNet
 from ._base import FederatedClassifier
 from .planning import ClassifierSchedule

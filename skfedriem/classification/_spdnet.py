@@ -6,8 +6,8 @@ from numbers import Real
 
 import numpy as np
 
-from .._compat import Interval
-from .._spd import check_spd
+from .._utils.compat import Interval
+from .._utils.spd import check_spd
 from ..models import SPDNet
 from ._base import FederatedClassifier
 from .planning import ClassifierSchedule

@@ -10,8 +10,8 @@ from numpy.typing import ArrayLike
 import torch
 from sklearn.utils.validation import check_array
 
-from .._compat import StrOptions
-from .._spd import check_spd
+from .._utils.compat import StrOptions
+from .._utils.spd import check_spd
 from ..federated import FederatedTrainer
 from ..models import TangentMean, TangentSpaceLogistic, reference_from_mean
 from ._base import DTYPES, FederatedClassifier

@@ -60,9 +60,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .._plan_text import PrintedAsTable, plan_table
-from .._registry import Registry
-from .._warnings import warn_user
+from .._utils.plan_text import PrintedAsTable, plan_table
+from .._utils.registry import Registry
+from .._utils.user_warnings import warn_user
 from ..federated.plan import PrivacyPlan, plan_run
 from ..federated.settings import FederationSettings
 

@@ -12,8 +12,8 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.utils import check_array
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._compat import Interval, StrOptions, _fit_context
-from .._warnings import warn_user
+from .._utils.compat import Interval, StrOptions, _fit_context
+from .._utils.user_warnings import warn_user
 from ..base import FederatedEstimatorMixin, _same, setting
 from ..federated import FederationSettings
 from ..metrics import pca_optimality_gap

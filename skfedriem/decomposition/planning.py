@@ -45,7 +45,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from .._plan_text import PrintedAsTable, plan_table
+from .._utils.plan_text import PrintedAsTable, plan_table
 from ..manifolds import Grassmann, Stiefel
 from ..privacy import gdp_mu_for_epsilon
 

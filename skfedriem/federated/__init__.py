@@ -1,6 +1,6 @@
 """Federation: settings, aggregation rules, plans and their pricing, clients (parallel, lockstep), the loop."""
 
-from .._backends import BACKENDS, register_backend
+from .._utils.backends import BACKENDS, register_backend
 from .aggregation import AGGREGATIONS, Aggregation, get_aggregation, register_aggregation
 from .checkpoint import TrainingState
 from .client import ClientRecipe, ClientState, RoundInstructions, run_client_round

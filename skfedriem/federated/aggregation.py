@@ -23,7 +23,7 @@ from typing import Callable
 
 import torch
 
-from .._registry import Registry, registered_name
+from .._utils.registry import Registry, registered_name
 from ..manifolds import Manifold
 
 __all__ = ["AGGREGATIONS", "Aggregation", "get_aggregation", "register_aggregation"]

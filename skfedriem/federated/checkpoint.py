@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from .._files import write_atomically
+from .._utils.files import write_atomically
 
 __all__ = ["TrainingState"]
 

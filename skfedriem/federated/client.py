@@ -4,7 +4,7 @@ The same code runs in-process (the ``"local"`` backend) and inside a Flower
 ClientApp: everything a client keeps between rounds (its secret randomness
 and, optionally, its optimiser state) is in :class:`ClientState`, which is
 never part of a reply. A deployed Flower site keeps none of its randomness:
-it draws afresh for every message (:mod:`skfedriem.flower._client_app`).
+it draws afresh for every message (:mod:`skfedriem.flower.protocol.client_app`).
 """
 
 from __future__ import annotations

@@ -20,8 +20,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from .._backends import BACKENDS, register_backend
-from .._warnings import warn_user
+from .._utils.backends import BACKENDS, register_backend
+from .._utils.user_warnings import warn_user
 from ..exceptions import NoiseSwampsSignalWarning
 from ..manifolds import manifold_of
 from ..privacy import PrivacyAccountant, PrivacyBudget

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .._registry import Registry
+from .._utils.registry import Registry
 
 __all__ = ["OPTIMIZERS", "OptimizerEntry", "is_elementwise", "make_optimizer", "register_optimizer",
            "resolve_optimizer"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .._warnings import warn_user
+from .._utils.user_warnings import warn_user
 from ..privacy.accounting_methods import RunAccounting, get_accounting
 from ..privacy.step_plan import sensitivity_factor
 from .adaptive_clip import INITIAL_CLIP, split_mu0

@@ -21,8 +21,8 @@ from typing import Any
 import torch
 from sklearn import get_config
 
-from .._backends import BACKENDS
-from .._compat import Interval, StrOptions, validate_parameter_constraints
+from .._utils.backends import BACKENDS
+from .._utils.compat import Interval, StrOptions, validate_parameter_constraints
 from ..privacy.accounting_methods import ACCOUNTINGS, RunAccounting
 from ..privacy.subsampled_gaussian import MAX_EPSILON, MIN_DELTA
 from .aggregation import AGGREGATIONS, Aggregation

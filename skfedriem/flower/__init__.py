@@ -1,13 +1,19 @@
-"""Running skfedriem's protocol on Flower (https://flower.ai), the federated engine.
+"""Running skfedriem's protocol on Flower (https://flower.ai), the federated engine; the modules by role:
 
-* ``backend="flower"`` on any estimator: Flower's in-process simulation engine.
-* :mod:`skfedriem.flower.apps`: the ServerApp and ClientApp of a real
-  deployment of each estimator (``flower-superlink``, one ``flower-supernode``
-  per site, ``flwr run``), with their Flower App projects (:data:`~skfedriem.flower.apps.APP_DIRS`);
-  a deployed site's SuperNode runs the light ClientApp of :mod:`skfedriem.flower.site_client`,
-  which hands each message to the site's resident worker (:mod:`skfedriem.flower.site_worker`);
-  :mod:`skfedriem.flower.loopback` runs a deployment on this host, with TLS and
-  authenticated SuperNodes.
+* :mod:`skfedriem.flower.simulation`: ``backend="flower"`` on any estimator, Flower's in-process simulation engine.
+* :mod:`skfedriem.flower.deployment`: a real deployment of each estimator (``flower-superlink``, one
+  ``flower-supernode`` per site, ``flwr run``): its ServerApp and site ClientApp
+  (:mod:`~skfedriem.flower.deployment.apps`, with their Flower App projects,
+  :data:`~skfedriem.flower.deployment.apps.APP_DIRS`), the run configuration, and the light ClientApp a site's
+  SuperNode runs (:mod:`~skfedriem.flower.deployment.site_client`), which hands each message to the site's
+  resident worker (:mod:`~skfedriem.flower.deployment.site_worker`).
+* :mod:`skfedriem.flower.operations`: test certificates and keys, and a secured deployment on this host
+  (:mod:`~skfedriem.flower.operations.loopback`).
+* :mod:`skfedriem.flower.protocol`: what the simulation and the deployments share (the messages, the ClientApp
+  around a client's round and what a site refuses).
+
+The modules' paths before this grouping (``skfedriem.flower.apps``, ``site_client``, ``site_worker``, ``run_config``,
+``certificates``, ``loopback``) are the new modules, with a ``FutureWarning``, until 0.3.
 
 Needs the optional dependencies: ``pip install "skfedriem[flower]"``. The names
 below are imported when first used, so that the site's ClientApp, which a
@@ -24,9 +30,10 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 __all__ = ["ClientInfo", "ClientSetup", "FlowerTransport", "NodeDirectory", "PrivacyBudgetExceeded", "SiteGuard",
            "make_client_app"]
 
-_WHERE = {"ClientSetup": "._client_app", "PrivacyBudgetExceeded": "._client_app", "SiteGuard": "._client_app",
-          "make_client_app": "._client_app", "ClientInfo": "._protocol", "FlowerTransport": "._protocol",
-          "NodeDirectory": "._protocol"}
+_WHERE = {"ClientSetup": ".protocol.client_app", "PrivacyBudgetExceeded": ".protocol.client_app",
+          "SiteGuard": ".protocol.client_app", "make_client_app": ".protocol.client_app",
+          "ClientInfo": ".protocol.messages", "FlowerTransport": ".protocol.messages",
+          "NodeDirectory": ".protocol.messages"}
 
 
 def __getattr__(name: str):

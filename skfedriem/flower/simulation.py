@@ -32,8 +32,8 @@ from flwr.simulation import run_simulation
 from ..federated.client import ClientRecipe
 from ..federated.fixed_features import on_fixed_features
 from ..federated.progress import verbosity
-from ._client_app import ClientSetup, make_client_app
-from ._protocol import FlowerTransport, NodeDirectory
+from .protocol.client_app import ClientSetup, make_client_app
+from .protocol.messages import FlowerTransport, NodeDirectory
 
 __all__ = ["run_trainer_in_simulation"]
 

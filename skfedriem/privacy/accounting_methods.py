@@ -14,7 +14,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 
-from .._registry import Registry, registered_name
+from .._utils.registry import Registry, registered_name
 from .ledger import PrivacyAccountant, RunningEpsilon
 from .subsampled_gaussian import DISCRETIZATION, calibrate_mu0
 

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from numbers import Integral, Real
 from pathlib import Path
 
-from .._compat import Interval, validate_params
+from .._utils.compat import Interval, validate_params
 from ..exceptions import PrivacyBudgetExceeded
 from .ledger import PrivacyAccountant
 from .subsampled_gaussian import DISCRETIZATION, MAX_EPSILON, MIN_DELTA

@@ -10,7 +10,7 @@ from numbers import Integral, Real
 
 import numpy as np
 
-from .._compat import DensePMF, Interval, StrOptions, dense_pmfs, validate_params
+from .._utils.compat import DensePMF, Interval, StrOptions, dense_pmfs, validate_params
 from .subsampled_gaussian import DISCRETIZATION, MIN_DELTA, single_step_pld
 
 __all__ = ["PrivacyAccountant", "RunningEpsilon"]

@@ -14,8 +14,8 @@ pytest.importorskip("flwr")
 from flwr.app import Context, RecordDict  # noqa: E402
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
-from skfedriem.flower import apps  # noqa: E402
-from skfedriem.flower.apps import client_apps  # noqa: E402
+from skfedriem.flower.deployment import apps  # noqa: E402
+from skfedriem.flower.deployment.apps import client_apps  # noqa: E402
 from skfedriem.privacy import PrivacyBudget  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:Round .* left out:RuntimeWarning")

@@ -27,11 +27,11 @@ pytest.importorskip("flwr")
 from flwr.app import ConfigRecord, Context, Message, RecordDict  # noqa: E402
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
-from skfedriem.flower import _channel  # noqa: E402
-from skfedriem.flower._channel import (MAX_FRAME_BYTES, ChannelError, check_peer, decode_reply,  # noqa: E402
+from skfedriem.flower.deployment import channel as _channel  # noqa: E402
+from skfedriem.flower.deployment.channel import (MAX_FRAME_BYTES, ChannelError, check_peer, decode_reply,  # noqa: E402
                                        decode_request, encode_reply, encode_request, private_folder, receive_frame,
                                        send_frame, socket_address)
-from skfedriem.flower.site_worker import _answer  # noqa: E402
+from skfedriem.flower.deployment.site_worker import _answer  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not _channel.supported(), reason="the channel needs Linux")
 AS_ROOT = os.geteuid() == 0
@@ -301,7 +301,7 @@ def test_a_trickling_peer_cannot_hold_the_reader_past_its_deadline():
 
 
 def test_a_message_the_site_app_cannot_handle_gets_the_generic_reply_and_the_worker_lives_on():
-    from skfedriem.flower._errors import FAILED
+    from skfedriem.flower.protocol.errors import FAILED
 
     def no_handler(message, context):
         raise ValueError("No evaluate function registered")

@@ -14,10 +14,10 @@ from flwr.supercore.task_identity import TaskIdentity
 from skfedriem.decomposition import identity_loss
 from skfedriem.federated.client import ClientRecipe, ClientState, RoundInstructions, run_client_round
 from skfedriem.flower import ClientSetup, SiteGuard, make_client_app
-from skfedriem.flower._client_app import _FAILED, _REFUSALS, DEFAULT_MAX_EPSILON, MU0_CEILING
-from skfedriem.flower._protocol import decode_arrays, encode_arrays, encode_instructions
-from skfedriem.flower import apps
-from skfedriem.flower.apps import client_apps
+from skfedriem.flower.protocol.client_app import _FAILED, _REFUSALS, DEFAULT_MAX_EPSILON, MU0_CEILING
+from skfedriem.flower.protocol.messages import decode_arrays, encode_arrays, encode_instructions
+from skfedriem.flower.deployment import apps
+from skfedriem.flower.deployment.apps import client_apps
 from skfedriem.exceptions import InvalidInstructionsError, InvalidIterateError, PrivacyBudgetExceeded
 from skfedriem.models import PCAProjector
 from skfedriem.privacy import PrivacyAccountant, PrivacyBudget, clipped_gradient_diameter, private_gradient

@@ -12,8 +12,8 @@ import tomllib
 pytest.importorskip("flwr")
 
 from skfedriem import FederatedPCA, FederatedSPDNetClassifier
-from skfedriem.flower.loopback import main
-from skfedriem.flower.run_config import ESTIMATORS, estimator_from_run_config, load_site_records
+from skfedriem.flower.operations.loopback import main
+from skfedriem.flower.deployment.run_config import ESTIMATORS, estimator_from_run_config, load_site_records
 from skfedriem.privacy import PrivacyBudget
 
 
@@ -133,7 +133,7 @@ NOT_IN_RUN_CONFIG = {"backend", "n_jobs", "privacy_budget", "secure_mode", "verb
 @pytest.mark.parametrize("kind", ["pca", "spdnet", "eegnet", "tangent"])
 def test_every_estimator_parameter_can_be_set_in_a_deployment(kind):
     # flwr refuses a --run-config key its App project does not declare (as solver was, at first)
-    project = Path(__file__).parents[2] / "skfedriem" / "flower" / "projects" / kind / "pyproject.toml"
+    project = Path(__file__).parents[2] / "skfedriem" / "flower" / "deployment" / "projects" / kind / "pyproject.toml"
     declared = tomllib.loads(project.read_text())["tool"]["flwr"]["app"]["config"]
     aliases = {"rounds": "n_rounds", "seed": "random_state"}
     names = {aliases.get(k.replace("-", "_").lower(), k.replace("-", "_").lower()) for k in declared}

@@ -49,8 +49,8 @@ from skfedriem.audit.mutations import (noise_scaled, site_charges_the_servers_nu
 from skfedriem.decomposition import identity_loss
 from skfedriem.federated.client import ClientRecipe, RoundInstructions
 from skfedriem.flower import ClientSetup, SiteGuard, make_client_app
-from skfedriem.flower._client_app import _FAILED, _REFUSALS
-from skfedriem.flower._protocol import decode_arrays, encode_arrays, encode_instructions
+from skfedriem.flower.protocol.client_app import _FAILED, _REFUSALS
+from skfedriem.flower.protocol.messages import decode_arrays, encode_arrays, encode_instructions
 from skfedriem.manifolds import manifold_of
 from skfedriem.models import PCAProjector, SecondMoment
 from skfedriem.models.pca import _PCAGradients
@@ -499,8 +499,8 @@ def deployed_theta(module: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 def play_deployed(script, folder) -> None:
     """Run ``script`` against a deployed site built by ``site_setup`` from its node config and data file."""
-    from skfedriem.flower import apps
-    from skfedriem.flower.apps import client_apps
+    from skfedriem.flower.deployment import apps
+    from skfedriem.flower.deployment.apps import client_apps
 
     kind, run_index, moves_ = script
     data = folder / ("site.npy" if kind == "pca" else "site.npz")

@@ -9,7 +9,7 @@ pytest.importorskip("flwr")
 
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
-from skfedriem.flower._protocol import NodeDirectory  # noqa: E402
+from skfedriem.flower.protocol.messages import NodeDirectory  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -15,9 +15,9 @@ pytest.importorskip("flwr")
 from flwr.app import Context, Message, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
-from skfedriem.flower import site_client
-from skfedriem.flower._errors import FAILED
-from skfedriem.flower.apps import client_apps
+from skfedriem.flower.deployment import site_client
+from skfedriem.flower.protocol.errors import FAILED
+from skfedriem.flower.deployment.apps import client_apps
 from skfedriem.models import PCAProjector
 from skfedriem.privacy import PrivacyBudget
 
@@ -33,7 +33,7 @@ def task_identity():
 
 
 def test_the_sites_clientapp_imports_neither_torch_nor_the_estimators():
-    code = "import sys, skfedriem.flower.site_client; print(sorted({'torch', 'sklearn'} & set(sys.modules)))"
+    code = "import sys, skfedriem.flower.deployment.site_client; print(sorted({'torch', 'sklearn'} & set(sys.modules)))"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True).stdout.strip() == "[]"
 
@@ -69,7 +69,7 @@ def test_the_worker_runs_nothing_a_pickle_carries_and_still_answers(tmp_path, mo
     import pickle
     import socket
 
-    from skfedriem.flower import _channel
+    from skfedriem.flower.deployment import channel as _channel
 
     monkeypatch.setattr(site_client, "IDLE_SECONDS", 5.0)
     data = tmp_path / "site.npy"
@@ -143,7 +143,7 @@ def test_one_worker_serves_every_run_configuration_of_a_site():
 
 def test_the_socket_folder_is_the_accounts_own_not_a_shared_temporary_folder(monkeypatch, tmp_path):
     """Under $TMPDIR another account could create the folder's name first and shut the site out for good."""
-    from skfedriem.flower._channel import default_folder
+    from skfedriem.flower.deployment.channel import default_folder
 
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
     assert default_folder() == tmp_path / "run" / "skfedriem-sites"

@@ -17,7 +17,7 @@ from torch import nn
 
 from skfedriem.classification import FederatedClassifier, check_spd
 from skfedriem.classification.planning import ClassifierSchedule
-from skfedriem.flower.run_config import register_deployable
+from skfedriem.flower.deployment.run_config import register_deployable
 
 
 class LogEuclideanLinear(nn.Module):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 __all__ = ["warn_user"]
 
-_PACKAGE = str(Path(__file__).resolve().parent)
+_PACKAGE = str(Path(__file__).resolve().parents[1])  # skfedriem/, not this folder
 _FIT_CONTEXT = str(Path("sklearn") / "base.py")  # where scikit-learn's _fit_context wraps an estimator's fit
 
 

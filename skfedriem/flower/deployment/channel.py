@@ -18,7 +18,7 @@ local attacker on the site's host who is not the site's account:
   context and its state (arrays decode with ``allow_pickle=False``), and
   JSON for the task identity. No pickle in either direction; the site's
   secret randomness is not in any frame (a deployed site draws it afresh
-  for every message: :mod:`skfedriem.flower._client_app`).
+  for every message: :mod:`skfedriem.flower.protocol.client_app`).
 
 :func:`supported` says whether this platform has what it takes (Linux: the
 ``/proc`` descriptors and ``SO_PEERCRED``); elsewhere a site's light

@@ -25,7 +25,7 @@ def _registered_names_type() -> type:
     Built on first use, so that importing a registry does not import
     scikit-learn (a deployed site's ClientApp imports the backend registry).
     """
-    from ._compat import StrOptions
+    from .compat import StrOptions
 
     class RegisteredNames(StrOptions):
         def __init__(self, registry: Registry) -> None:

@@ -1,7 +1,7 @@
 """What a deployed site tells the server when it cannot take part: the kind of failure, never its details.
 
 Light (Flower and the standard library), so that the site's light ClientApp
-(:mod:`skfedriem.flower.site_client`) answers its own failures with the same
+(:mod:`skfedriem.flower.deployment.site_client`) answers its own failures with the same
 words as the site app it hands messages to.
 """
 

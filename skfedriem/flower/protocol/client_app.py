@@ -1,6 +1,6 @@
 """A Flower ClientApp around the engine's client round, and what a deployed site refuses whatever the server sends.
 
-A deployed site (:func:`~skfedriem.flower.apps.site_setup`) always has a
+A deployed site (:func:`~skfedriem.flower.deployment.apps.site_setup`) always has a
 :class:`SiteGuard`: a persistent ledger over every round of every run on its
 records and a budget on it, and a refusal of rounds no budget should take.
 The in-process simulation (``backend="flower"``) runs its clients without one:
@@ -20,15 +20,15 @@ import torch
 from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from ..exceptions import InvalidInstructionsError, InvalidIterateError, PrivacyBudgetExceeded
-from ..federated.client import ClientRecipe, ClientState, check_iterate, step_plan
-from ..privacy import PrivacyBudget
-from ..privacy.randomness import SecureRandomness
-from ..privacy.subsampled_gaussian import DISCRETIZATION, MIN_DELTA
-from ..privacy.step_plan import StepPlan
-from ._errors import FAILED, error_reply
-from ._protocol import decode_arrays, decode_instructions, encode_arrays
-from ._replies import ReplyCache
+from ...exceptions import InvalidInstructionsError, InvalidIterateError, PrivacyBudgetExceeded
+from ...federated.client import ClientRecipe, ClientState, check_iterate, step_plan
+from ...privacy import PrivacyBudget
+from ...privacy.randomness import SecureRandomness
+from ...privacy.subsampled_gaussian import DISCRETIZATION, MIN_DELTA
+from ...privacy.step_plan import StepPlan
+from .errors import FAILED, error_reply
+from .messages import decode_arrays, decode_instructions, encode_arrays
+from .replies import ReplyCache
 
 __all__ = ["DEFAULT_MAX_EPSILON", "MAX_STEPS_PER_ROUND", "MU0_CEILING", "ClientSetup", "PrivacyBudgetExceeded",
            "SiteGuard", "make_client_app"]

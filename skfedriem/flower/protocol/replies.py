@@ -19,9 +19,9 @@ from pathlib import Path
 
 import torch
 
-from .._files import write_atomically
+from ..._utils.files import write_atomically
 
-from ..federated.client import RoundInstructions
+from ...federated.client import RoundInstructions
 
 __all__ = ["ReplyCache"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ._registry import Registry
+from .registry import Registry
 
 __all__ = ["BACKENDS", "register_backend"]
 

@@ -1,0 +1,270 @@
+"""Every estimator as a Flower deployment: one ServerApp and one ClientApp per estimator kind.
+
+Each site runs ``flower-supernode`` with its own records in its node
+configuration; the server never reads a site's file. It learns each client's
+name, record count (the records in its file, whatever the run) and record
+shape, then θ_t goes out and submissions come back (see
+:mod:`skfedriem.flower.protocol.messages`). The Flower App projects naming
+these apps ship in :data:`APP_DIRS`::
+
+    flwr run "$(python -c 'from skfedriem.flower.deployment.apps import APP_DIRS; print(APP_DIRS["spdnet"])')" <superlink> \\
+        --run-config 'n-clients=3 classes="left_hand,right_hand" eps=10.0 output="/srv/run-1"'
+
+Node configuration of a SuperNode (``--node-config``):
+
+* ``data-path`` (required): the site's records. FederatedPCA: ``.npy``/``.csv``
+  (one record per row) or ``.npz`` with ``X``; classifiers: ``.npz`` with
+  ``X`` (covariance matrices for SPDNet, raw trials for EEGNet) and ``y``
+  (:func:`~skfedriem.flower.deployment.run_config.load_site_records` says how to make one
+  from MOABB data).
+* ``name``: the client's name (default: the file's stem).
+* ``max-epsilon`` (default :data:`~skfedriem.flower.protocol.client_app.DEFAULT_MAX_EPSILON`, 10) and
+  ``delta`` (default 1e-5): the site's own budget over every round of every
+  run on this data, charged to ``ledger-path`` (default
+  ``<data-path>.privacy-ledger.json``) before each round runs. Rounds past
+  it, rounds without noise, rounds whose per-step μ0 exceeds 10 and rounds of
+  more than 10 000 local steps are refused with an error reply that names only
+  the kind of refusal (the site's log has the details). ``max-epsilon=inf``
+  removes the limit, not the refusals.
+* ``secure-mode``: ``true`` draws batches and noise from the OS's secure
+  generator, hardened against floating-point attacks.
+* ``client-timings``: ``true`` sends the time Sub took with each submission
+  (a timing of work on the records: not private). Default: no timings.
+* ``non-private``: ``true`` accepts rounds without noise, each charged as
+  infinite loss (test benches only; needs ``max-epsilon=inf``).
+
+A site always draws its batches and noise from fresh OS entropy for every
+message; a ``seed`` node setting is refused (a seeded site that restarts would
+repeat its noise; seeds are for the in-process simulation).
+
+Run configuration (defaults in each project's ``pyproject.toml``): the
+estimator's parameters (:func:`~skfedriem.flower.deployment.run_config.estimator_from_run_config`),
+``n-clients`` (sites to wait for), ``classes`` (classifiers: the public class
+names, comma-separated), ``validation-path`` (classifiers: an ``.npz`` of
+trials the *server* holds, for per-round validation metrics), ``round-timeout``,
+``output`` (where the server writes ``result.json``, ``estimator.pkl``,
+``learning_curve.png`` and its checkpoint) and ``resume`` (``true``: continue
+the run whose checkpoint is in ``output`` after a server crash).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import pickle
+from pathlib import Path
+
+import numpy as np
+from flwr.app import Context
+from flwr.serverapp import Grid, ServerApp
+from sklearn.base import is_classifier
+
+from ...federated import ClientRecipe, TrainingState
+from ...federated.fixed_features import on_fixed_features
+from ..protocol.client_app import DEFAULT_MAX_EPSILON, ClientSetup, SiteGuard, make_client_app
+from ..protocol.messages import FlowerTransport, NodeDirectory
+from .site_files import default_ledger_path
+from .run_config import (DEPLOYMENT_KEYS, ESTIMATORS, classes_from_run_config, estimator_from_run_config,
+                         load_site_records)
+
+__all__ = ["APP_DIRS", "client_apps", "server_apps", "site_setup"]
+
+#: The Flower App project of each deployable kind shipped with skfedriem.
+APP_DIRS = {kind: Path(__file__).with_name("projects") / kind for kind in ESTIMATORS.names()}
+
+# Per process: a site's validated records and working model, by kind, data file and run configuration; the
+# most recently used few only (a site's worker serves every run, and a server may open many).
+_SITES: dict[tuple, tuple] = {}
+_SITES_KEPT = 4
+
+
+def _classes(est, config) -> np.ndarray | None:
+    """The run's public classes for a classifier (required), None for any other estimator."""
+    return classes_from_run_config(config) if is_classifier(est) else None
+
+
+def site_setup(kind: str, context: Context) -> ClientSetup:
+    """A site's ClientSetup from its node configuration and the run configuration.
+
+    Parameters
+    ----------
+    kind : str
+        A deployable kind (:data:`~skfedriem.flower.deployment.run_config.ESTIMATORS`).
+        The estimator the run trains.
+    context : flwr.app.Context
+        The ClientApp's context: ``node_config`` (``data-path``, and optional
+        ``name``, ``secure-mode``, ``max-epsilon``, ``delta``, ``ledger-path``,
+        ``client-timings``, ``non-private``) and ``run_config``.
+
+    Returns
+    -------
+    ClientSetup
+    """
+    node, config = context.node_config, context.run_config
+    if "seed" in node:
+        raise ValueError("A deployed site does not take a 'seed' node setting: it draws fresh OS entropy for every "
+                         "message (a seeded site that restarted would repeat its noise). Remove it.")
+    path = str(node["data-path"])
+    key = (kind, path, tuple(sorted(dict(config).items())))
+    if key not in _SITES:
+        est = estimator_from_run_config(kind, config)
+        classes = _classes(est, config)
+        X, y = load_site_records(path, targets=is_classifier(est))
+        records = est.prepare_records(X, y, classes=classes, site=True)
+        module, loss_fn = est.make_model(X.shape[1:], classes)
+        digest = _records_digest(records)
+        recipe, (records,) = on_fixed_features(ClientRecipe(module, loss_fn, est.client_optimizer()), [records])
+        _SITES[key] = records, recipe, digest
+        while len(_SITES) > _SITES_KEPT:
+            del _SITES[next(iter(_SITES))]
+    _SITES[key] = _SITES.pop(key)  # the most recently used last
+    records, recipe, digest = _SITES[key]
+    guard = SiteGuard(ledger_path=default_ledger_path(node),
+                      max_epsilon=float(node.get("max-epsilon", DEFAULT_MAX_EPSILON)),
+                      delta=float(node.get("delta", 1e-5)), allow_non_private=_flag(node, "non-private"))
+    # the model a request runs on, and the records it trains on: the kind and the estimator's settings (not the
+    # deployment's own keys: a resumed run, with resume=true, re-sends its round to the same model and must get the
+    # same reply), and the records' digest (another file, or this one rewritten, is another site)
+    model = {k: v for k, v in dict(config).items() if k not in DEPLOYMENT_KEYS or k == "classes"}
+    scope = json.dumps([kind, model, digest], sort_keys=True, default=str)
+    return ClientSetup(name=str(node.get("name", Path(path).stem)), data=records, recipe=recipe,
+                       secure_mode=_flag(node, "secure-mode"), guard=guard, timings=_flag(node, "client-timings"),
+                       scope=scope)
+
+
+def _records_digest(records) -> str:
+    """SHA-256 of the site's prepared records (shapes, dtypes and values)."""
+    digest = hashlib.sha256()
+    for tensor in records:
+        array = tensor.detach().cpu().contiguous().numpy()
+        digest.update(f"{array.dtype.str}{array.shape}".encode())
+        digest.update(array.tobytes())
+    return digest.hexdigest()
+
+
+def _flag(node, key: str) -> bool:
+    return str(node.get(key, "false")).lower() == "true"
+
+
+def _validation(est, config, classes):
+    path = str(config.get("validation-path", ""))
+    if not is_classifier(est) or not path:
+        return None
+    X, y = load_site_records(path, targets=True)
+    return est.prepare_records(X, y, classes=classes)
+
+
+def _saved_description(config, out: Path) -> dict | None:
+    """The checkpointed run's description when this run resumes it (``resume = true``), else None."""
+    meta = out / "checkpoint.json"
+    if str(config.get("resume", "false")).lower() != "true" or not meta.exists():
+        return None
+    return json.loads(meta.read_text())
+
+
+def _resume_state(config, out: Path, description: dict) -> TrainingState | None:
+    """The checkpoint to resume from (``resume = true``), after checking it is this run's."""
+    meta = out / "checkpoint.json"
+    if str(config.get("resume", "false")).lower() != "true":
+        meta.write_text(json.dumps(description, sort_keys=True))
+        return None
+    if not (out / "checkpoint.pt").exists():
+        raise ValueError(f"resume=true, but {out} holds no checkpoint: start the run without resume.")
+    saved = json.loads(meta.read_text())
+    if saved != description:
+        raise ValueError(f"resume=true, but the checkpoint in {out} is of another run: {saved} != {description}.")
+    return TrainingState.load(out / "checkpoint.pt")
+
+
+def _write_results(est, kind: str, out: Path, names: list[str], sizes: list[int]) -> None:
+    result = {"estimator": kind, "clients": names, "n_records": sizes, "epsilon": est.epsilon_, "delta": est.delta_,
+              "noise_std": est.noise_std_, "history": est.history_}
+    if is_classifier(est):
+        result["classes"] = est.classes_.tolist()
+    else:
+        result["components"] = est.components_.tolist()
+    (out / "result.json").write_text(json.dumps(result, indent=1))
+    with (out / "estimator.pkl").open("wb") as f:
+        pickle.dump(est, f)
+    _plot_learning_curve(est, out / "learning_curve.png")
+
+
+def _plot_learning_curve(est, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ...display import HistoryDisplay
+
+    display = HistoryDisplay.from_estimator(est)
+    display.figure_.savefig(path, dpi=100)
+    plt.close(display.figure_)
+
+
+def _serve(kind: str, grid: Grid, context: Context) -> None:
+    config = context.run_config
+    est = estimator_from_run_config(kind, config)
+    out = Path(str(config["output"]))
+    out.mkdir(parents=True, exist_ok=True)
+    timeout = float(config.get("round-timeout", 300.0))
+    directory = NodeDirectory(grid, query_timeout=min(timeout, 60.0))
+    saved = _saved_description(config, out)
+    if saved is None:
+        names, sizes, shapes = directory.discover(int(config["n-clients"]), timeout=max(timeout, 120.0))
+    else:  # the clients are the checkpoint's: a site that is gone for good is skipped, as in the run it resumes
+        names, sizes = saved["clients"], saved["n_records"]
+        back = directory.rejoin(names, timeout=timeout)
+        grown = {n: directory.clients[n].n_records for n in back
+                 if directory.clients[n].n_records != sizes[names.index(n)]}
+        if grown:
+            raise ValueError(f"resume=true, but these sites now hold a different number of records: {grown} "
+                             f"(the checkpoint has {dict(zip(names, sizes))}).")
+        shapes = [directory.clients[n].input_shape for n in back]
+        print(f"skfedriem: resuming with {back}; gone: {sorted(set(names) - set(back))}", flush=True)
+    if len(set(shapes)) != 1:
+        raise ValueError(f"The sites' records have different shapes: {dict(zip(names, shapes))}.")
+    print(f"skfedriem: clients {dict(zip(names, sizes))}, records of shape {shapes[0]}", flush=True)
+    classes = _classes(est, config)
+    trainer = est.make_trainer(shapes[0], classes=classes, held_out=_validation(est, config, classes),
+                               deployed=True, client_sizes=sizes, client_names=names)
+    description = {"estimator": kind, "clients": names, "n_records": sizes,
+                   "config": {k: v for k, v in dict(config).items() if k != "resume"}}
+    resume = _resume_state(config, out, description)
+    if resume is not None:
+        print(f"skfedriem: resuming at round {resume.round + 1} ({'restarted' if resume.started else 'next'})",
+              flush=True)
+
+    def on_round(state: TrainingState) -> None:
+        state.save(out / "checkpoint.pt")  # at a round's start (charged) and at its end
+        if not state.started:
+            last = state.history[-1]
+            print(f"skfedriem: round {state.round}/{trainer.n_rounds} selected={last['clients']} "
+                  f"replied={last['replied']} epsilon={last['epsilon']:.4g}", flush=True)
+
+    transport = FlowerTransport(directory, names, sizes, timeout=timeout, on_failure="skip")
+    trainer.serve(transport, sizes, names, trainer.seed_sequence, resume=resume, on_round=on_round)
+    est.set_fitted(trainer, input_shape=shapes[0], classes=classes)
+    _write_results(est, kind, out, names, sizes)
+    print(f"skfedriem: done, epsilon={est.epsilon_:.4g}, results in {out}", flush=True)
+
+
+def _make_server_app(kind: str) -> ServerApp:
+    app = ServerApp()
+
+    @app.main()
+    def main(grid: Grid, context: Context) -> None:
+        _serve(kind, grid, context)
+
+    return app
+
+
+#: The ServerApp of each estimator kind, and the ClientApp of its sites as it runs in the site's process.
+server_apps = {kind: _make_server_app(kind) for kind in APP_DIRS}
+client_apps = {kind: make_client_app(lambda context, kind=kind: site_setup(kind, context)) for kind in APP_DIRS}
+# one plain assignment each: Flower finds the apps its projects name by reading this file (the sites' ClientApps
+# are the light ones of skfedriem.flower.deployment.site_client, which hand each message to a worker running client_apps[kind])
+pca_server_app = server_apps["pca"]
+spdnet_server_app = server_apps["spdnet"]
+eegnet_server_app = server_apps["eegnet"]
+tangent_server_app = server_apps["tangent"]

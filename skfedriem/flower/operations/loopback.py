@@ -1,0 +1,494 @@
+"""A real, secured Flower deployment on this host: one SuperLink, one SuperNode per site, TLS and node keys.
+
+The same commands run on real hosts (replace 127.0.0.1 by the SuperLink's
+address and the test certificates by your own); here every process binds a
+free port on 127.0.0.1 and all of them are killed on exit, whatever happens::
+
+    python -m skfedriem.flower.operations.loopback --estimator spdnet --sites 3 --rounds 5 --out /tmp/run
+
+writes one synthetic data file per site (and the server's validation file),
+creates a certificate authority, a SuperLink certificate and one key pair per
+SuperNode, starts ``flower-superlink`` with TLS and SuperNode authentication,
+registers every site's public key, starts the ``flower-supernode`` processes
+(each given only its own file and key), runs ``flwr run`` on the estimator's
+Flower App project, and prints the server's result.
+
+``--kill-site-after-round R`` kills the first site (SIGKILL) once round R is
+done: the run finishes with the others. ``--restart-site-after-round R``
+stops the last site and starts it again once round R is done: it rejoins the
+next round with its ledger. ``--kill-server-after-round R`` kills the
+ServerApp once round R is done and starts the run again with ``resume=true``.
+``--insecure`` (test benches only) runs everything in plain text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+from queue import Empty, Queue
+
+import numpy as np
+
+from .certificates import make_supernode_keys, make_tls_certificates
+
+__all__ = ["LoopbackFederation", "free_port", "main"]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free now.
+
+    Returns
+    -------
+    int
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _executable(name: str) -> str:
+    local = Path(sys.executable).with_name(name)
+    found = str(local) if local.exists() else shutil.which(name)
+    if found is None:
+        raise FileNotFoundError(f"{name} not found: pip install \"skfedriem[flower]\".")
+    return found
+
+
+def _wait_for_port(port: int, timeout: float, process: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"flower-superlink exited with code {process.returncode}:\n{log.read_text()[-2000:]}")
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise TimeoutError(f"flower-superlink did not listen on port {port} within {timeout} s.")
+
+
+def _toml_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return json.dumps(value) if isinstance(value, str) else repr(value)
+
+
+def _kill_group(process: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(process.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+class LoopbackFederation:
+    """SuperLink and SuperNodes as child processes on 127.0.0.1 (a context manager).
+
+    Parameters
+    ----------
+    workdir : path
+        Logs, certificates, keys and the Flower configuration (``FLWR_HOME``) go here.
+    sites : list of dict
+        One SuperNode per entry: its node configuration (``data-path``,
+        optional ``name``, ``max-epsilon``, ``ledger-path``, ...).
+    secure : bool, default=True
+        TLS on every connection and SuperNode authentication: only SuperNodes
+        whose public key was registered (every site here) may connect.
+        False: ``--insecure`` everywhere, for a test bench only.
+    startup_timeout : float, default=60
+    """
+
+    def __init__(self, workdir: str | Path, sites: list[dict], *, secure: bool = True,
+                 startup_timeout: float = 60.0) -> None:
+        self.workdir = Path(workdir)
+        self.sites = [dict(site) for site in sites]
+        self.secure = secure
+        self.startup_timeout = startup_timeout
+        self.processes: list[subprocess.Popen] = []
+        self.supernodes: list[subprocess.Popen] = []
+        self.keys: list[tuple[Path, Path] | None] = []
+        self._closing = False
+
+    def _spawn(self, args: list[str], log_name: str) -> subprocess.Popen:
+        log = (self.workdir / log_name).open("a")
+        process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=self.env,
+                                   start_new_session=True)  # its own group: killed with its children
+        self.processes.append(process)
+        return process
+
+    def __enter__(self) -> LoopbackFederation:  # noqa: PYI034
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        home = self.workdir / "flwr-home"
+        home.mkdir(exist_ok=True)
+        self.port = free_port()
+        security = "insecure = true\n"
+        link_args = ["--insecure"]
+        if self.secure:
+            self.tls = make_tls_certificates(self.workdir / "certificates")
+            security = f"root-certificates = {json.dumps(str(self.tls.ca_certificate))}\n"
+            link_args = ["--ssl-ca-certfile", str(self.tls.ca_certificate), "--ssl-certfile",
+                         str(self.tls.server_certificate), "--ssl-keyfile", str(self.tls.server_key),
+                         "--enable-supernode-auth"]
+        (home / "config.toml").write_text(
+            f'[superlink]\ndefault = "loopback"\n\n[superlink.loopback]\naddress = "127.0.0.1:{self.port}"\n'
+            + security)
+        # the SuperLink and SuperNodes start flower-superexec / flwr-serverapp / flwr-clientapp by name
+        bin_dir = str(Path(_executable("flower-superlink")).parent)
+        # Flower's SuperExec polls for work every second by default: every message waits for it, twice a round
+        self.env = {**os.environ, "FLWR_HOME": str(home), "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
+                    "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": os.environ.get("FLWR_SUPEREXEC_TASK_POLL_INTERVAL", "0.1")}
+        try:
+            self.superlink = self._spawn([_executable("flower-superlink"), *link_args, "--port", str(self.port)],
+                                         "superlink.log")
+            _wait_for_port(self.port, self.startup_timeout, self.superlink, self.workdir / "superlink.log")
+            sites, self.sites = self.sites, []
+            for site in sites:
+                self.add_site(site)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def add_site(self, node_config: dict, *, register: bool = True) -> int:
+        """Start one more SuperNode; with ``register=False`` its key is never registered (it must be refused)."""
+        i = len(self.sites)
+        self.sites.append(dict(node_config))
+        keys = None
+        if self.secure:
+            keys = make_supernode_keys(self.workdir / "keys", f"site-{i}")
+            if register:
+                self.flwr(["supernode", "register", str(keys[1]), "loopback"])
+        self.keys.append(keys)
+        self.supernodes.append(self._start_supernode(i))
+        return i
+
+    def _start_supernode(self, i: int) -> subprocess.Popen:
+        settings = " ".join(f"{k}={_toml_value(v)}" for k, v in self.sites[i].items())
+        security = ["--insecure"]
+        if self.secure:  # TLS to the SuperLink, and on the node's own API to its ClientApp processes
+            security = ["--root-certificates", str(self.tls.ca_certificate),
+                        "--auth-supernode-private-key", str(self.keys[i][0]),
+                        "--ssl-certfile", str(self.tls.server_certificate), "--ssl-keyfile", str(self.tls.server_key),
+                        "--ssl-ca-certfile", str(self.tls.ca_certificate)]
+        return self._spawn([_executable("flower-supernode"), *security, "--superlink", f"127.0.0.1:{self.port}",
+                            "--port", str(free_port()), "--node-config", settings], f"supernode-{i}.log")
+
+    def flwr(self, args: list[str], *, timeout: float = 60.0) -> str:
+        """Run a ``flwr`` CLI command against this SuperLink; its output, or RuntimeError."""
+        done = subprocess.run([_executable("flwr"), *args], capture_output=True, text=True, env=self.env,
+                              timeout=timeout)
+        if done.returncode != 0:
+            raise RuntimeError(f"flwr {' '.join(args)} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+        return done.stdout
+
+    def run(self, app_dir: str | Path, run_config: dict, *, timeout: float = 600.0, on_line=None,
+            check: bool = True) -> tuple[int, list[str]]:
+        """``flwr run APP_DIR loopback --stream``; returns its exit code and output lines.
+
+        ``on_line(line)`` sees every output line as it arrives (e.g. to kill a
+        site mid-run); when it returns True, the stream is closed at once and
+        the run abandoned (exit code -1). With ``check``, a failed run raises
+        RuntimeError; a run over ``timeout`` seconds always raises TimeoutError.
+        """
+        overrides = " ".join(f"{k}={_toml_value(v)}" for k, v in run_config.items())
+        process = subprocess.Popen(
+            [_executable("flwr"), "run", str(app_dir), "loopback", "--stream", "--run-config", overrides],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.env, start_new_session=True)
+        self.processes.append(process)
+        queue: Queue[str | None] = Queue()
+
+        def pump() -> None:
+            for line in process.stdout:
+                queue.put(line.rstrip("\n"))
+            queue.put(None)
+
+        threading.Thread(target=pump, daemon=True).start()
+        deadline = time.monotonic() + timeout
+        lines: list[str] = []
+        while True:
+            try:
+                line = queue.get(timeout=max(0.01, deadline - time.monotonic()))
+            except Empty:
+                raise TimeoutError(f"flwr run did not finish within {timeout} s. Last lines:\n"
+                                   + "\n".join(lines[-20:])) from None
+            if line is None:
+                break
+            lines.append(line)
+            if on_line is not None and on_line(line):
+                _kill_group(process, signal.SIGKILL)
+                process.wait()
+                return -1, lines
+        process.wait(timeout=max(1.0, deadline - time.monotonic()))
+        failed = process.returncode != 0 or any("Exit Code" in line or "Traceback" in line for line in lines)
+        if check and failed:
+            raise RuntimeError(f"flwr run failed (exit code {process.returncode}):\n" + "\n".join(lines[-60:]))
+        return (process.returncode or int(failed)), lines
+
+    def check_transport_security(self) -> dict:
+        """What a network observer and an outsider get from the SuperLink's port.
+
+        Returns
+        -------
+        dict
+            ``tls_verified``: a TLS handshake against the test CA succeeds for
+            127.0.0.1; ``plaintext_refused``: an unencrypted HTTP request gets no
+            HTTP answer (so no message, θ or submission can travel in clear).
+        """
+        import ssl
+
+        context = ssl.create_default_context(cafile=str(self.tls.ca_certificate))
+        with socket.create_connection(("127.0.0.1", self.port), timeout=10) as raw:
+            with context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+                verified = tls.version() is not None and tls.getpeercert() is not None
+        with socket.create_connection(("127.0.0.1", self.port), timeout=10) as raw:
+            raw.sendall(b"GET /v1/fleet/get-run HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            raw.settimeout(5)
+            try:
+                answer = raw.recv(64)
+            except (TimeoutError, ConnectionError):
+                answer = b""
+        return {"tls_verified": verified, "plaintext_refused": not answer.startswith(b"HTTP/")}
+
+    def kill_site(self, i: int) -> None:
+        """SIGKILL site i's SuperNode and its ClientApp processes."""
+        _kill_group(self.supernodes[i], signal.SIGKILL)
+        self.supernodes[i].wait()
+
+    def restart_site(self, i: int, *, retry_for: float = 150.0) -> None:
+        """Stop site i's SuperNode (if it runs) and start it again with the same data and key.
+
+        A SuperNode that was killed keeps its node id at the SuperLink until it
+        misses two heartbeats (60 s, fixed in Flower 1.42), and a new process
+        cannot take that id before: like a service manager, this keeps
+        restarting it (every 5 s, for ``retry_for`` seconds) until it is in.
+        """
+        _kill_group(self.supernodes[i], signal.SIGTERM)  # a clean stop leaves the node id free at once
+        self.supernodes[i].wait()
+        self.supernodes[i] = self._start_supernode(i)
+
+        def keep_trying() -> None:
+            deadline = time.monotonic() + retry_for
+            while time.monotonic() < deadline and not self._closing:
+                code = self.supernodes[i].poll()
+                if code is not None and code != 0 and not self._closing:
+                    time.sleep(5)
+                    self.supernodes[i] = self._start_supernode(i)
+                time.sleep(0.5)
+
+        threading.Thread(target=keep_trying, daemon=True).start()
+
+    def kill_server_app(self) -> int:
+        """SIGKILL the running ServerApp process(es) the SuperLink started; how many were killed."""
+        import psutil
+
+        killed = 0
+        for child in psutil.Process(self.superlink.pid).children(recursive=True):
+            try:
+                if any("flwr-serverapp" in part for part in child.cmdline()):
+                    child.kill()
+                    killed += 1
+            except psutil.NoSuchProcess:
+                pass
+        return killed
+
+    def close(self) -> None:
+        """Terminate every process started here (SIGTERM, then SIGKILL after 5 s)."""
+        self._closing = True
+        for process in self.processes:
+            _kill_group(process, signal.SIGTERM)
+        deadline = time.monotonic() + 5
+        for process in self.processes:
+            try:
+                process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _kill_group(process, signal.SIGKILL)
+                process.wait()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _printer():
+    """``print`` for Flower's output lines: their colour codes only where the output is a terminal."""
+    terminal = sys.stdout.isatty()
+
+    def show(line: str) -> None:
+        print(line if terminal else _ANSI.sub("", line), flush=True)
+
+    return show
+
+
+def site_files(estimator: str, out: Path, *, sites: int, records: int, features: int) -> tuple[list[Path], dict]:
+    """Synthetic records for each site (and the server's validation file), and the run settings they need."""
+    from ...datasets import make_federated_pca, make_spd_classification
+
+    paths = [out / f"site-{i}" / ("records.npy" if estimator == "pca" else "records.npz") for i in range(sites)]
+    for path in paths:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    if estimator == "pca":
+        X, groups = make_federated_pca(n_clients=sites, n_samples_per_client=records, n_features=features,
+                                       random_state=0)
+        for i, g in enumerate(np.unique(groups)):
+            np.save(paths[i], X[groups == g])
+        return paths, {}
+    if estimator in ("spdnet", "tangent"):
+        X, y, groups = make_spd_classification(n_clients=sites + 1, n_matrices_per_client=records,
+                                               n_channels=features, random_state=0)
+        settings = {"batch-size": 16, "local-steps": 3}
+        if estimator == "spdnet":
+            settings["dims"] = str(max(2, features // 2))
+    else:
+        rng = np.random.default_rng(0)
+        n, t = (sites + 1) * records, np.arange(64) / 64
+        y = np.arange(n) % 2
+        X = rng.standard_normal((n, features, 64))
+        X[np.arange(n), y] += 3 * np.sin(2 * np.pi * 12 * t)
+        X *= 1e-5
+        groups = np.repeat(np.arange(sites + 1), records)
+        settings = {"f1": 2, "d": 1, "f2": 2, "kernel-length": 16, "batch-size": 16, "local-steps": 3, "lr": 3e-2}
+    for i, g in enumerate(np.unique(groups)[:sites]):
+        np.savez(paths[i], X=X[groups == g], y=y[groups == g])
+    validation = out / "server" / "validation.npz"  # the server's own trials, never a site's
+    validation.parent.mkdir(parents=True, exist_ok=True)
+    last = groups == np.unique(groups)[-1]
+    np.savez(validation, X=X[last], y=y[last])
+    return paths, {**settings, "classes": "0,1", "validation-path": str(validation)}
+
+
+def _parser(estimators: list[str]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m skfedriem.flower.operations.loopback", description=__doc__.split("\n")[0])
+    parser.add_argument("--estimator", choices=estimators, default="pca")
+    parser.add_argument("--sites", type=int, default=3)
+    parser.add_argument("--records", type=int, default=120, help="records per site")
+    parser.add_argument("--features", type=int, default=6, help="features (PCA) or channels (classifiers)")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--eps", default="2.0", help="a float, or 'none'")
+    parser.add_argument("--round-timeout", type=float, default=60.0)
+    parser.add_argument("--kill-site-after-round", type=int, default=None)
+    parser.add_argument("--restart-site-after-round", type=int, default=None,
+                        help="stop the last site and start it again (it rejoins)")
+    parser.add_argument("--kill-server-after-round", type=int, default=None, help="then resume the run")
+    parser.add_argument("--site-max-epsilon", type=float, default=None,
+                        help="each site's own budget over all runs (its ledger is kept in --out); default: the "
+                             "sites' default, or inf with --eps none")
+    parser.add_argument("--insecure", action="store_true", help="no TLS, no SuperNode authentication")
+    parser.add_argument("--intruder", action="store_true",
+                        help="also start a SuperNode whose key is not registered (it must be refused)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a run-config value (a TOML literal: 64, 1e-3, \"text\")")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds for each flwr run")
+    parser.add_argument("--out", default=None, help="where the sites' files, logs and results go (default: a fresh "
+                                                        "temporary folder, printed)")
+    return parser
+
+
+def _sites_and_run_config(args: argparse.Namespace, out: Path) -> tuple[list[Path], list[dict], dict]:
+    """The synthetic sites' files and node configurations, and the run configuration, from the command line."""
+    paths, settings = site_files(args.estimator, out, sites=args.sites, records=args.records,
+                                 features=args.features)
+    non_private = args.eps.lower() == "none"
+    sites = []
+    for i, path in enumerate(paths):
+        site = {"data-path": str(path), "name": f"site-{i}", "ledger-path": str(path.with_name("ledger.json"))}
+        if non_private:  # a test bench's sites accept rounds without noise only when told to
+            site.update({"non-private": True, "max-epsilon": "inf"})
+        if args.site_max_epsilon is not None:
+            site["max-epsilon"] = args.site_max_epsilon
+        sites.append(site)
+    run_config = {"n-clients": args.sites, "rounds": args.rounds, "round-timeout": args.round_timeout,
+                  "eps": args.eps if non_private else float(args.eps), "output": str(out / "server"), **settings}
+    for item in args.set:
+        key, _, value = item.partition("=")
+        run_config[key] = tomllib.loads(f"value = {value}")["value"]
+    return paths, sites, run_config
+
+
+def _round_watcher(federation: LoopbackFederation, args: argparse.Namespace, show: Callable[[str], None],
+                   events: dict) -> Callable[[str], bool]:
+    """What reads the run's log: it shows each line and kills or restarts what the command line asked, after the
+    round it named; True abandons the run's log stream (the ServerApp was killed)."""
+
+    def watch(line: str) -> bool:
+        show(line)
+        if "skfedriem: round " not in line:
+            return False
+        done = int(line.split("skfedriem: round ")[1].split("/")[0])
+        if done == args.kill_site_after_round and events["killed_site"] is None:
+            federation.kill_site(0)
+            events["killed_site"] = done
+            print("skfedriem.loopback: killed site-0's SuperNode", flush=True)
+        if done == args.restart_site_after_round and not events.get("restarted"):
+            federation.restart_site(args.sites - 1)
+            events["restarted"] = True
+            print(f"skfedriem.loopback: restarted site-{args.sites - 1}'s SuperNode", flush=True)
+        if done == args.kill_server_after_round and not events["server_killed"]:
+            events["server_killed"] = federation.kill_server_app() > 0
+            print("skfedriem.loopback: killed the ServerApp", flush=True)
+            return True
+        return False
+
+    return watch
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Command line: synthetic sites, a secured loopback federation, one run; prints the result.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        The arguments (default: ``sys.argv[1:]``); ``--help`` lists them.
+
+    Returns
+    -------
+    dict
+        The run's result as printed.
+    """
+    from ..deployment.apps import APP_DIRS
+
+    args = _parser(sorted(APP_DIRS)).parse_args(argv)
+    out = Path(args.out).absolute() if args.out else Path(tempfile.mkdtemp(prefix="skfedriem-loopback-"))
+    print(f"skfedriem.loopback: files, logs and results in {out}", flush=True)
+    show = _printer()
+    paths, sites, run_config = _sites_and_run_config(args, out)
+    extra = {}
+    with LoopbackFederation(out / "logs", sites, secure=not args.insecure) as federation:
+        events = {"killed_site": None, "server_killed": False}
+        intruder = None
+        if args.intruder:
+            intruder = federation.add_site({"data-path": str(paths[0]), "name": "intruder"}, register=False)
+        watch = _round_watcher(federation, args, show, events)
+        federation.run(APP_DIRS[args.estimator], run_config, timeout=args.timeout, on_line=watch)
+        if args.kill_server_after_round is not None:
+            if not events["server_killed"]:
+                raise RuntimeError("The ServerApp was not killed as asked; the run ended on its own.")
+            federation.run(APP_DIRS[args.estimator], {**run_config, "resume": True}, timeout=args.timeout,
+                           on_line=show)
+        if not args.insecure:
+            extra.update(federation.check_transport_security())
+        if intruder is not None:
+            log = (out / "logs" / f"supernode-{intruder}.log").read_text()
+            extra["intruder_refused"] = (federation.supernodes[intruder].poll() not in (None, 0)
+                                         and "Failed to activate SuperNode" in log)
+    result = json.loads((out / "server" / "result.json").read_text())
+    summary = {"estimator": args.estimator, "epsilon": result["epsilon"], "rounds": len(result["history"]),
+               "replied": [h["replied"] for h in result["history"]], "secure": not args.insecure, **extra}
+    print(json.dumps(summary))
+    return summary
+
+
+if __name__ == "__main__":
+    main()
