@@ -13,6 +13,11 @@ import sys
 import warnings
 from types import ModuleType
 
+#: Each old module of ``skfedriem.flower`` (a file of its own, which only points here) and where it is now.
+MOVED = {"apps": "deployment.apps", "site_client": "deployment.site_client", "site_worker": "deployment.site_worker",
+         "run_config": "deployment.run_config", "certificates": "operations.certificates",
+         "loopback": "operations.loopback"}
+
 
 def moved(old: str, new: str) -> ModuleType:
     """Import ``new``, make it the module ``old`` names too (``sys.modules``), and warn that ``old`` moved.

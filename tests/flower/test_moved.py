@@ -10,13 +10,17 @@ pytest.importorskip("flwr")
 
 from flwr.supercore.object_ref import validate  # noqa: E402
 
-MOVED = [("skfedriem.flower.apps", "skfedriem.flower.deployment.apps"),
-         ("skfedriem.flower.site_client", "skfedriem.flower.deployment.site_client"),
-         ("skfedriem.flower.site_worker", "skfedriem.flower.deployment.site_worker"),
-         ("skfedriem.flower.run_config", "skfedriem.flower.deployment.run_config"),
-         ("skfedriem.flower.certificates", "skfedriem.flower.operations.certificates"),
-         ("skfedriem.flower.loopback", "skfedriem.flower.operations.loopback")]
+from skfedriem.flower._moved import MOVED as _MOVED  # noqa: E402
+
+MOVED = [(f"skfedriem.flower.{old}", f"skfedriem.flower.{new}") for old, new in _MOVED.items()]
 KINDS = ("pca", "spdnet", "eegnet", "tangent")
+
+
+def test_doctest_collection_skips_exactly_the_old_paths():
+    """The root conftest skips each old file (collected under its new path), and no other."""
+    import conftest
+
+    assert conftest.collect_ignore == [f"skfedriem/flower/{old}.py" for old in _MOVED]
 
 
 @pytest.mark.parametrize("old, new", MOVED)
