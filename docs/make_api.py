@@ -18,6 +18,7 @@ SECTIONS = [
      "FederatedPCA's solver and schedule, from public quantities only."),
     ("Manifolds", "skfedriem.manifolds", "Parameter geometries, and optimisers that keep parameters on them."),
     ("Privacy", "skfedriem.privacy", "The private local step, samplers, secret randomness, accounting and budgets."),
+    ("Privacy units", "skfedriem.privacy.units", "What a step protects: a record, or a subject with all its records."),
     ("Federation", "skfedriem.federated", "The round loop, the clients' side (one by one and in lockstep), transports, plans and checkpoints."),
     ("Lockstep", "skfedriem.federated.lockstep",
      "Simulated clients taking their local steps as one computation: the rule, the stack and what can be stacked."),

@@ -50,7 +50,7 @@ from sklearn.utils.validation import validate_data
 from torch import nn
 
 from . import baselines  # noqa: F401 - registers accounting="prirfed" for every estimator
-from ._clients import client_indices
+from ._clients import client_indices, client_subjects
 from ._utils.compat import Interval, _fit_context
 from ._parameters import _EstimatorParameters, federated_parameters, parameter, setting
 from ._seeding import RunSeeds, run_seeds
@@ -59,7 +59,7 @@ from .exceptions import NoiseSwampsSignalWarning, PositionalClientsWarning, Priv
 from .federated import Aggregation, FederatedTrainer, FederationSettings, PrivacyPlan, TrainingState
 from .federated.settings import SettingDoc
 from .privacy import PrivacyAccountant, PrivacyBudget
-from .privacy.mechanism import clipped_gradient_diameter
+from .privacy.units import step_diameter
 from .privacy.per_sample import LossFn
 
 __all__ = ["FederatedEstimatorMixin", "federated_parameters", "parameter", "setting"]
@@ -93,6 +93,7 @@ class FederatedEstimatorMixin(_EstimatorParameters):
     optimizer: str | Callable = setting("optimizer")
     lr: float | str = setting("lr")
     sampling: str = setting("sampling")
+    privacy_unit: str = setting("privacy_unit")
     n_clients: int = parameter(
         3, "int", "When ``fit`` gets no ``groups``: the number of clients of a random split by record position only "
         "(never by value or label: a split that read the records would let one record move others between clients).",
@@ -290,7 +291,7 @@ class FederatedEstimatorMixin(_EstimatorParameters):
         """A trainer of ``module`` for a run targeting ``eps``, planned once: the complete settings the model's
         planner returns, and the server's plan of them where the planner made it (the trainer does not make it
         again)."""
-        settings, plan = self._plan_run(input_shape, clients, eps, diameter=clipped_gradient_diameter(module))
+        settings, plan = self._plan_run(input_shape, clients, eps, diameter=step_diameter(module, self.privacy_unit))
         return FederatedTrainer(module, loss_fn, settings, plan=plan, **options)
 
     def _left_after(self, spent: PrivacyAccountant, eps: float | None, module, loss_fn, input_shape,
@@ -371,6 +372,7 @@ class FederatedEstimatorMixin(_EstimatorParameters):
             setattr(self, name, value)
         self._set_model_attributes(trainer.module, classes)
         self._fitted_model_parameters = {name: copy.deepcopy(getattr(self, name)) for name in self._model_parameters}
+        self._fitted_privacy_unit = trainer.settings.privacy_unit
         return self
 
     # ------------------------------------------------------------------ helpers
@@ -428,8 +430,9 @@ class FederatedEstimatorMixin(_EstimatorParameters):
                          secure_mode=self.secure_mode and not deployed, owner=type(self).__name__)
 
     def _fit_federated(self, records: tuple[torch.Tensor, ...], input_shape: tuple[int, ...], groups, *,
-                       classes=None, held_out=None):
-        """``fit``'s common body: split into clients, run the rounds, set the fitted attributes."""
+                       subjects=None, classes=None, held_out=None):
+        """``fit``'s common body: split into clients (with their subjects), run the rounds, set the fitted
+        attributes."""
         seeds = self._seeds()
         if groups is None and self.n_clients > 1:
             warn_user(f"groups=None: {type(self).__name__} splits the records at random into n_clients="
@@ -441,6 +444,12 @@ class FederatedEstimatorMixin(_EstimatorParameters):
                                         rng=np.random.default_rng(seeds.split))
         clients = [tuple(r[idx] for r in records) for idx in indices]
         sizes = [len(idx) for idx in indices]
+        if self.privacy_unit == "subject":
+            codes, sizes = client_subjects(indices, names, subjects, n_records=len(records[0]))
+            clients = [(*client, torch.from_numpy(c)) for client, c in zip(clients, codes)]
+        elif subjects is not None:
+            warn_user(f"{type(self).__name__} got subjects= but privacy_unit='record': each trial is protected, not "
+                      "each subject, and subjects is not used. Set privacy_unit='subject' to protect each subject.")
         release = None if self._warm() else self._release_trainer(input_shape, sizes, seeds)
         spent = None if release is None else release.planned_release(sizes, names)
         trainer = self.make_trainer(input_shape, classes=classes, held_out=held_out, seeds=seeds,
@@ -475,6 +484,11 @@ class FederatedEstimatorMixin(_EstimatorParameters):
         if classes is not None and not np.array_equal(np.asarray(classes), self.classes_):
             raise ValueError(f"warm_start=True continues a model of classes {self.classes_.tolist()!r}; got "
                              f"{np.asarray(classes).tolist()!r}. Set warm_start=False to start afresh.")
+        unit = getattr(self, "_fitted_privacy_unit", "record")
+        if self.privacy_unit != unit:
+            raise ValueError(f"warm_start=True continues a fit that protected each {unit!r}; got privacy_unit="
+                             f"{self.privacy_unit!r}. Its ledger counts {unit}-level losses, which do not compose with "
+                             f"{self.privacy_unit}-level ones: set privacy_unit={unit!r}, or warm_start=False.")
         fitted = getattr(self, "_fitted_model_parameters", {})
         changed = [n for n in self._model_parameters if n in fitted and not _same(getattr(self, n), fitted[n])]
         if changed:

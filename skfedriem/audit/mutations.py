@@ -33,7 +33,8 @@ from ..privacy.per_sample import per_sample_gradients, trainable_parameters
 from ..privacy.sampling import make_sampler
 
 __all__ = ["noise_projected_alone", "noise_scaled", "noise_stream_restarted", "per_block_clipping",
-           "site_charges_the_servers_numbers", "site_drops_invalid_records", "site_ignores_the_planned_size"]
+           "site_charges_the_servers_numbers", "site_drops_invalid_records", "site_ignores_the_planned_size",
+           "subjects_clipped_by_record"]
 
 
 def _one_by_one(recipe, theta, clients, states, instructions):
@@ -127,7 +128,7 @@ class _ServersNumbers:
         return ledger
 
 
-def _servers_numbers(instructions, n_records, module):
+def _servers_numbers(instructions, n_records, module, privacy_unit="record"):
     return _ServersNumbers(n_records, instructions.batch_size, instructions.local_steps, instructions.clip,
                            instructions.noise_std, instructions.sampling)
 
@@ -140,7 +141,7 @@ def site_charges_the_servers_numbers() -> Iterator[None]:
     2C/σ: half of what it spent. The malicious-server property test
     (``tests/flower/test_malicious_server.py``) must catch it.
     """
-    from ..flower import _client_app
+    from ..flower.protocol import client_app as _client_app
 
     with _patched((client_module, "step_plan", _servers_numbers), (_client_app, "step_plan", _servers_numbers)):
         yield
@@ -179,12 +180,12 @@ def site_ignores_the_planned_size() -> Iterator[None]:
     The site's own ledger still charges what it runs; the server's certificate,
     computed for the planned size, does not cover it.
     """
-    from ..flower import _client_app
+    from ..flower.protocol import client_app as _client_app
 
     honest = client_module.step_plan
 
-    def ignoring(instructions, n_records, module):
-        return honest(dataclasses.replace(instructions, planned_records=0), n_records, module)
+    def ignoring(instructions, n_records, module, privacy_unit="record"):
+        return honest(dataclasses.replace(instructions, planned_records=0), n_records, module, privacy_unit)
 
     with _patched((client_module, "step_plan", ignoring), (_client_app, "step_plan", ignoring)):
         yield
@@ -208,9 +209,10 @@ def noise_stream_restarted() -> Iterator[None]:
 
 
 def _per_block_private_gradient(module, loss_fn, batch, *, clip, noise_std, denominator, randomness=None,
-                                count_noise_std=0.0, counts=None):
-    if counts is not None:
-        raise ValueError("The per-block clipping mutation releases no count (adaptive clipping is not audited here).")
+                                count_noise_std=0.0, counts=None, segments=None):
+    if counts is not None or segments is not None:
+        raise ValueError("The per-block clipping mutation releases no count and clips records (adaptive clipping and "
+                         "subject-level steps are not audited here).")
     params = trainable_parameters(module)
     grads = mechanism_module.project_per_sample(per_sample_gradients(module, loss_fn, batch), params)
     sums = {}
@@ -230,4 +232,21 @@ def per_block_clipping() -> Iterator[None]:
     with k blocks it reaches C√k, and the step's sensitivity grows with it.
     """
     with _patched((optimizer_module, "private_gradient", _per_block_private_gradient)):
+        yield
+
+
+@contextmanager
+def subjects_clipped_by_record() -> Iterator[None]:
+    """A subject-level step clips each of its records' gradients instead of the subject's mean gradient.
+
+    The step still divides by the number of subjects sampled and is charged as
+    subject-level, but a subject of k records then moves its clipped sum by up
+    to 2kC, not 2C: its sensitivity grows with the subject's number of trials.
+    """
+    honest = mechanism_module.private_gradient
+
+    def by_record(module, loss_fn, batch, *, segments=None, **kw):
+        return honest(module, loss_fn, batch, segments=None, **kw)
+
+    with _patched((optimizer_module, "private_gradient", by_record)):
         yield

@@ -177,7 +177,7 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
         """The untrained network (data-independent initialisation from ``generator``)."""
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y, groups=None, validation_data=None):
+    def fit(self, X, y, groups=None, validation_data=None, subjects=None):
         """Train the network across the clients' trials.
 
         Parameters
@@ -196,6 +196,10 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
             Held-out trials the server holds; ``history_`` reports loss and
             accuracy on them after every round. Training trials passed here
             would make ``history_`` a non-private diagnostic.
+        subjects : array-like of shape (n_trials,), optional
+            The person each trial comes from (MOABB's ``meta.subject``), for
+            ``privacy_unit="subject"``: each subject's trials must sit at one
+            client. None: each client is one subject.
 
         Returns
         -------
@@ -215,7 +219,8 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
         if validation_data is not None:
             held_out = self._validation_records(validation_data, classes)
         with _linear_algebra_in_words(self.dtype):
-            return self._fit_federated(records, X.shape[1:], groups, classes=classes, held_out=held_out)
+            return self._fit_federated(records, X.shape[1:], groups, subjects=subjects, classes=classes,
+                                       held_out=held_out)
 
     def _label_set(self, y: np.ndarray) -> np.ndarray:
         """The public label set: ``classes`` when given, else the labels of ``y`` (which makes them public)."""

@@ -65,6 +65,7 @@ from .._utils.registry import Registry
 from .._utils.user_warnings import warn_user
 from ..federated.plan import PrivacyPlan, plan_run
 from ..federated.settings import FederationSettings
+from ..privacy.units import subject_reason
 
 __all__ = ["PLANNED", "ClassifierPlan", "ClassifierSchedule", "NOISE_WALK", "ROUND_STEP", "SCHEDULES",
            "plan_classifier",
@@ -332,6 +333,8 @@ def plan_classifier_run(model: str | ClassifierSchedule, params: Mapping, client
     # the run's own plan (it warns of a clamped B or a large δ once, here): the trainer takes it as it is
     names = list(range(len(client_sizes))) if client_names is None else list(client_names)
     privacy = plan_run(list(client_sizes), names, settings, diameter=diameter)
+    if settings.privacy_unit == "subject":
+        reasons.append(subject_reason(settings.batch_size, min(client_sizes)))
     if "batch_size" in auto and settings.batch_size < schedule.batch_size:
         _warn_of_a_small_client(client_sizes, settings.batch_size, privacy, settings.local_steps is not None)
     if "optimizer" in auto:

@@ -19,6 +19,7 @@ from ..federated import FederationSettings
 from ..metrics import pca_optimality_gap
 from ..models import PCAProjector, SecondMoment
 from ..privacy import PrivacyAccountant
+from ..privacy.units import subject_reason
 from .planning import PLANNED, choose_solver, plan_pca
 
 __all__ = ["FederatedPCA", "identity_loss"]
@@ -143,7 +144,7 @@ class FederatedPCA(FederatedEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Tra
     _model_parameters = ("n_components", "manifold")
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y=None, groups=None, reference_X=None):
+    def fit(self, X, y=None, groups=None, reference_X=None, subjects=None):
         """Learn the principal subspace from the clients' records.
 
         Parameters
@@ -159,6 +160,10 @@ class FederatedPCA(FederatedEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Tra
             Data the server holds, on which ``history_`` reports the optimality
             gap after every round. For experiments: passing the training data
             here is a non-private diagnostic.
+        subjects : array-like of shape (n_samples,), optional
+            The person each record comes from, for ``privacy_unit="subject"``
+            (each subject's records at one client). None: each client is one
+            subject.
 
         Returns
         -------
@@ -169,7 +174,8 @@ class FederatedPCA(FederatedEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Tra
             return self._fit_whole_space(X.shape[1])
         if reference_X is not None:
             reference_X = self._validate(reference_X, name="reference_X", reset=False)
-        return self._fit_federated(self.prepare_records(X), (X.shape[1],), groups, held_out=reference_X)
+        return self._fit_federated(self.prepare_records(X), (X.shape[1],), groups, subjects=subjects,
+                                   held_out=reference_X)
 
     def _fit_whole_space(self, n_features: int):
         """n_components == n_features: the subspace is the whole space, known without the data or any privacy cost."""
@@ -236,11 +242,18 @@ class FederatedPCA(FederatedEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Tra
             # the plan's one plain SGD step of rate 1 from A = 0 on every client's whole records: A_i = its
             # noisy moment
             options.update(clients_per_round=None, aggregation="projavg", optimizer="sgd")
-            return FederationSettings.from_params(self.get_params(deep=False), eps=eps, **options), None
+            return self._planned_settings(eps, options, client_sizes), None
         if self._warm() and isinstance(self.module_, SecondMoment):
             raise ValueError("warm_start=True cannot continue a solver='covariance' fit with Riemannian rounds: "
                              "pass its subspace as a public start instead, init=fitted.components_.")
-        return FederationSettings.from_params(self.get_params(deep=False), eps=eps, **options), None
+        return self._planned_settings(eps, options, client_sizes), None
+
+    def _planned_settings(self, eps, options: dict, client_sizes: list[int]) -> FederationSettings:
+        """The run's settings with the planned ``options``; a subject-level plan's reason says so."""
+        if self.privacy_unit == "subject":
+            self._plan = dataclasses.replace(self._plan, reason=f"{self._plan.reason}; "
+                                             f"{subject_reason(options['batch_size'], min(client_sizes))}")
+        return FederationSettings.from_params(self.get_params(deep=False), eps=eps, **options)
 
     def _components(self, module) -> np.ndarray:
         if isinstance(module, SecondMoment):

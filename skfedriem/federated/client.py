@@ -25,10 +25,10 @@ from ..exceptions import InvalidInstructionsError, InvalidIterateError
 from ..manifolds import manifold_of
 from ..privacy import PrivateManifoldOptimizer
 from ..privacy.per_sample import trainable_parameters
-from ..privacy.mechanism import clipped_gradient_diameter
 from ..privacy.per_sample import LossFn
 from ..privacy.randomness import SecretRandomness, SecureRandomness, SeededRandomness
 from ..privacy.step_plan import StepPlan
+from ..privacy.units import check_privacy_unit, split_units, step_diameter
 from .aggregation import AGGREGATIONS, get_aggregation
 from .optimizers import make_optimizer
 
@@ -55,6 +55,11 @@ class ClientRecipe:
         Simulated clients on one machine with the same instructions take
         their steps together (:mod:`skfedriem.federated.lockstep`), where
         :func:`~skfedriem.federated.lockstep.lockstep_eligible` allows it.
+    privacy_unit : {"record", "subject"}, default="record"
+        What the client's steps protect (:mod:`skfedriem.privacy.units`): with
+        ``"subject"`` its records are ``(inputs, *targets, subjects)`` and it
+        samples subjects. The client's own choice: it refuses instructions
+        planned for the other unit.
     """
 
     module: nn.Module
@@ -62,14 +67,21 @@ class ClientRecipe:
     optimizer: str | Callable = "sgd"
     reset_optimizer: bool = True
     lockstep: bool = False
+    privacy_unit: str = "record"
     #: The model stacked for K clients, by K (:func:`~skfedriem.federated.lockstep.client_stack`).
     _stacks: dict = field(default_factory=dict, init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if check_privacy_unit(self.privacy_unit) == "subject" and self.lockstep:
+            raise ValueError("Clients of privacy_unit='subject' cannot run in lockstep (a step's number of records "
+                             "is its subjects'): build the recipe with lockstep=False.")
 
     def run_round(self, theta: dict[str, torch.Tensor], data: tuple[torch.Tensor, ...], state: ClientState,
                   instructions: RoundInstructions) -> tuple[dict[str, torch.Tensor], float]:
         """:func:`run_client_round` with this recipe's model, loss and optimiser."""
         return run_client_round(self.module, theta, data, state, instructions, loss_fn=self.loss_fn,
-                                optimizer=self.optimizer, reset_optimizer=self.reset_optimizer)
+                                optimizer=self.optimizer, reset_optimizer=self.reset_optimizer,
+                                privacy_unit=self.privacy_unit)
 
 
 @dataclass
@@ -212,6 +224,10 @@ class RoundInstructions:
         or running anything: the server's certificate holds only for the
         sizes it planned with (a deployed site that restarted with another
         data file, say).
+    privacy_unit : {"record", "subject"}, default="record"
+        What the round was planned to protect; ``batch_size`` and
+        ``planned_records`` count units of it. A client refuses a round
+        planned for another unit than its own.
     """
 
     lr: float
@@ -223,9 +239,11 @@ class RoundInstructions:
     aggregation: str
     count_noise_std: float = 0.0
     planned_records: int = 0
+    privacy_unit: str = "record"
 
 
-def step_plan(instructions: RoundInstructions, n_records: int, module: nn.Module) -> StepPlan:
+def step_plan(instructions: RoundInstructions, n_records: int, module: nn.Module,
+              privacy_unit: str = "record") -> StepPlan:
     """The steps a client of ``n_records`` records running ``module`` takes for ``instructions``, validated.
 
     What the client's sampler and mechanism run and what every ledger is
@@ -238,9 +256,11 @@ def step_plan(instructions: RoundInstructions, n_records: int, module: nn.Module
     instructions : RoundInstructions
         As received (any values: a server may be malicious).
     n_records : int
-        The client's own m_i.
+        The client's own m_i: its number of privacy units (records, or subjects).
     module : torch.nn.Module
         The client's model (its :func:`~skfedriem.privacy.clipped_gradient_diameter`).
+    privacy_unit : {"record", "subject"}, default="record"
+        What the client protects (its own setting, never the message's).
 
     Returns
     -------
@@ -260,13 +280,17 @@ def step_plan(instructions: RoundInstructions, n_records: int, module: nn.Module
     if instructions.aggregation not in AGGREGATIONS:
         raise InvalidInstructionsError(f"The round's 'aggregation' must be one of {list(AGGREGATIONS.names())}. "
                                        f"Got {instructions.aggregation!r} instead.")
+    if instructions.privacy_unit != check_privacy_unit(privacy_unit):
+        raise InvalidInstructionsError(f"The round was planned to protect each {instructions.privacy_unit!r}; this "
+                                       f"client protects each {privacy_unit!r}, so the server's certificate would not "
+                                       "be its guarantee.")
     planned = instructions.planned_records
     if isinstance(planned, bool) or not isinstance(planned, Integral) or planned not in (0, n_records):
-        raise InvalidInstructionsError(f"The round was planned for a client of {planned!r} records; this client "
-                                       f"holds {n_records}, so the server's certificate would not cover it.")
+        raise InvalidInstructionsError(f"The round was planned for a client of {planned!r} {privacy_unit}s; this "
+                                       f"client holds {n_records}, so the server's certificate would not cover it.")
     return StepPlan(n_records=n_records, batch_size=instructions.batch_size, local_steps=instructions.local_steps,
                     clip=instructions.clip, noise_std=instructions.noise_std, sampling=instructions.sampling,
-                    diameter=clipped_gradient_diameter(module), floor=floor, ceiling=ceiling,
+                    diameter=step_diameter(module, privacy_unit), floor=floor, ceiling=ceiling,
                     count_noise_std=instructions.count_noise_std)
 
 
@@ -280,6 +304,7 @@ def run_client_round(
     loss_fn: LossFn,
     optimizer: str | Callable = "sgd",
     reset_optimizer: bool = True,
+    privacy_unit: str = "record",
 ) -> tuple[dict[str, torch.Tensor], float]:
     """Check θ_t, take τ_i private local steps from it, return the submission Sub(θ_t, θ_i) of every block.
 
@@ -291,7 +316,8 @@ def run_client_round(
         θ_t, by trainable-parameter name, as the server sent it (checked by
         :func:`check_iterate`: a bad θ_t raises InvalidIterateError).
     data : tuple of Tensor
-        The client's records ``(inputs, *targets)``.
+        The client's records ``(inputs, *targets)``, and with
+        ``privacy_unit="subject"`` each record's subject as a last tensor.
     state : ClientState
         Advanced in place (streams; optimiser state when kept).
     instructions : RoundInstructions
@@ -300,6 +326,9 @@ def run_client_round(
     loss_fn : callable
     optimizer : str or callable
     reset_optimizer : bool
+    privacy_unit : {"record", "subject"}, default="record"
+        Each step samples records, or subjects each contributing the mean
+        gradient of all its records (:mod:`skfedriem.privacy.units`).
 
     Returns
     -------
@@ -308,7 +337,9 @@ def run_client_round(
     submission_seconds : float
         Time spent in Sub (reported with the aggregation cost).
     """
-    plan = step_plan(instructions, int(data[0].shape[0]), module)
+    data, subjects = split_units(data, privacy_unit)
+    n_units = int(data[0].shape[0]) if subjects is None else subjects.n_subjects
+    plan = step_plan(instructions, n_units, module, privacy_unit)
     theta = check_iterate(module, theta)
     params = trainable_parameters(module)
     with torch.no_grad():
@@ -323,8 +354,13 @@ def run_client_round(
                                     randomness=state.randomness, count_noise_std=plan.count_noise_std)
     sampler = plan.sampler()
     for _ in range(plan.local_steps):
-        idx = torch.from_numpy(sampler.sample(state.randomness))
-        step.step(tuple(x.index_select(0, idx.to(x.device)) for x in data), denominator=plan.denominator)
+        chosen, segments = sampler.sample(state.randomness), None
+        if subjects is not None:
+            chosen, segments = subjects.records_of(chosen)
+            segments = torch.from_numpy(segments)
+        idx = torch.from_numpy(chosen)
+        step.step(tuple(x.index_select(0, idx.to(x.device)) for x in data), denominator=plan.denominator,
+                  segments=segments)
     if not reset_optimizer:
         state.optimizer_state = copy.deepcopy(inner.state_dict())
     rule = get_aggregation(instructions.aggregation)

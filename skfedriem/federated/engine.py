@@ -26,6 +26,7 @@ from ..exceptions import NoiseSwampsSignalWarning
 from ..manifolds import manifold_of
 from ..privacy import PrivacyAccountant, PrivacyBudget
 from ..privacy.per_sample import LossFn, trainable_parameters
+from ..privacy.units import unit_count
 from .adaptive_clip import FRACTION_RANGE, next_clip
 from .checkpoint import TrainingState
 from .client import CLIPPED_FRACTION, ClientRecipe, ClientState, RoundInstructions
@@ -214,8 +215,10 @@ class FederatedTrainer:
         Parameters
         ----------
         clients : sequence of tuple of torch.Tensor
-            Client i's records ``(inputs, *targets)``, records along dim 0.
-            Only client i's local steps ever touch them.
+            Client i's records ``(inputs, *targets)``, records along dim 0
+            (with ``settings.privacy_unit="subject"``, ``(inputs, *targets,
+            subjects)``: each record's subject code, 0 to n_i − 1). Only client
+            i's local steps ever touch them.
         client_names : sequence, optional
             Labels used in messages (default: 0 .. n−1).
 
@@ -224,10 +227,10 @@ class FederatedTrainer:
         self
         """
         names = list(client_names) if client_names is not None else list(range(len(clients)))
-        sizes = [int(c[0].shape[0]) for c in clients]
+        sizes = [unit_count(c, self.settings.privacy_unit) for c in clients]  # records, or subjects
         # fail before any backend starts (tens of seconds for Flower and Ray) on what the server would reject
         self._clients_per_round(len(clients))
-        check_client_sizes(sizes, names)
+        check_client_sizes(sizes, names, self.settings.privacy_unit)
         run = BACKENDS.get(self.settings.backend)
         if self.settings.backend != "local" and effective_n_jobs(self.settings.n_jobs) != 1:
             raise ValueError(f"n_jobs runs clients in worker processes of backend='local'; "
@@ -258,8 +261,10 @@ class FederatedTrainer:
         lockstep = False
         if simulated:
             module = module.to(resolve_device(self.settings.device))
-            lockstep = self.settings.lockstep and lockstep_eligible(module, optimizer, self.settings.sampling)
-        return ClientRecipe(module, self.loss_fn, optimizer, self.settings.reset_optimizer, lockstep)
+            lockstep = self.settings.lockstep and lockstep_eligible(module, optimizer, self.settings.sampling,
+                                                                    self.settings.privacy_unit)
+        return ClientRecipe(module, self.loss_fn, optimizer, self.settings.reset_optimizer, lockstep,
+                            self.settings.privacy_unit)
 
     def client_seeds(self, n_clients: int) -> list[np.random.SeedSequence | None]:
         """Each client's secret seed: children of ``client_seed``, else fresh OS entropy (None in secure mode)."""
@@ -564,7 +569,7 @@ def run_locally(trainer: FederatedTrainer, clients: Sequence[tuple[torch.Tensor,
     server_seq : SeedSequence
         The server's selection stream.
     """
-    sizes = [int(c[0].shape[0]) for c in clients]
+    sizes = [unit_count(c, trainer.settings.privacy_unit) for c in clients]
     states = [ClientState.fresh(seed, secure_mode=trainer.settings.secure_mode) for seed in client_seeds]
     n_jobs = min(effective_n_jobs(trainer.settings.n_jobs), trainer._clients_per_round(len(clients)))
     recipe = trainer.client_recipe(simulated=True)

@@ -51,7 +51,7 @@ def on_fixed_features(recipe: ClientRecipe, clients: Sequence[tuple[torch.Tensor
         :func:`~skfedriem.federated.lockstep.lockstep_eligible` allows it for
         that part).
     clients : list of tuple of Tensor
-        Client i's ``(features, *targets)``.
+        Client i's ``(features, *targets)`` (and its subjects, which follow its targets).
 
     Raises
     ------
@@ -70,5 +70,5 @@ def on_fixed_features(recipe: ClientRecipe, clients: Sequence[tuple[torch.Tensor
     with torch.no_grad():
         mapped = [(torch.cat([mapping(x.unsqueeze(0)) for x in records[0]]), *records[1:]) for records in clients]
     # the rule again, for the module the clients now train (the recipe's lockstep implies fixed-size batches)
-    lockstep = recipe.lockstep and lockstep_eligible(head, recipe.optimizer, "fixed")
+    lockstep = recipe.lockstep and lockstep_eligible(head, recipe.optimizer, "fixed", recipe.privacy_unit)
     return dataclasses.replace(recipe, module=head, lockstep=lockstep), mapped

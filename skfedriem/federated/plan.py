@@ -14,7 +14,8 @@ from .settings import FederationSettings
 __all__ = ["PLANNED_FROM", "PrivacyPlan", "check_client_sizes", "noise_swamps_signal", "plan_basis", "plan_run"]
 
 #: The settings :func:`plan_run` reads: with the clients' sizes, the accounting method and Δ, what a plan is made of.
-PLANNED_FROM = ("eps", "delta", "clip", "n_rounds", "local_epochs", "local_steps", "batch_size", "sampling")
+PLANNED_FROM = ("eps", "delta", "clip", "n_rounds", "local_epochs", "local_steps", "batch_size", "sampling",
+                "privacy_unit")
 
 
 @dataclass(frozen=True)
@@ -143,13 +144,23 @@ def noise_swamps_signal(plan: PrivacyPlan, clients_per_round: int = 1) -> bool:
     return spread > math.sqrt(plan.total_steps) * plan.clip
 
 
-def check_client_sizes(client_sizes: list[int], client_names: list) -> None:
-    """ValueError naming the first client with fewer than 2 records (it cannot be subsampled)."""
+def check_client_sizes(client_sizes: list[int], client_names: list, privacy_unit: str = "record") -> None:
+    """ValueError naming the first client with fewer than 2 records (it cannot be subsampled), or with no subject.
+
+    Parameters
+    ----------
+    client_sizes : list of int
+        Each client's number of privacy units (records, or subjects).
+    client_names : list
+    privacy_unit : {"record", "subject"}, default="record"
+        With ``"subject"`` one subject is enough: it is then the client's whole batch (client-level privacy).
+    """
+    least = 2 if privacy_unit == "record" else 1
     for name, size in zip(client_names, client_sizes):
-        if size < 2:
+        if size < least:
             raise ValueError(
-                f"Client {name!r} holds {size} record(s); every client needs at least 2 "
-                "(a one-record client cannot be subsampled)."
+                f"Client {name!r} holds {size} {privacy_unit}(s); every client needs at least {least}"
+                + (" (a one-record client cannot be subsampled)." if least == 2 else ".")
             )
 
 
@@ -193,7 +204,7 @@ def plan_run(
     Parameters
     ----------
     client_sizes : list of int
-        m_i, records of each client.
+        m_i, records of each client (subjects, with ``settings.privacy_unit="subject"``).
     client_names : list
         The clients' names, for messages.
     settings : FederationSettings
@@ -223,7 +234,7 @@ def plan_run(
     """
     method = get_accounting(settings.accounting if accounting is None else accounting)
     method.check_sampling(settings.sampling)
-    check_client_sizes(client_sizes, client_names)
+    check_client_sizes(client_sizes, client_names, settings.privacy_unit)
     private = settings.eps is not None and not math.isinf(settings.eps)
     batch_size, full_batch = _batch_size(client_sizes, client_names, settings)
     taus = _local_steps(client_sizes, batch_size, full_batch, private, settings)
@@ -266,7 +277,7 @@ def _batch_size(client_sizes: list[int], client_names: list, settings: Federatio
     if settings.batch_size > m_star:
         accounted = " (the accountant uses this value)" if settings.eps is not None else ""
         warn_user(f"batch_size={settings.batch_size} is larger than client {client_names[smallest]!r}, which holds "
-                  f"{m_star} records: using batch_size={m_star}{accounted}.")
+                  f"{m_star} {settings.privacy_unit}s: using batch_size={m_star}{accounted}.")
         return m_star, False
     return settings.batch_size, False
 

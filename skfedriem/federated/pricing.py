@@ -19,9 +19,9 @@ from torch import nn
 
 from ..privacy import PrivacyAccountant
 from ..privacy.accounting_methods import get_accounting
-from ..privacy.mechanism import clipped_gradient_diameter
 from ..privacy.step_plan import round_release
 from ..privacy.subsampled_gaussian import DISCRETIZATION
+from ..privacy.units import step_diameter
 from .aggregation import get_aggregation
 from .client import RoundInstructions, step_plan
 from .plan import PrivacyPlan, plan_basis, plan_run
@@ -121,7 +121,7 @@ class RoundPricing:
         -------
         PrivacyPlan
         """
-        diameter = clipped_gradient_diameter(self.module)
+        diameter = step_diameter(self.module, self.settings.privacy_unit)
         basis = plan_basis(client_sizes, self.settings, self.accounting, diameter)
         if self.plan_ is None or self.plan_.basis != basis:
             if self._charged is not None:
@@ -156,7 +156,7 @@ class RoundPricing:
         return RoundInstructions(lr=lr, local_steps=plan.local_steps[client],
                                  batch_size=plan.client_batch_size(client), clip=clip, noise_std=noise_std,
                                  sampling=self.settings.sampling, aggregation=self.aggregation.name,
-                                 count_noise_std=count_noise_std)
+                                 count_noise_std=count_noise_std, privacy_unit=self.settings.privacy_unit)
 
     def round_release(self, lr: float, clip: float | None = None) -> PrivacyAccountant:
         """What one round costs: the steps every client would take for its instructions, dominated as one.
@@ -167,7 +167,8 @@ class RoundPricing:
         every client, selected or not (client selection gives no amplification:
         the server chooses and sees it). Steps without noise cost infinite loss.
         """
-        cost = round_release(step_plan(self.client_instructions(i, lr, clip), size, self.module)
+        unit = self.settings.privacy_unit
+        cost = round_release(step_plan(self.client_instructions(i, lr, clip), size, self.module, unit)
                              for i, size in enumerate(self.client_sizes))
         if clip is None or clip == self.plan_.clip:
             return cost
@@ -206,7 +207,7 @@ class RoundPricing:
                 "aggregation": self.aggregation.name, "client_sizes": list(self.client_sizes),
                 # what shapes the instructions a resumed round re-sends (a callable schedule: by its name)
                 "lr": self.settings.lr, "lr_schedule": schedule if isinstance(schedule, str) else repr(schedule),
-                "clip_quantile": self.settings.clip_quantile,
+                "clip_quantile": self.settings.clip_quantile, "privacy_unit": self.settings.privacy_unit,
                 **{f.name: getattr(self.plan_, f.name) for f in dataclasses.fields(self.plan_) if f.name != "basis"}}
 
 

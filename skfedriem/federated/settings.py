@@ -185,6 +185,15 @@ class FederationSettings:
         "fixed", "{\"fixed\", \"poisson\"}", [StrOptions({"fixed", "poisson"})],
         "Batches of exactly B records drawn without replacement at every step (the paper's theorem), or "
         "Poisson sampling at rate B / m_i.")
+    privacy_unit: str = _setting(
+        "record", "{\"record\", \"subject\"}", [StrOptions({"record", "subject"})],
+        "What the guarantee protects. ``\"record\"``: one trial (ε, δ for substituting one record). ``\"subject\"``: "
+        "one person, all their trials together: each step samples ``batch_size`` of a client's subjects, each "
+        "contributing the mean gradient of all its trials, clipped to C (user-level sampling); ε, δ are then for "
+        "substituting one subject, and every client size, rate and ``batch_size`` counts subjects. ``fit`` takes "
+        "each trial's subject as ``subjects=`` (none: each client is one subject, i.e. client-level privacy). "
+        "Not yet in deployments (``backend=\"local\"`` and ``\"flower\"`` simulations only); see the docs page "
+        "\"What is protected: a trial or a person\".")
     accounting: str | RunAccounting = _setting(
         "rfedproj", "str or RunAccounting", [ACCOUNTINGS.constraint(), RunAccounting],
         "How σ is calibrated and ε reported: ``\"rfedproj\"`` (the paper's whole-run composition), "

@@ -41,6 +41,7 @@ __all__ = [
     "clip_factors",
     "clipped_gradient_diameter",
     "record_norms",
+    "subject_means",
     "noisy_mean",
     "per_record_gradients",
     "private_gradient",
@@ -130,6 +131,38 @@ class DenseGradients(PerRecordGradients):
             weights = weights[kept]
             grads = {name: g[kept] for name, g in grads.items()}
         return {name: (weights.to(g.dtype) @ g.flatten(start_dim=1)).view(g.shape[1:]) for name, g in grads.items()}
+
+
+def subject_means(grads: PerRecordGradients, segments: torch.Tensor, n_subjects: int) -> DenseGradients:
+    """Each sampled subject's gradient: the mean of its records' tangent gradients in the step.
+
+    A record whose gradient is not finite makes its subject's mean not finite:
+    the mechanism then clips that subject to zero, as it does such a record.
+
+    Parameters
+    ----------
+    grads : PerRecordGradients
+        The step's records' gradients.
+    segments : torch.Tensor of int, shape (n_records,)
+        The position of each record's subject among the step's subjects.
+    n_subjects : int
+        The step's number of subjects (at least 1).
+
+    Returns
+    -------
+    DenseGradients
+        ``n_subjects`` rows.
+    """
+    counts = torch.bincount(segments, minlength=n_subjects)
+    if isinstance(grads, DenseGradients):
+        out = {}
+        for name, g in grads.grads.items():
+            total = g.new_zeros((n_subjects, *g.shape[1:])).index_add_(0, segments.to(g.device), g)
+            out[name] = total / counts.to(g.device, g.dtype).view(-1, *([1] * (g.dim() - 1)))
+        return DenseGradients(out)
+    # a structured gradient (e.g. a closed form that never holds B matrices) gives each subject's mean as a weighting
+    rows = [grads.weighted_sum((segments == s).double() / float(counts[s])) for s in range(n_subjects)]
+    return DenseGradients({name: torch.stack([row[name] for row in rows]) for name in rows[0]})
 
 
 def clipped_gradient_diameter(module: nn.Module) -> float:
@@ -309,6 +342,7 @@ def private_gradient(
     randomness: SecretRandomness | None = None,
     count_noise_std: float = 0.0,
     counts: list[float] | None = None,
+    segments: torch.Tensor | None = None,
 ) -> dict[str, torch.Tensor]:
     """The privatised tangent gradient g̃ = P_θ((1/B) Σ_z clip_C(g_z) + ξ) of one batch.
 
@@ -335,6 +369,11 @@ def private_gradient(
     counts : list of float, optional
         When given, the step also appends :func:`noisy_clipped_count` of its
         batch (drawn after the gradient's noise): adaptive clipping.
+    segments : torch.Tensor of int, optional
+        A subject-level step (:mod:`skfedriem.privacy.units`): record j
+        belongs to the step's subject ``segments[j]`` (0 to S−1). Each subject's
+        z is then the mean of its records' gradients, which is clipped, summed,
+        counted and noised as a record's gradient is, and B counts subjects.
 
     Returns
     -------
@@ -357,10 +396,16 @@ def private_gradient(
     if math.isinf(clip) and noise_std == 0:
         if batch[0].shape[0] == 0:
             return {name: torch.zeros_like(p) for name, p in params.items()}
-        loss = loss_fn(module(batch[0]), *batch[1:]).sum() / denominator
+        losses = loss_fn(module(batch[0]), *batch[1:])
+        if segments is not None:  # each subject's mean loss
+            sizes = torch.bincount(segments)
+            losses = losses / sizes[segments].to(losses.device, losses.dtype)
+        loss = losses.sum() / denominator
         grads = dict(zip(params, torch.autograd.grad(loss, list(params.values()))))
         return {name: manifold_of(params[name]).proju(params[name].detach(), g) for name, g in grads.items()}
     grads = per_record_gradients(module, loss_fn, batch)
+    if segments is not None and batch[0].shape[0] > 0:
+        grads = subject_means(grads, segments, int(segments.max()) + 1)
     norms = grads.norms()
     sums = grads.weighted_sum(clip_factors(norms, clip))
     if randomness is None and (noise_std > 0 or counts is not None):

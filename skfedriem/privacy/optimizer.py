@@ -87,7 +87,8 @@ class PrivateManifoldOptimizer:
         #: The noisy centred counts released so far (with ``count_noise_std > 0``).
         self.noisy_counts: list[float] = []
 
-    def step(self, batch: tuple[torch.Tensor, ...], *, denominator: float) -> None:
+    def step(self, batch: tuple[torch.Tensor, ...], *, denominator: float,
+             segments: torch.Tensor | None = None) -> None:
         """One private local step on the sampled ``batch``.
 
         Parameters
@@ -96,6 +97,9 @@ class PrivateManifoldOptimizer:
             The records drawn by the sampler for this step.
         denominator : float
             The sampler's B (fixed size, or expected size under Poisson).
+        segments : torch.Tensor of int, optional
+            Subject-level steps: each record's subject among the step's
+            (:func:`~skfedriem.privacy.private_gradient`).
         """
         grads = private_gradient(
             self.module,
@@ -107,6 +111,7 @@ class PrivateManifoldOptimizer:
             randomness=self.randomness,
             count_noise_std=self.count_noise_std,
             counts=self.noisy_counts if self.count_noise_std > 0 else None,
+            segments=segments,
         )
         apply_gradients(self.optimizer, trainable_parameters(self.module), grads)
         project_parameters_(self.module)

@@ -32,10 +32,11 @@ __all__ = ["StackedLinear", "lockstep_eligible", "stacked_gradients_available", 
 _CONTAINERS = (nn.Sequential, nn.Identity, nn.ModuleList, nn.ModuleDict)
 
 
-def lockstep_eligible(module: nn.Module, optimizer, sampling: str) -> bool:
+def lockstep_eligible(module: nn.Module, optimizer, sampling: str, privacy_unit: str = "record") -> bool:
     """Whether clients of this model, optimiser and sampling may take their steps in lockstep: the one rule.
 
-    Fixed-size batches (a stack's width is then public), an element-wise
+    Record-level steps on fixed-size batches (a stack's width is then public;
+    a subject-level step's number of records is its subjects'), an element-wise
     optimiser (client k's slice of the stacked optimiser is its own) and a
     model whose per-record gradients a stack computes as a lone client does
     (:func:`stacked_gradients_available`). ``settings.lockstep`` asks for it;
@@ -48,12 +49,14 @@ def lockstep_eligible(module: nn.Module, optimizer, sampling: str) -> bool:
     optimizer : str or callable
         The clients' optimiser.
     sampling : {"fixed", "poisson"}
+    privacy_unit : {"record", "subject"}, default="record"
 
     Returns
     -------
     bool
     """
-    return sampling == "fixed" and is_elementwise(optimizer) and stacked_gradients_available(module)
+    return (privacy_unit == "record" and sampling == "fixed" and is_elementwise(optimizer)
+            and stacked_gradients_available(module))
 
 
 def supports_stacking(module: nn.Module) -> bool:

@@ -119,7 +119,8 @@ def estimator_from_run_config(kind: str, config) -> BaseEstimator:
     Raises
     ------
     ValueError
-        Naming an unknown key or a bad value.
+        Naming an unknown key or a bad value, or ``privacy-unit = "subject"``
+        (not deployable yet).
     """
     cls = ESTIMATORS.get(kind)
     names = {name.lower(): name for name in cls().get_params()}
@@ -140,6 +141,10 @@ def estimator_from_run_config(kind: str, config) -> BaseEstimator:
         params["classes"] = tuple(classes_from_run_config(config).tolist())  # public, set by the run
     est = cls(**params)
     validate_estimator_params(est)
+    if getattr(est, "privacy_unit", "record") != "record":
+        raise ValueError(f"Run config privacy-unit = {est.privacy_unit!r} is not deployable yet: a site's node config "
+                         "cannot name its subject column, so a site could not sample its subjects. Train with "
+                         "privacy_unit='subject' in a simulation (backend='local' or 'flower').")
     return est
 
 

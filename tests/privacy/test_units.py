@@ -1,0 +1,145 @@
+"""Subject-level steps: a subject moves a step's release by one clipped vector, however many trials it has."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from skfedriem.audit.mutations import subjects_clipped_by_record
+from skfedriem.exceptions import InvalidInstructionsError
+from skfedriem.federated.client import ClientRecipe, RoundInstructions, step_plan
+from skfedriem.privacy import PrivateManifoldOptimizer
+from skfedriem.privacy.mechanism import private_gradient
+from skfedriem.privacy.units import SubjectIndex, split_units, step_diameter, unit_count
+
+CLIP = 1.0
+
+
+class Direction(torch.nn.Module):
+    """A Euclidean weight whose per-record gradient is the record itself: a record sets its gradient."""
+
+    def __init__(self, dim: int = 3) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(dim, dtype=torch.float64))
+
+    def forward(self, x):
+        return x @ self.w
+
+
+def own_loss(output):
+    return output
+
+
+def federation(k_target: int, extreme: bool, n_other: int = 3, per_other: int = 4):
+    """Records of ``n_other`` subjects of ``per_other`` records, and a target subject of ``k_target`` records
+    pointing along e_0 (or, ``extreme``, far along −e_0: its replacement)."""
+    rng = np.random.default_rng(0)
+    others = rng.normal(size=(n_other * per_other, 3)) * 0.1
+    target = np.tile([-1e6 if extreme else 1.0, 0.0, 0.0], (k_target, 1))
+    X = torch.from_numpy(np.vstack([others, target]))
+    segments = torch.from_numpy(np.concatenate([np.repeat(np.arange(n_other), per_other),
+                                                np.full(k_target, n_other)]))
+    return X, segments, n_other + 1
+
+
+def release(X, segments, n_subjects, *, by_subject=True):
+    module = Direction()
+    return private_gradient(module, own_loss, (X,), clip=CLIP, noise_std=0.0, denominator=n_subjects,
+                            segments=segments if by_subject else None)["w"]
+
+
+@pytest.mark.parametrize("k", [1, 5, 40])
+def test_one_subject_moves_a_step_by_at_most_its_clipped_vector_whatever_its_trials(k):
+    """Replacing a subject's k trials by extreme ones moves the release by ≤ 2C / B (B subjects): the same bound for
+    1, 5 or 40 trials, and reached (the bound is tight)."""
+    honest, replaced = federation(k, extreme=False), federation(k, extreme=True)
+    moved = float(torch.linalg.vector_norm(release(*honest) - release(*replaced)))
+    bound = step_diameter(Direction(), "subject") * CLIP / honest[2]
+    assert moved <= bound * (1 + 1e-12)
+    assert moved >= 0.999 * bound
+
+
+@pytest.mark.parametrize("k", [5, 40])
+def test_record_level_clipping_of_a_subject_exceeds_that_bound(k):
+    """Clipping each trial (the record-level mechanism, and the mutation that clips a subject's trials one by one)
+    lets the subject move the same step by about k times the subject-level bound."""
+    honest, replaced = federation(k, extreme=False), federation(k, extreme=True)
+    bound = 2 * CLIP / honest[2]
+    by_record = float(torch.linalg.vector_norm(release(*honest, by_subject=False) - release(*replaced,
+                                                                                             by_subject=False)))
+    assert by_record > 0.9 * k * bound
+    module, steps = Direction(), []
+    for X, segments, n in (honest, replaced):
+        step = PrivateManifoldOptimizer(module, torch.optim.SGD(module.parameters(), lr=1.0), loss_fn=own_loss,
+                                        clip=CLIP, noise_std=0.0)
+        with torch.no_grad():
+            module.w.zero_()
+        with subjects_clipped_by_record():
+            step.step((X,), denominator=n, segments=segments)
+        steps.append(-module.w.detach().clone())
+    assert float(torch.linalg.vector_norm(steps[0] - steps[1])) > 0.9 * k * bound
+
+
+def test_the_index_returns_every_record_of_each_sampled_subject():
+    index = SubjectIndex(np.array([2, 0, 1, 0, 2, 2]))
+    assert index.n_subjects == 3
+    records, segments = index.records_of(np.array([2, 0]))
+    assert sorted(records[segments == 0].tolist()) == [0, 4, 5] and sorted(records[segments == 1].tolist()) == [1, 3]
+    empty, none = index.records_of(np.zeros(0, dtype=int))
+    assert empty.size == 0 and none.size == 0
+
+
+@pytest.mark.parametrize("codes", [np.array([0, 2]), np.array([-1, 0]), np.array([0.0, 1.0]), np.zeros(0, int)])
+def test_subject_codes_that_skip_a_subject_or_are_not_integers_are_refused(codes):
+    with pytest.raises(ValueError, match="subject codes"):
+        SubjectIndex(codes)
+
+
+def test_a_subject_level_client_counts_and_splits_its_subjects():
+    data = (torch.zeros(5, 2), torch.zeros(5), torch.tensor([0, 0, 1, 1, 1]))
+    assert unit_count(data, "subject") == 2 and unit_count(data, "record") == 5
+    records, index = split_units(data, "subject")
+    assert len(records) == 2 and index.n_subjects == 2
+    with pytest.raises(ValueError, match="privacy_unit"):
+        unit_count(data, "person")
+
+
+def test_a_client_refuses_a_round_planned_for_another_unit():
+    module = Direction()
+    instructions = RoundInstructions(lr=0.1, local_steps=1, batch_size=2, clip=1.0, noise_std=1.0, sampling="fixed",
+                                     aggregation="projavg", privacy_unit="subject")
+    with pytest.raises(InvalidInstructionsError, match="planned to protect each 'subject'"):
+        step_plan(instructions, 10, module, "record")
+    plan = step_plan(instructions, 4, module, "subject")
+    assert plan.sample_rate == 0.5 and math.isclose(plan.mu0, 2 * 1.0 / (2 * 1.0))
+    with pytest.raises(InvalidInstructionsError, match="planned to protect each 'record'"):
+        step_plan(RoundInstructions(**{**instructions.__dict__, "privacy_unit": "record"}), 4, module, "subject")
+
+
+def test_a_model_that_confines_its_records_gradients_is_charged_the_clip_ball_for_subjects():
+    """A record-level model's smaller diameter (the second moments' √2) is not assumed for a subject's mean."""
+    from skfedriem.models import SecondMoment
+
+    assert step_diameter(SecondMoment(3), "record") == math.sqrt(2) and step_diameter(SecondMoment(3), "subject") == 2
+
+
+def test_subject_level_clients_never_run_in_lockstep():
+    with pytest.raises(ValueError, match="lockstep"):
+        ClientRecipe(Direction(), own_loss, lockstep=True, privacy_unit="subject")
+
+
+def test_each_step_samples_fresh_uniform_subjects():
+    """Every subject of a client is drawn at rate B / n over many steps, and a step's subjects are distinct."""
+    from skfedriem.privacy.randomness import SeededRandomness
+    from skfedriem.privacy.sampling import FixedSizeSampler
+
+    index = SubjectIndex(np.repeat(np.arange(10), np.arange(1, 11)))  # subjects of 1 to 10 trials
+    sampler, randomness = FixedSizeSampler(10, 3), SeededRandomness(np.random.SeedSequence(0))
+    counts = np.zeros(10)
+    for _ in range(4000):
+        chosen = sampler.sample(randomness)
+        records, segments = index.records_of(chosen)
+        assert len(set(chosen.tolist())) == 3 and len(records) == index._counts[chosen].sum()
+        counts[chosen] += 1
+    assert np.allclose(counts / 4000, 0.3, atol=0.03)

@@ -1,0 +1,130 @@
+"""Clients and their subjects: subject-level privacy (``privacy_unit="subject"``) from ``fit`` to the ledger."""
+
+import warnings
+
+import numpy as np
+import pytest
+import sklearn
+from sklearn.model_selection import GridSearchCV, KFold, cross_val_score
+from sklearn.pipeline import Pipeline
+
+from skfedriem import FederatedPCA, FederatedSPDNetClassifier, FederatedTangentSpaceClassifier
+from skfedriem._clients import client_subjects
+from skfedriem.datasets import make_federated_pca, make_spd_classification
+
+from .privacy.prv_reference import SymmetrisedSubsampledGaussian, prv_epsilon
+
+FAST = dict(n_rounds=3, random_state=0)
+
+
+@pytest.fixture(scope="module")
+def federation():
+    """3 clients of 40 trials, each of 4 subjects of 10 trials (subject names unique across clients)."""
+    X, y, groups = make_spd_classification(3, 40, 5, random_state=0)
+    subjects = np.array([f"site{g}-s{i % 4}" for i, g in enumerate(groups)])
+    return X, y, groups, subjects
+
+
+def test_a_subject_level_fit_is_charged_at_the_subject_rate_as_an_independent_accountant(federation):
+    """The ledger's ε equals prv-accountant's composition of the symmetrised subsampled Gaussian at q = B / n_s
+    (subjects), μ0 = 2C / (B σ), over T τ steps, all read from the run: σ the noise it drew, B its subjects per
+    step, n_s the smallest client's subjects."""
+    X, y, groups, subjects = federation
+    clf = FederatedSPDNetClassifier(eps=4.0, batch_size=2, privacy_unit="subject", **FAST)
+    clf.fit(X, y, groups=groups, subjects=subjects)
+    n_subjects = min(len(set(subjects[groups == g])) for g in np.unique(groups))
+    assert (clf.batch_size_, n_subjects) == (2, 4)
+    assert {entry.sample_rate for entry in clf.ledger_.history} == {2 / 4}
+    mu0 = 2 * clf.clip / (clf.batch_size_ * clf.noise_std_)
+    steps = sum(entry.steps for entry in clf.ledger_.history)
+    assert steps == 3 * clf.plan_.steps_per_round == 3 * 2  # one epoch of 4 subjects at B = 2
+    low, _, up = prv_epsilon(SymmetrisedSubsampledGaussian(2 / 4, mu0), steps, clf.delta)
+    assert low <= clf.epsilon_ <= 1.01 * up
+    assert "privacy_unit='subject'" in clf.plan_.reason and "q = 0.5" in clf.plan_.reason
+
+
+@pytest.mark.parametrize("cls", [FederatedSPDNetClassifier, FederatedTangentSpaceClassifier])
+def test_without_subjects_each_client_is_one_subject(cls, federation):
+    """Client-level privacy: every step is the client's one subject, all its trials (q = 1)."""
+    X, y, groups, _ = federation
+    clf = cls(eps=4.0, privacy_unit="subject", **FAST).fit(X, y, groups=groups)
+    assert clf.batch_size_ == 1 and clf.epsilon_ <= 4.0
+    assert {entry.sample_rate for entry in clf.ledger_.history} == {1.0}
+
+
+def test_a_subject_whose_trials_sit_at_two_clients_is_refused_by_name(federation):
+    X, y, groups, subjects = federation
+    shared = subjects.copy()
+    shared[np.flatnonzero(groups == groups[-1])[0]] = subjects[0]  # one trial of subject 0 at another client
+    clf = FederatedSPDNetClassifier(eps=4.0, privacy_unit="subject", **FAST)
+    with pytest.raises(ValueError, match=f"Subject '{subjects[0]}' has records at clients"):
+        clf.fit(X, y, groups=groups, subjects=shared)
+
+
+def test_bad_subject_arrays_are_refused(federation):
+    X, y, groups, subjects = federation
+    clf = FederatedSPDNetClassifier(eps=4.0, privacy_unit="subject", **FAST)
+    with pytest.raises(ValueError, match=r"'subjects' array must have one label per sample, shape \(120,\)"):
+        clf.fit(X, y, groups=groups, subjects=subjects[:-1])
+    with pytest.raises(ValueError, match="'subjects' array contains NaN"):
+        clf.fit(X, y, groups=groups, subjects=np.where(np.arange(120) == 3, np.nan, 1.0))
+    with pytest.raises(ValueError, match="'privacy_unit' parameter"):
+        FederatedSPDNetClassifier(privacy_unit="person").fit(X, y, groups=groups)
+
+
+def test_subjects_given_to_a_record_level_fit_are_named_as_unused(federation):
+    X, y, groups, subjects = federation
+    with pytest.warns(UserWarning, match="privacy_unit='record': each trial is protected"):
+        FederatedSPDNetClassifier(eps=4.0, **FAST).fit(X, y, groups=groups, subjects=subjects)
+
+
+def test_a_warm_start_cannot_change_the_unit(federation):
+    X, y, groups, subjects = federation
+    clf = FederatedSPDNetClassifier(eps=4.0, warm_start=True, **FAST).fit(X, y, groups=groups)
+    clf.set_params(privacy_unit="subject")
+    with pytest.raises(ValueError, match="protected each 'record'; got privacy_unit='subject'"):
+        clf.fit(X, y, groups=groups, subjects=subjects)
+
+
+def test_subject_level_clients_run_one_by_one_and_the_plan_is_for_subjects(federation):
+    X, y, groups, subjects = federation
+    clf = FederatedSPDNetClassifier(eps=4.0, privacy_unit="subject", **FAST)
+    trainer = clf.make_trainer((5, 5), classes=[0, 1], client_sizes=[4, 4, 4])
+    assert not trainer.client_recipe(simulated=True).lockstep
+    trainer.plan([4, 4, 4], [0, 1, 2])
+    assert trainer.client_instructions(0, 0.1).privacy_unit == "subject"
+    assert trainer.plan_.batch_size == 4  # "auto": at most the smallest client's 4 subjects
+
+
+def test_pipelines_cross_validation_and_grid_search_route_groups_and_subjects(federation):
+    X, y, groups, subjects = federation
+    with sklearn.config_context(enable_metadata_routing=True):
+        clf = FederatedSPDNetClassifier(eps=4.0, privacy_unit="subject", **FAST)
+        clf.set_fit_request(groups=True, subjects=True, validation_data=False)
+        pipe = Pipeline([("clf", clf)])
+        scores = cross_val_score(pipe, X, y, cv=KFold(3, shuffle=True, random_state=0),
+                                 params={"groups": groups, "subjects": subjects})
+        search = GridSearchCV(pipe, {"clf__lr": [0.05, 0.1]}, cv=KFold(2, shuffle=True, random_state=0))
+        search.fit(X, y, groups=groups, subjects=subjects)
+    assert scores.shape == (3,) and np.all((0 <= scores) & (scores <= 1))
+    assert search.best_estimator_.named_steps["clf"].epsilon_ <= 4.0
+
+
+@pytest.mark.parametrize("solver", ["covariance", "riemannian"])
+def test_pca_protects_subjects_too(solver):
+    X, groups = make_federated_pca(n_clients=3, n_samples_per_client=60, n_features=6, random_state=0)
+    subjects = np.array([f"{g}-{i % 5}" for i, g in enumerate(groups)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pca = FederatedPCA(2, eps=4.0, solver=solver, privacy_unit="subject", random_state=0)
+        pca.fit(X, groups=groups, subjects=subjects)
+    assert pca.epsilon_ <= 4.0 and pca.batch_size_ == 5  # full batches of the 5 subjects
+    assert {entry.sample_rate for entry in pca.ledger_.history} == {1.0}
+
+
+def test_client_subjects_numbers_each_clients_subjects_from_zero():
+    indices = [np.array([0, 1, 2]), np.array([3, 4])]
+    codes, sizes = client_subjects(indices, ["a", "b"], np.array(["x", "y", "x", "z", "z"]), n_records=5)
+    assert [c.tolist() for c in codes] == [[0, 1, 0], [0, 0]] and sizes == [2, 1]
+    codes, sizes = client_subjects(indices, ["a", "b"], None, n_records=5)
+    assert [c.tolist() for c in codes] == [[0, 0, 0], [0, 0]] and sizes == [1, 1]
