@@ -46,7 +46,7 @@ from typing import ClassVar
 
 import numpy as np
 import torch
-from sklearn.utils.validation import validate_data
+from sklearn.utils.validation import check_is_fitted, validate_data
 from torch import nn
 
 from . import baselines  # noqa: F401 - registers accounting="prirfed" for every estimator
@@ -58,7 +58,7 @@ from ._utils.user_warnings import warn_user
 from .exceptions import NoiseSwampsSignalWarning, PositionalClientsWarning, PrivacyBudgetExceeded
 from .federated import Aggregation, FederatedTrainer, FederationSettings, PrivacyPlan, TrainingState
 from .federated.settings import SettingDoc
-from .privacy import PrivacyAccountant, PrivacyBudget
+from .privacy import PrivacyAccountant, PrivacyBudget, group_epsilon
 from .privacy.units import step_diameter
 from .privacy.per_sample import LossFn
 
@@ -345,6 +345,29 @@ class FederatedEstimatorMixin(_EstimatorParameters):
     def _settings(self, input_shape, client_sizes, eps: float | None) -> FederationSettings:
         """This estimator's settings for a run targeting ``eps``, with what its model plans in place of "auto"."""
         return self._plan_run(input_shape, _Clients(client_sizes, None), eps)[0]
+
+    def epsilon_for_group(self, group_size: int) -> float:
+        """The fitted run's certified ε at ``delta_`` for any group of ``group_size`` of its privacy units.
+
+        For a record-level fit, what it guarantees a subject with that many
+        trials (:func:`~skfedriem.privacy.group_epsilon`, by group privacy: it
+        grows about k-fold, and is inf where nothing is certified); a
+        subject-level fit's ``epsilon_`` is already each subject's.
+        Post-processing of ``ledger_``.
+
+        Parameters
+        ----------
+        group_size : int
+            k, e.g. the most trials one subject contributed.
+
+        Returns
+        -------
+        float
+        """
+        check_is_fitted(self, "ledger_")
+        if group_size == 1:
+            return self.epsilon_
+        return group_epsilon(self.ledger_, group_size, self.delta_)
 
     def set_fitted(self, trainer: FederatedTrainer, *, input_shape: tuple[int, ...], classes=None):
         """Set the fitted attributes from a finished run; returns self.

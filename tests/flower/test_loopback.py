@@ -140,3 +140,10 @@ def test_every_estimator_parameter_can_be_set_in_a_deployment(kind):
     params = {name.lower() for name in ESTIMATORS.get(kind)().get_params()}
     assert params - NOT_IN_RUN_CONFIG <= names
     estimator_from_run_config(kind, {**declared, "seed": 0})  # and every declared value is valid
+
+
+@pytest.mark.parametrize("kind", ["pca", "spdnet"])
+def test_a_deployment_refuses_subject_level_privacy_by_name(kind):
+    """A site cannot name its subject column yet: a run configured for subjects fails before any site is asked."""
+    with pytest.raises(ValueError, match="privacy-unit = 'subject' is not deployable yet"):
+        estimator_from_run_config(kind, {"privacy-unit": "subject"})
