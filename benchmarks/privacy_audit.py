@@ -6,11 +6,13 @@ Rows: whole FederatedPCA runs of the Riemannian solver at ε ∈ {1, 4, 10}, bot
 sampling modes, full batches (q = 1, where the audit is tight) and subsampled
 (q = 0.2), plus secure mode; the one-shot release of the default solver; whole
 FederatedSPDNetClassifier fits; a client's rounds on a two-block model against
-a static and an adaptive server (θ and clip changed between rounds). Then the
+a static and an adaptive server (θ and clip changed between rounds); FederatedPCA
+fits whose neighbours differ in a whole subject of 5 trials, subject-level (must
+hold) and RECORD-LEVEL at the same ε (must fail the subject-level claim). Then the
 broken mechanisms an audit must catch: no noise, half the noise the accountant
 charges, the one-shot release calibrated to C instead of its √2 C, per-block
 clipping, a noise stream restarted every round, the old step against a server
-off the manifold. Every fit draws fresh OS entropy (random_state=None) except
+off the manifold, a subject's trials clipped one by one. Every fit draws fresh OS entropy (random_state=None) except
 the classifier's, seeded per fit so that the auditor can rebuild its public
 initial network. Prints a table and one JSON line; the baseline of each row is
 the certified ε of the same runs.
@@ -30,14 +32,14 @@ import math
 from contextlib import nullcontext
 
 from skfedriem.audit import (audit_client_rounds, audit_covariance_release, audit_federated_pca,
-                             audit_off_manifold_server, audit_spdnet_classifier)
+                             audit_off_manifold_server, audit_spdnet_classifier, audit_subject_level)
 from skfedriem.audit.mutations import (noise_projected_alone, noise_scaled, noise_stream_restarted,
-                                       per_block_clipping)
+                                       per_block_clipping, subjects_clipped_by_record)
 
 AUDITS = {"pca": audit_federated_pca, "covariance": audit_covariance_release, "spdnet": audit_spdnet_classifier,
-          "client": audit_client_rounds, "server": audit_off_manifold_server}
+          "client": audit_client_rounds, "server": audit_off_manifold_server, "subject": audit_subject_level}
 MUTATIONS = {"noise": noise_scaled, "old_step": noise_projected_alone, "restart": noise_stream_restarted,
-             "per_block": per_block_clipping}
+             "per_block": per_block_clipping, "by_record": subjects_clipped_by_record}
 
 
 def _task(task: dict) -> dict:
@@ -76,6 +78,12 @@ def tasks(runs: int, runs_subsampled: int, runs_fits: int) -> list[dict]:
         out.append(dict(kind="client", label="two blocks, adaptive server", mu0=mu0, server="adaptive", n_runs=runs))
         out.append(dict(kind="client", label="BROKEN: noise stream restarted", mu0=mu0, server="adaptive",
                         mutation=("restart",), n_runs=runs))
+    for eps in (1.0, 4.0, 10.0):
+        out.append(dict(kind="subject", label="subject-level, a 5-trial subject", eps=eps, n_runs=runs))
+        out.append(dict(kind="subject", label="RECORD-LEVEL run, a 5-trial subject", eps=eps, privacy_unit="record",
+                        n_runs=runs))
+    out.append(dict(kind="subject", label="BROKEN: subject's trials clipped alone", eps=4.0, mutation=("by_record",),
+                    n_runs=runs))
     out.append(dict(kind="server", label="off-manifold server, current step", n_runs=runs))
     out.append(dict(kind="server", label="BROKEN: off-manifold server, old step", mutation=("old_step",),
                     n_runs=runs))
@@ -99,13 +107,16 @@ def main() -> None:
         print(f"{r['label']:<40} {r['sample_rate']:>4.2g} {r['steps']:>5d} {r['epsilon_certified']:>9.3f} "
               f"{r['epsilon_lower_bound']:>9.3f} {r['epsilon_lower_bound_any']:>9.3f} {r['n_runs']:>7d} "
               f"{r['false_positive_rate']:>6.3f} {r['false_negative_rate']:>6.3f} {r['seconds']:>6.0f}  {verdict}")
-    honest = [r for r in rows if not r["label"].startswith("BROKEN")]
+    honest = [r for r in rows if not r["label"].startswith(("BROKEN", "RECORD-LEVEL"))]
+    record_level = [r for r in rows if r["label"].startswith("RECORD-LEVEL")]
     broken = [r for r in rows if r["label"].startswith("BROKEN")]
     summary = {
         "benchmark": "privacy_audit", "machine": platform.processor() or platform.machine(),
         "seconds": time.perf_counter() - started,
         "honest_all_below_certified": all(not r["violated"] for r in honest),
         "broken_all_caught": all(r["violated"] for r in broken),
+        # a record-level ε is not a subject's: each such run's lower bound for a whole subject exceeds it
+        "record_level_fails_subject_claim": all(r["violated"] for r in record_level),
         "tightness_q1": {f"{r['sampling']} eps={r['epsilon_certified']:.3g}":
                          r["epsilon_lower_bound"] / r["epsilon_certified"]
                          for r in honest if r["sample_rate"] == 1.0 and "secure" not in r["label"]

@@ -4,7 +4,8 @@
   on neighbouring federations with a worst-case canary;
   :func:`audit_covariance_release`: the one-shot release of the default solver;
   :func:`audit_spdnet_classifier`: whole FederatedSPDNetClassifier fits with a
-  label-flip canary.
+  label-flip canary; :func:`audit_subject_level`: FederatedPCA fits whose
+  neighbours differ in a whole subject of several trials.
 * :func:`audit_client_rounds`: a client's successive rounds on a two-block
   model (:class:`TwoBlocks`) against a static or an adaptive server (θ and
   clip changed between rounds); :func:`audit_off_manifold_server`: a client's
@@ -17,7 +18,8 @@
 from .bounds import AuditResult, audit_scores, clopper_pearson_upper, family_tradeoff, mu0_lower_bound
 from .classifier import audit_spdnet_classifier, canary_trials
 from .client_rounds import TwoBlocks, audit_client_rounds
-from .pca import audit_covariance_release, audit_federated_pca, audit_off_manifold_server, canary_federation
+from .pca import (audit_covariance_release, audit_federated_pca, audit_off_manifold_server, audit_subject_level,
+                  canary_federation)
 
 __all__ = [
     "AuditResult",
@@ -28,6 +30,7 @@ __all__ = [
     "audit_off_manifold_server",
     "audit_scores",
     "audit_spdnet_classifier",
+    "audit_subject_level",
     "canary_federation",
     "canary_trials",
     "clopper_pearson_upper",

@@ -40,7 +40,8 @@ from ..models import PCAProjector
 from ..privacy import PrivateManifoldOptimizer, SeededRandomness, epsilon_spent
 from .bounds import AuditResult, audit_scores
 
-__all__ = ["audit_covariance_release", "audit_federated_pca", "audit_off_manifold_server", "canary_federation"]
+__all__ = ["audit_covariance_release", "audit_federated_pca", "audit_off_manifold_server", "audit_subject_level",
+           "canary_federation"]
 
 
 def canary_federation(n_records: int, clip: float, sign: int) -> np.ndarray:
@@ -116,6 +117,66 @@ def audit_federated_pca(eps: float, *, delta: float = 1e-5, sampling: str = "fix
     return audit_scores(scores[1], scores[-1], mu0=est.mu0_, sample_rate=batch_size / n_records,
                         steps=n_rounds, sampling=sampling, delta=delta, epsilon_certified=est.epsilon_,
                         confidence=confidence, threshold=0.0, seconds=time.perf_counter() - started)
+
+
+def audit_subject_level(eps: float, *, privacy_unit: str = "subject", n_trials: int = 5, delta: float = 1e-5,
+                        n_rounds: int = 10, n_runs: int = 200, clip: float = 1.0, lr: float = 1e-6,
+                        random_state: int | None = None, confidence: float = 0.95) -> AuditResult:
+    """Audit FederatedPCA fits against a subject-level claim: D and D' differ in one whole subject of ``n_trials``.
+
+    One client holds two subjects: the canary subject, all of whose
+    ``n_trials`` trials are the canary of :func:`canary_federation` (D) or its
+    mirror (D'), and a subject of one zero trial. Every step uses the whole
+    client (q = 1, where the audit is tight), with the score of
+    :func:`audit_federated_pca`.
+
+    With ``privacy_unit="subject"`` the subject's trials enter as one clipped
+    mean, and the run's ε (for one subject) must hold. With ``"record"`` the
+    run is calibrated for one trial, and each of the subject's trials moves
+    every step by its own clipped gradient: the audit's lower bound for the
+    subject then exceeds the run's ε (a record-level ε is not a subject's).
+
+    Parameters
+    ----------
+    eps : float
+        The target each fit is calibrated to.
+    privacy_unit : {"subject", "record"}, default="subject"
+    n_trials : int, default=5
+        The canary subject's trials.
+    delta : float, default=1e-5
+    n_rounds : int, default=10
+        T rounds of one local step each.
+    n_runs : int, default=200
+        Fits on each side.
+    clip, lr : float
+    random_state : int, optional
+        Seeds fit j with ``random_state + j``; None: OS entropy.
+    confidence : float, default=0.95
+
+    Returns
+    -------
+    AuditResult
+        ``epsilon_certified`` is the run's ε (for one subject, or one trial).
+    """
+    groups = np.zeros(n_trials + 1)
+    subjects = np.array([0] * n_trials + [1])
+    batch = 2 if privacy_unit == "subject" else n_trials + 1
+    settings = dict(n_components=1, eps=eps, delta=delta, clip=clip, n_rounds=n_rounds, local_steps=1,
+                    batch_size=batch, lr=lr, init=[[1.0, 0.0]], solver="riemannian", privacy_unit=privacy_unit)
+    scores: dict[int, list[float]] = {1: [], -1: []}
+    started = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # seeded on purpose; subjects unused by a record-level fit, also on purpose
+        for side, offset in ((1, 0), (-1, n_runs)):
+            X = np.zeros((n_trials + 1, 2))
+            X[:n_trials] = canary_federation(1, clip, side)[0]
+            for j in range(n_runs):
+                est = FederatedPCA(**settings, random_state=_seed(random_state, offset + j))
+                w = est.fit(X, groups=groups, subjects=subjects).components_[0]
+                scores[side].append(float(w[0] * w[1]))
+    return audit_scores(scores[1], scores[-1], mu0=est.mu0_, sample_rate=1.0, steps=n_rounds, sampling="fixed",
+                        delta=delta, epsilon_certified=est.epsilon_, confidence=confidence, threshold=0.0,
+                        seconds=time.perf_counter() - started)
 
 
 def audit_covariance_release(eps: float, *, delta: float = 1e-5, n_records: int = 2, n_runs: int = 500,

@@ -2,8 +2,8 @@
 
 import pytest
 
-from skfedriem.audit import audit_federated_pca, audit_off_manifold_server
-from skfedriem.audit.mutations import noise_projected_alone, noise_scaled
+from skfedriem.audit import audit_federated_pca, audit_off_manifold_server, audit_subject_level
+from skfedriem.audit.mutations import noise_projected_alone, noise_scaled, subjects_clipped_by_record
 
 RUNS = 150
 
@@ -48,3 +48,24 @@ def test_the_one_shot_release_is_tight_at_its_root_two_sensitivity():
     with noise_scaled(1 / math.sqrt(2)):
         broken = audit_covariance_release(4.0, n_runs=300, random_state=0)
     assert broken.violated
+
+
+@pytest.mark.slow
+def test_a_subject_level_run_holds_its_epsilon_for_a_whole_subject():
+    result = audit_subject_level(4.0, n_trials=5, n_runs=RUNS, random_state=0)
+    assert result.epsilon_certified <= 4.0 and not result.violated
+    assert result.epsilon_lower_bound > 0.25 * result.epsilon_certified  # q = 1: the audit sees most of it
+
+
+@pytest.mark.slow
+def test_a_record_level_run_fails_a_subject_level_claim():
+    """The same ε for one trial: a subject of 5 trials is distinguished far beyond it."""
+    result = audit_subject_level(4.0, privacy_unit="record", n_trials=5, n_runs=RUNS, random_state=0)
+    assert result.violated and result.epsilon_lower_bound > 2 * result.epsilon_certified
+
+
+@pytest.mark.slow
+def test_clipping_a_subjects_trials_one_by_one_is_caught():
+    with subjects_clipped_by_record():
+        result = audit_subject_level(4.0, n_trials=5, n_runs=RUNS, random_state=0)
+    assert result.violated and result.epsilon_lower_bound > 2 * result.epsilon_certified
