@@ -191,9 +191,9 @@ class FederationSettings:
         "one person, all their trials together: each step samples ``batch_size`` of a client's subjects, each "
         "contributing the mean gradient of all its trials, clipped to C (user-level sampling); ε, δ are then for "
         "substituting one subject, and every client size, rate and ``batch_size`` counts subjects. ``fit`` takes "
-        "each trial's subject as ``subjects=`` (none: each client is one subject, i.e. client-level privacy). "
-        "Not yet in deployments (``backend=\"local\"`` and ``\"flower\"`` simulations only); see the docs page "
-        "\"What is protected: a trial or a person\".")
+        "each trial's subject as ``subjects=`` (none: each client is one subject, i.e. client-level privacy); a "
+        "deployed site names its subject array in its node config (``subject-key``). See the docs page \"What is "
+        "protected: a trial or a person\".")
     accounting: str | RunAccounting = _setting(
         "rfedproj", "str or RunAccounting", [ACCOUNTINGS.constraint(), RunAccounting],
         "How σ is calibrated and ε reported: ``\"rfedproj\"`` (the paper's whole-run composition), "

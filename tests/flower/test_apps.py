@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 import math
 import uuid
 
@@ -30,8 +31,9 @@ def inside_a_server_app(monkeypatch):
 class SitesGrid:
     """Flower's Grid over site ClientApps answering in this process; a site can restart with another data file."""
 
-    def __init__(self, kind: str, sites: dict[str, str], run_config: dict, restart_after=None):
+    def __init__(self, kind: str, sites: dict[str, str], run_config: dict, restart_after=None, node_config=None):
         self.kind, self.run_config, self.restart_after = kind, run_config, restart_after or {}
+        self.node_config = node_config or {}
         self.nodes, self.replies, self.rounds = {}, {}, 0
         for name, path in sites.items():
             self._join(name, path)
@@ -39,7 +41,7 @@ class SitesGrid:
     def _join(self, name: str, path: str) -> None:
         node = len(self.nodes) + 1
         self.nodes = {n: site for n, site in self.nodes.items() if site[0] != name}  # the old node is gone
-        node_config = {"data-path": path, "name": name, "max-epsilon": math.inf}
+        node_config = {"data-path": path, "name": name, "max-epsilon": math.inf, **self.node_config}
         self.nodes[node] = (name, Context(run_id=1, node_id=node, node_config=node_config, state=RecordDict(),
                                           run_config=self.run_config))
 
@@ -92,3 +94,81 @@ def test_a_site_that_rejoins_with_fewer_records_is_left_out_and_the_certificate_
     for site in (a, b, smaller):
         assert _ledger_epsilon(site) <= result["epsilon"] * (1 + 1e-9)
     assert _ledger_epsilon(smaller) == 0.0  # the restarted site ran nothing at its new size
+
+
+def _subject_site_file(path, n, seed, subjects):
+    X = np.random.default_rng(seed).normal(size=(n, 5)) / 3
+    np.savez(path, X=X, subject=np.arange(n) % subjects)
+    return str(path)
+
+
+def test_a_subject_level_deployment_plans_and_charges_each_site_per_subject(tmp_path):
+    """Sites name their subject array (subject-key): the server plans from their subject counts, every site's ledger
+    is charged at the subject rate and labels each charge subject-level, and the run's ε is the in-process fit's."""
+    a, b = _subject_site_file(tmp_path / "a.npz", 60, 0, 5), _subject_site_file(tmp_path / "b.npz", 60, 1, 4)
+    config = {"n-clients": 2, "output": str(tmp_path / "out"), "round-timeout": 5.0, "solver": "riemannian",
+              "n-rounds": 3, "batch-size": 2, "local-steps": 2, "eps": 4.0, "n-components": 2,
+              "privacy-unit": "subject"}
+    grid = SitesGrid("pca", {"site-a": a, "site-b": b}, config, node_config={"subject-key": "subject"})
+    apps._SITES.clear()
+    apps._serve("pca", grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=config))
+    result = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert result["n_records"] == [5, 4] and result["privacy_unit"] == "subject"
+    from skfedriem import FederatedPCA
+
+    X = np.vstack([np.load(a)["X"], np.load(b)["X"]])
+    subjects = np.concatenate([[f"a{s}" for s in np.load(a)["subject"]], [f"b{s}" for s in np.load(b)["subject"]]])
+    local = FederatedPCA(2, eps=4.0, solver="riemannian", n_rounds=3, batch_size=2, local_steps=2,
+                         privacy_unit="subject").fit(X, groups=np.repeat([0, 1], 60), subjects=subjects)
+    assert result["epsilon"] == local.epsilon_ <= 4.0
+    for site, n_subjects in ((a, 5), (b, 4)):  # each site charges its own rate: B over its own subjects
+        fits = PrivacyBudget(math.inf, path=site + ".privacy-ledger.json").fits
+        assert len(fits) == 3 and all(f["label"].startswith("subject-level ") for f in fits)
+        assert {step["sample_rate"] for f in fits for step in f["steps"]} == {2 / n_subjects}
+
+
+def test_a_subject_level_site_must_name_its_subjects_and_keeps_its_ledger_per_subject(tmp_path):
+    """Without subject-key or one-subject the site refuses the run; a ledger holding record-level rounds takes no
+    subject-level round."""
+    from skfedriem.exceptions import PrivacyBudgetExceeded
+    from skfedriem.flower.protocol.client_app import SiteGuard
+    from skfedriem.privacy import StepPlan
+
+    path = _subject_site_file(tmp_path / "a.npz", 20, 0, 4)
+    context = Context(run_id=1, node_id=1, node_config={"data-path": path}, state=RecordDict(),
+                      run_config={"privacy-unit": "subject", "n-components": 2})
+    apps._SITES.clear()
+    with pytest.raises(ValueError, match="subject-key.*one-subject"):
+        apps.site_setup("pca", context)
+    one = Context(run_id=1, node_id=1, node_config={"data-path": path, "one-subject": "true"}, state=RecordDict(),
+                  run_config={"privacy-unit": "subject", "n-components": 2})
+    assert apps.site_setup("pca", one).n_records == 1  # the whole site is one subject
+    plan = StepPlan(n_records=4, batch_size=2, local_steps=1, clip=1.0, noise_std=2.0, sampling="fixed")
+    ledger = str(tmp_path / "ledger.json")
+    SiteGuard(ledger, max_epsilon=math.inf).charge(plan, label="run 1 round 1 request x")
+    with pytest.raises(PrivacyBudgetExceeded, match="record-level rounds"):
+        SiteGuard(ledger, max_epsilon=math.inf, privacy_unit="subject").charge(plan, label="subject-level run 2")
+    fresh = SiteGuard(str(tmp_path / "other.json"), max_epsilon=math.inf, privacy_unit="subject")
+    fresh.charge(plan, label="subject-level run 2 round 1 request y")
+    SiteGuard(str(tmp_path / "other.json"), max_epsilon=math.inf).charge(plan, label="run 3")  # records: fine
+
+
+def test_a_site_reports_the_shape_of_its_records_not_of_their_fixed_features(tmp_path):
+    """The tangent-space model trains on features computed once from each site's matrices: the site still reports
+    the matrices' shape, which the server builds its model for (it reported the features' and the run failed)."""
+    from skfedriem.datasets import make_spd_classification
+
+    X, y, groups = make_spd_classification(2, 30, 4, random_state=0)
+    paths = {}
+    for g in (0, 1):
+        paths[f"site-{g}"] = str(tmp_path / f"{g}.npz")
+        np.savez(paths[f"site-{g}"], X=X[groups == g], y=y[groups == g])
+    config = {"n-clients": 2, "output": str(tmp_path / "out"), "round-timeout": 5.0, "n-rounds": 2, "eps": 4.0,
+              "classes": "0,1", "batch-size": 10, "local-steps": 2}
+    grid = SitesGrid("tangent", paths, config)
+    apps._SITES.clear()
+    apps._serve("tangent", grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=config))
+    result = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert result["epsilon"] <= 4.0 and [h["replied"] for h in result["history"]] == [[0, 1], [0, 1]]
+    with (tmp_path / "out" / "estimator.pkl").open("rb") as f:
+        assert pickle.load(f).predict(X).shape == (60,)

@@ -11,7 +11,7 @@ import tomllib
 
 pytest.importorskip("flwr")
 
-from skfedriem import FederatedPCA, FederatedSPDNetClassifier
+from skfedriem import FederatedPCA, FederatedSPDNetClassifier, FederatedTangentSpaceClassifier
 from skfedriem.flower.operations.loopback import main
 from skfedriem.flower.deployment.run_config import ESTIMATORS, estimator_from_run_config, load_site_records
 from skfedriem.privacy import PrivacyBudget
@@ -142,8 +142,22 @@ def test_every_estimator_parameter_can_be_set_in_a_deployment(kind):
     estimator_from_run_config(kind, {**declared, "seed": 0})  # and every declared value is valid
 
 
-@pytest.mark.parametrize("kind", ["pca", "spdnet"])
-def test_a_deployment_refuses_subject_level_privacy_by_name(kind):
-    """A site cannot name its subject column yet: a run configured for subjects fails before any site is asked."""
-    with pytest.raises(ValueError, match="privacy-unit = 'subject' is not deployable yet"):
-        estimator_from_run_config(kind, {"privacy-unit": "subject"})
+@pytest.mark.deployment
+def test_a_subject_level_deployment_is_charged_per_subject_as_the_in_process_fit(tmp_path):
+    """Sites name their subject column; the server plans from their subject counts; the run's ε and each site's
+    ledger are per subject, at the in-process fit's value."""
+    summary = main(["--estimator", "tangent", "--sites", "2", "--rounds", "2", "--eps", "4.0", "--records", "40",
+                    "--privacy-unit", "subject", "--subjects-per-site", "4", "--set", "batch-size=2",
+                    "--timeout", "420", "--out", str(tmp_path)])
+    assert summary["privacy_unit"] == "subject" and summary["n_records"] == [4, 4]
+    data = site_data(tmp_path, 2, True)
+    X, y = np.concatenate([x for x, _ in data]), np.concatenate([t for _, t in data])
+    groups = np.repeat([0, 1], 40)
+    subjects = np.array([f"{g}-{i % 4}" for g, i in zip(groups, np.tile(np.arange(40), 2))])
+    local = FederatedTangentSpaceClassifier(eps=4.0, privacy_unit="subject", n_rounds=2, batch_size=2,
+                                            local_steps=3, classes=(0, 1)).fit(X, y, groups=groups, subjects=subjects)
+    assert summary["epsilon"] == local.epsilon_ <= 4.0
+    for i in range(2):
+        ledger = PrivacyBudget(10.0, path=tmp_path / f"site-{i}" / "ledger.json")
+        assert all(f["label"].startswith("subject-level ") for f in ledger.fits) and len(ledger.fits) == 2
+        assert ledger.spent() <= 4.0 + 1e-9

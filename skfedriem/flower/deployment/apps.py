@@ -32,6 +32,13 @@ Node configuration of a SuperNode (``--node-config``):
   (a timing of work on the records: not private). Default: no timings.
 * ``non-private``: ``true`` accepts rounds without noise, each charged as
   infinite loss (test benches only; needs ``max-epsilon=inf``).
+* ``subject-key`` (a run with ``privacy-unit="subject"``): the array of the
+  site's ``.npz`` holding each record's subject (e.g. ``subject``, from MOABB's
+  ``meta.subject``); or ``one-subject = true``: the site is one subject
+  (client-level privacy). One of them is required for such a run. The site
+  then samples its subjects, its ledger and ``max-epsilon`` are per subject,
+  and a ledger that already holds record-level rounds on these records takes
+  no subject-level round (what they cost a subject is not certified).
 
 A site always draws its batches and noise from fresh OS entropy for every
 message; a ``seed`` node setting is refused (a seeded site that restarts would
@@ -55,6 +62,7 @@ import pickle
 from pathlib import Path
 
 import numpy as np
+import torch
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 from sklearn.base import is_classifier
@@ -63,9 +71,9 @@ from ...federated import ClientRecipe, TrainingState
 from ...federated.fixed_features import on_fixed_features
 from ..protocol.client_app import DEFAULT_MAX_EPSILON, ClientSetup, SiteGuard, make_client_app
 from ..protocol.messages import FlowerTransport, NodeDirectory
-from .site_files import default_ledger_path
 from .run_config import (DEPLOYMENT_KEYS, ESTIMATORS, classes_from_run_config, estimator_from_run_config,
-                         load_site_records)
+                         load_site_records, load_site_subjects)
+from .site_files import default_ledger_path
 
 __all__ = ["APP_DIRS", "client_apps", "server_apps", "site_setup"]
 
@@ -105,23 +113,28 @@ def site_setup(kind: str, context: Context) -> ClientSetup:
         raise ValueError("A deployed site does not take a 'seed' node setting: it draws fresh OS entropy for every "
                          "message (a seeded site that restarted would repeat its noise). Remove it.")
     path = str(node["data-path"])
-    key = (kind, path, tuple(sorted(dict(config).items())))
+    subjects = (str(node.get("subject-key", "")), _flag(node, "one-subject"))
+    key = (kind, path, tuple(sorted(dict(config).items())), subjects)
     if key not in _SITES:
         est = estimator_from_run_config(kind, config)
         classes = _classes(est, config)
         X, y = load_site_records(path, targets=is_classifier(est))
         records = est.prepare_records(X, y, classes=classes, site=True)
+        if est.privacy_unit == "subject":
+            records = (*records, torch.from_numpy(_site_subjects(node, path, len(X))))
         module, loss_fn = est.make_model(X.shape[1:], classes)
         digest = _records_digest(records)
-        recipe, (records,) = on_fixed_features(ClientRecipe(module, loss_fn, est.client_optimizer()), [records])
-        _SITES[key] = records, recipe, digest
+        recipe = ClientRecipe(module, loss_fn, est.client_optimizer(), privacy_unit=est.privacy_unit)
+        recipe, (records,) = on_fixed_features(recipe, [records])
+        _SITES[key] = records, recipe, digest, X.shape[1:]
         while len(_SITES) > _SITES_KEPT:
             del _SITES[next(iter(_SITES))]
     _SITES[key] = _SITES.pop(key)  # the most recently used last
-    records, recipe, digest = _SITES[key]
+    records, recipe, digest, input_shape = _SITES[key]
     guard = SiteGuard(ledger_path=default_ledger_path(node),
                       max_epsilon=float(node.get("max-epsilon", DEFAULT_MAX_EPSILON)),
-                      delta=float(node.get("delta", 1e-5)), allow_non_private=_flag(node, "non-private"))
+                      delta=float(node.get("delta", 1e-5)), allow_non_private=_flag(node, "non-private"),
+                      privacy_unit=recipe.privacy_unit)
     # the model a request runs on, and the records it trains on: the kind and the estimator's settings (not the
     # deployment's own keys: a resumed run, with resume=true, re-sends its round to the same model and must get the
     # same reply), and the records' digest (another file, or this one rewritten, is another site)
@@ -129,7 +142,17 @@ def site_setup(kind: str, context: Context) -> ClientSetup:
     scope = json.dumps([kind, model, digest], sort_keys=True, default=str)
     return ClientSetup(name=str(node.get("name", Path(path).stem)), data=records, recipe=recipe,
                        secure_mode=_flag(node, "secure-mode"), guard=guard, timings=_flag(node, "client-timings"),
-                       scope=scope)
+                       scope=scope, input_shape=tuple(int(d) for d in input_shape))
+
+
+def _site_subjects(node, path: str, n_records: int) -> np.ndarray:
+    """A subject-level site's subject codes: its ``subject-key`` array, or one subject (``one-subject``)."""
+    key, one = str(node.get("subject-key", "")), _flag(node, "one-subject")
+    if bool(key) == one:
+        raise ValueError("The run protects each subject (privacy-unit = 'subject'): name the array of each record's "
+                         "subject in the site's .npz with the node setting subject-key, or declare the site one "
+                         "subject with one-subject = true (exactly one of them).")
+    return load_site_subjects(path, key, n_records) if key else np.zeros(n_records, dtype=np.int64)
 
 
 def _records_digest(records) -> str:
@@ -177,8 +200,9 @@ def _resume_state(config, out: Path, description: dict) -> TrainingState | None:
 
 
 def _write_results(est, kind: str, out: Path, names: list[str], sizes: list[int]) -> None:
-    result = {"estimator": kind, "clients": names, "n_records": sizes, "epsilon": est.epsilon_, "delta": est.delta_,
-              "noise_std": est.noise_std_, "history": est.history_}
+    # n_records: each site's number of privacy units (its records, or its subjects), as it reported them
+    result = {"estimator": kind, "clients": names, "n_records": sizes, "privacy_unit": est.privacy_unit,
+              "epsilon": est.epsilon_, "delta": est.delta_, "noise_std": est.noise_std_, "history": est.history_}
     if is_classifier(est):
         result["classes"] = est.classes_.tolist()
     else:

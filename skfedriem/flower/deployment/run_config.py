@@ -24,7 +24,7 @@ from ...classification import FederatedEEGNetClassifier, FederatedSPDNetClassifi
 from ...decomposition import FederatedPCA
 
 __all__ = ["DEPLOYMENT_KEYS", "ESTIMATORS", "classes_from_run_config", "estimator_from_run_config", "register_deployable",
-           "load_site_records"]
+           "load_site_records", "load_site_subjects"]
 
 #: The estimators a deployment can train, by the kind its Flower App project names (:func:`register_deployable`).
 ESTIMATORS: Registry[type] = Registry("estimator kind")
@@ -119,8 +119,7 @@ def estimator_from_run_config(kind: str, config) -> BaseEstimator:
     Raises
     ------
     ValueError
-        Naming an unknown key or a bad value, or ``privacy-unit = "subject"``
-        (not deployable yet).
+        Naming an unknown key or a bad value.
     """
     cls = ESTIMATORS.get(kind)
     names = {name.lower(): name for name in cls().get_params()}
@@ -141,10 +140,6 @@ def estimator_from_run_config(kind: str, config) -> BaseEstimator:
         params["classes"] = tuple(classes_from_run_config(config).tolist())  # public, set by the run
     est = cls(**params)
     validate_estimator_params(est)
-    if getattr(est, "privacy_unit", "record") != "record":
-        raise ValueError(f"Run config privacy-unit = {est.privacy_unit!r} is not deployable yet: a site's node config "
-                         "cannot name its subject column, so a site could not sample its subjects. Train with "
-                         "privacy_unit='subject' in a simulation (backend='local' or 'flower').")
     return est
 
 
@@ -173,6 +168,37 @@ def classes_from_run_config(config) -> np.ndarray:
         return np.array([int(c) for c in names])
     except ValueError:
         return np.array(names)
+
+
+def load_site_subjects(path: str | Path, key: str, n_records: int) -> np.ndarray:
+    """Each of a site's records' subject: the array ``key`` of its ``.npz`` (node setting ``subject-key``).
+
+    Parameters
+    ----------
+    path : str or Path
+        The site's ``.npz`` file.
+    key : str
+        The array holding one subject label per record (e.g. MOABB's ``meta.subject``).
+    n_records : int
+        The file's number of records.
+
+    Returns
+    -------
+    ndarray of int64
+        Each record's subject code, 0 to n_subjects − 1.
+    """
+    path = Path(path)
+    if path.suffix != ".npz":
+        raise ValueError(f"subject-key names an array of the site's .npz file; data-path {str(path)!r} is not one.")
+    with np.load(path, allow_pickle=False) as archive:
+        if key not in archive.files:
+            raise ValueError(f"{path} has no array {key!r} (subject-key); it holds {archive.files}.")
+        labels = archive[key]
+    if labels.shape != (n_records,):
+        raise ValueError(f"{path}: {key} must hold one subject per record, shape ({n_records},). Got {labels.shape}.")
+    if labels.dtype.kind == "f" and not np.isfinite(labels).all():
+        raise ValueError(f"{path}: {key} holds NaN or inf.")
+    return np.unique(labels, return_inverse=True)[1].astype(np.int64)
 
 
 def load_site_records(path: str | Path, *, targets: bool) -> tuple[np.ndarray, np.ndarray | None]:

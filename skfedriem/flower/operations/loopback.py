@@ -332,18 +332,25 @@ def _printer():
     return show
 
 
-def site_files(estimator: str, out: Path, *, sites: int, records: int, features: int) -> tuple[list[Path], dict]:
-    """Synthetic records for each site (and the server's validation file), and the run settings they need."""
+def site_files(estimator: str, out: Path, *, sites: int, records: int, features: int,
+               subjects: int = 0) -> tuple[list[Path], dict]:
+    """Synthetic records for each site (and the server's validation file), and the run settings they need; with
+    ``subjects``, each site's ``.npz`` also holds each record's subject (array ``subject``, that many a site)."""
     from ...datasets import make_federated_pca, make_spd_classification
 
-    paths = [out / f"site-{i}" / ("records.npy" if estimator == "pca" else "records.npz") for i in range(sites)]
+    suffix = "records.npy" if estimator == "pca" and not subjects else "records.npz"
+    paths = [out / f"site-{i}" / suffix for i in range(sites)]
     for path in paths:
         path.parent.mkdir(parents=True, exist_ok=True)
+    subject = {"subject": np.arange(records) % subjects} if subjects else {}
     if estimator == "pca":
         X, groups = make_federated_pca(n_clients=sites, n_samples_per_client=records, n_features=features,
                                        random_state=0)
         for i, g in enumerate(np.unique(groups)):
-            np.save(paths[i], X[groups == g])
+            if subjects:
+                np.savez(paths[i], X=X[groups == g], **subject)
+            else:
+                np.save(paths[i], X[groups == g])
         return paths, {}
     if estimator in ("spdnet", "tangent"):
         X, y, groups = make_spd_classification(n_clients=sites + 1, n_matrices_per_client=records,
@@ -361,7 +368,7 @@ def site_files(estimator: str, out: Path, *, sites: int, records: int, features:
         groups = np.repeat(np.arange(sites + 1), records)
         settings = {"f1": 2, "d": 1, "f2": 2, "kernel-length": 16, "batch-size": 16, "local-steps": 3, "lr": 3e-2}
     for i, g in enumerate(np.unique(groups)[:sites]):
-        np.savez(paths[i], X=X[groups == g], y=y[groups == g])
+        np.savez(paths[i], X=X[groups == g], y=y[groups == g], **subject)
     validation = out / "server" / "validation.npz"  # the server's own trials, never a site's
     validation.parent.mkdir(parents=True, exist_ok=True)
     last = groups == np.unique(groups)[-1]
@@ -376,6 +383,10 @@ def _parser(estimators: list[str]) -> argparse.ArgumentParser:
     parser.add_argument("--records", type=int, default=120, help="records per site")
     parser.add_argument("--features", type=int, default=6, help="features (PCA) or channels (classifiers)")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--privacy-unit", choices=["record", "subject"], default="record",
+                        help="what the run protects: a record, or a subject (each site then holds "
+                             "--subjects-per-site subjects, named in its node config's subject-key)")
+    parser.add_argument("--subjects-per-site", type=int, default=4)
     parser.add_argument("--eps", default="2.0", help="a float, or 'none'")
     parser.add_argument("--round-timeout", type=float, default=60.0)
     parser.add_argument("--kill-site-after-round", type=int, default=None)
@@ -398,19 +409,23 @@ def _parser(estimators: list[str]) -> argparse.ArgumentParser:
 
 def _sites_and_run_config(args: argparse.Namespace, out: Path) -> tuple[list[Path], list[dict], dict]:
     """The synthetic sites' files and node configurations, and the run configuration, from the command line."""
+    subjects = args.subjects_per_site if args.privacy_unit == "subject" else 0
     paths, settings = site_files(args.estimator, out, sites=args.sites, records=args.records,
-                                 features=args.features)
+                                 features=args.features, subjects=subjects)
     non_private = args.eps.lower() == "none"
     sites = []
     for i, path in enumerate(paths):
         site = {"data-path": str(path), "name": f"site-{i}", "ledger-path": str(path.with_name("ledger.json"))}
+        if subjects:
+            site["subject-key"] = "subject"
         if non_private:  # a test bench's sites accept rounds without noise only when told to
             site.update({"non-private": True, "max-epsilon": "inf"})
         if args.site_max_epsilon is not None:
             site["max-epsilon"] = args.site_max_epsilon
         sites.append(site)
     run_config = {"n-clients": args.sites, "rounds": args.rounds, "round-timeout": args.round_timeout,
-                  "eps": args.eps if non_private else float(args.eps), "output": str(out / "server"), **settings}
+                  "eps": args.eps if non_private else float(args.eps), "output": str(out / "server"),
+                  "privacy-unit": args.privacy_unit, **settings}
     for item in args.set:
         key, _, value = item.partition("=")
         run_config[key] = tomllib.loads(f"value = {value}")["value"]
@@ -484,7 +499,8 @@ def main(argv: list[str] | None = None) -> dict:
             extra["intruder_refused"] = (federation.supernodes[intruder].poll() not in (None, 0)
                                          and "Failed to activate SuperNode" in log)
     result = json.loads((out / "server" / "result.json").read_text())
-    summary = {"estimator": args.estimator, "epsilon": result["epsilon"], "rounds": len(result["history"]),
+    summary = {"estimator": args.estimator, "epsilon": result["epsilon"], "privacy_unit": result["privacy_unit"],
+               "n_records": result["n_records"], "rounds": len(result["history"]),
                "replied": [h["replied"] for h in result["history"]], "secure": not args.insecure, **extra}
     print(json.dumps(summary))
     return summary

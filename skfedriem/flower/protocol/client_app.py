@@ -46,6 +46,8 @@ MAX_STEPS_PER_ROUND = 10_000
 DEFAULT_MAX_EPSILON = 10.0
 
 _log = logging.getLogger("skfedriem.flower.site")
+#: The start of the label of every subject-level charge in a site's ledger.
+SUBJECT_LEVEL = "subject-level "
 
 # What a deployed site tells the server when it refuses a round: the kind of refusal, never the details
 # (an error's text may quote a record's value or a label); the site's own log has them.
@@ -84,12 +86,19 @@ class SiteGuard:
     allow_non_private : bool, default=False
         Accept rounds without noise (test benches only): each is charged as
         infinite loss, so it needs ``max_epsilon=inf``.
+    privacy_unit : {"record", "subject"}, default="record"
+        What the site's rounds protect. A subject-level site's ledger and
+        ``max_epsilon`` are per subject: it refuses a round while its ledger
+        holds a record-level round on these records (a record-level round's
+        cost for a subject of k records is not certified; the other way
+        round, a subject-level charge bounds a record's loss too).
     """
 
     ledger_path: str
     max_epsilon: float = DEFAULT_MAX_EPSILON
     delta: float = 1e-5
     allow_non_private: bool = False
+    privacy_unit: str = "record"
 
     def __post_init__(self) -> None:
         if not self.max_epsilon > 0:
@@ -123,6 +132,10 @@ class SiteGuard:
         if plan.local_steps > MAX_STEPS_PER_ROUND:
             raise PrivacyBudgetExceeded(f"The site refuses a round of {plan.local_steps} local steps "
                                         f"(at most {MAX_STEPS_PER_ROUND}).")
+        if self.privacy_unit == "subject" and any(not label.startswith(SUBJECT_LEVEL) for label in self.charges()):
+            raise PrivacyBudgetExceeded("The site refuses a subject-level round: its ledger holds record-level rounds "
+                                        "on these records, whose cost for a subject is not certified. Give the "
+                                        "subject-level runs a ledger of their own (ledger-path).")
         self.ledger().charge(plan.release(), label=label)
 
 
@@ -157,6 +170,10 @@ class ClientSetup:
         instructions (a deployed site's kind and estimator settings): part of
         the key under which its replies are kept, so that a reply is served
         again only to the same request on the same model.
+    input_shape : tuple of int, optional
+        The shape of one of its records as the estimator takes them, which it
+        reports (None: ``data[0]``'s; give it when ``data`` holds features
+        computed from the records, e.g. by a model's fixed feature map).
     """
 
     name: str
@@ -167,6 +184,7 @@ class ClientSetup:
     guard: SiteGuard | None = None
     timings: bool = False
     scope: str = ""
+    input_shape: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.secure_mode and self.seed is not None:
@@ -257,7 +275,7 @@ def make_client_app(setup: Callable[[Context], ClientSetup]) -> ClientApp:
         def describe(client: ClientSetup) -> RecordDict:
             return RecordDict({"client": ConfigRecord({
                 "name": str(client.name), "n_records": client.n_records,
-                "input_shape": [int(d) for d in client.data[0].shape[1:]]})})
+                "input_shape": [int(d) for d in (client.input_shape or client.data[0].shape[1:])]})})
 
         return answer(msg, context, describe)
 
@@ -275,6 +293,8 @@ def make_client_app(setup: Callable[[Context], ClientSetup]) -> ClientApp:
                 submission, seconds = cached
             else:
                 label = f"run {msg.metadata.run_id} round {msg.metadata.group_id} request {key}"
+                if client.recipe.privacy_unit == "subject":  # the ledger says which unit each charge protects
+                    label = f"{SUBJECT_LEVEL}{label}"
                 if guard is not None:
                     guard.charge(plan, label=label)
                 state = _round_state(client, context)
