@@ -302,7 +302,7 @@ class FederatedEstimatorMixin(_EstimatorParameters):
         if clients.sizes is None:
             raise ValueError(f"{type(self).__name__}.make_trainer needs client_sizes to plan after a release.")
         whole = PrivacyBudget(eps, self.delta, n_fits=2)
-        whole.charge(spent, label="released before the rounds")
+        whole.charge(spent, label="released before the rounds", privacy_unit=self.privacy_unit)
 
         def release_at(target: float):
             return self._planned_trainer(module, loss_fn, input_shape, clients, target).planned_release(
@@ -468,6 +468,11 @@ class FederatedEstimatorMixin(_EstimatorParameters):
         clients = [tuple(r[idx] for r in records) for idx in indices]
         sizes = [len(idx) for idx in indices]
         if self.privacy_unit == "subject":
+            if groups is None and subjects is None:
+                raise ValueError(f"{type(self).__name__}(privacy_unit='subject') got neither groups nor subjects: each "
+                                 "client would be one subject, but with groups=None the clients are random chunks of "
+                                 "the records, not people. Pass subjects= (each record's subject), or groups= (each "
+                                 "client then protected as one subject).")
             codes, sizes = client_subjects(indices, names, subjects, n_records=len(records[0]))
             clients = [(*client, torch.from_numpy(c)) for client, c in zip(clients, codes)]
         elif subjects is not None:

@@ -128,3 +128,25 @@ def test_client_subjects_numbers_each_clients_subjects_from_zero():
     assert [c.tolist() for c in codes] == [[0, 1, 0], [0, 0]] and sizes == [2, 1]
     codes, sizes = client_subjects(indices, ["a", "b"], None, n_records=5)
     assert [c.tolist() for c in codes] == [[0, 0, 0], [0, 0]] and sizes == [1, 1]
+
+
+def test_subjects_without_any_client_split_are_refused(federation):
+    X, y, _, _ = federation
+    with pytest.raises(ValueError, match="neither groups nor subjects"):
+        FederatedSPDNetClassifier(eps=4.0, privacy_unit="subject", **FAST).fit(X, y)
+
+
+def test_a_budget_holding_record_level_fits_refuses_a_subject_level_one(federation):
+    """A budget's ε is per subject only while every fit charged to it is; a record-level fit may follow."""
+    from skfedriem.exceptions import PrivacyBudgetExceeded
+    from skfedriem.privacy import PrivacyBudget
+
+    X, y, groups, subjects = federation
+    budget = PrivacyBudget(20.0, n_fits=3)
+    FederatedSPDNetClassifier(eps=4.0, privacy_unit="subject", privacy_budget=budget, **FAST).fit(
+        X, y, groups=groups, subjects=subjects)
+    FederatedSPDNetClassifier(eps=4.0, privacy_budget=budget, **FAST).fit(X, y, groups=groups)
+    with pytest.raises(PrivacyBudgetExceeded, match="already holds record-level fits"):
+        FederatedSPDNetClassifier(eps=4.0, privacy_unit="subject", privacy_budget=budget, **FAST).fit(
+            X, y, groups=groups, subjects=subjects)
+    assert [fit["privacy_unit"] for fit in budget.fits] == ["subject", "record"]

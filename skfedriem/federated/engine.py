@@ -348,7 +348,8 @@ class FederatedTrainer:
             if released is not None:
                 whole.extend(released)
             whole.extend(rounds)
-            self.privacy_budget.charge(whole, label=self.run_name or type(self.module).__name__)
+            self.privacy_budget.charge(whole, label=self.run_name or type(self.module).__name__,
+                                       privacy_unit=self.settings.privacy_unit)
         self._charged = True
         self.pricing.charged()
 
@@ -423,8 +424,8 @@ class FederatedTrainer:
         if resume is not None:
             self._check_resume(resume)
         if self.privacy_budget is not None and resume is None and not self._charged:
-            self.privacy_budget.charge(self.pricing.rounds_release(),
-                                       label=self.run_name or type(self.module).__name__)
+            self.privacy_budget.charge(self.pricing.rounds_release(), label=self.run_name or type(self.module).__name__,
+                                       privacy_unit=self.settings.privacy_unit)
             self.pricing.charged()
         start, prior = 0, self.prior if self.prior is not None else TrainingState.empty()
         if resume is not None:

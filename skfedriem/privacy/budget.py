@@ -35,6 +35,7 @@ from ..exceptions import PrivacyBudgetExceeded
 from .ledger import PrivacyAccountant
 from .subsampled_gaussian import DISCRETIZATION, MAX_EPSILON, MIN_DELTA
 from .ledger_file import locked_ledger, read_ledger
+from .units import check_privacy_unit
 
 __all__ = ["PrivacyBudget"]
 
@@ -266,7 +267,7 @@ class PrivacyBudget:
 
         return fits, remaining, spent
 
-    def charge(self, release: PrivacyAccountant | None, *, label: str) -> float:
+    def charge(self, release: PrivacyAccountant | None, *, label: str, privacy_unit: str = "record") -> float:
         """Record ``release`` (a fit's whole planned run), or refuse it before it happens.
 
         Parameters
@@ -276,6 +277,12 @@ class PrivacyBudget:
             release without noise (refused unless ``epsilon`` is inf).
         label : str
             What the fit is, for the ledger (e.g. the estimator's repr).
+        privacy_unit : {"record", "subject"}, default="record"
+            What the fit's steps protect. The budget's ε is per subject while
+            every fit charged to it is subject-level; a subject-level fit is
+            refused once a record-level one is charged (what that one costs a
+            subject is not certified), while a record-level fit may follow
+            subject-level ones (each bounds a record's loss too).
 
         Returns
         -------
@@ -285,13 +292,15 @@ class PrivacyBudget:
         Raises
         ------
         PrivacyBudgetExceeded
-            When the composition would exceed ``epsilon``; nothing is recorded.
+            When the composition would exceed ``epsilon``, or a subject-level fit
+        follows a record-level one; nothing is recorded.
         RuntimeError
             When a budget without ``path`` is charged in another process.
         """
         alone = math.inf if release is None else release.get_epsilon(self.delta, discretization=self.discretization)
         steps = [] if release is None else release.state_dict()["history"]
-        entry = {"label": str(label), "epsilon": alone, "steps": steps, "time": datetime.now(timezone.utc).isoformat()}
+        entry = {"label": str(label), "epsilon": alone, "steps": steps, "time": datetime.now(timezone.utc).isoformat(),
+                 "privacy_unit": check_privacy_unit(privacy_unit)}
         if self.path is not None:
             with locked_ledger(self.path, _EMPTY) as ledger:
                 total = self._check(ledger["fits"], entry)
@@ -309,6 +318,10 @@ class PrivacyBudget:
         return total
 
     def _check(self, fits: list[dict], entry: dict) -> float:
+        if entry["privacy_unit"] == "subject" and any(fit.get("privacy_unit", "record") != "subject" for fit in fits):
+            raise PrivacyBudgetExceeded(f"{entry['label']} protects each subject, but this budget already holds "
+                                        "record-level fits, whose cost for a subject is not certified: give the "
+                                        "subject-level fits a budget (or a ledger-path) of their own. It was not run.")
         if math.isinf(entry["epsilon"]):
             if math.isinf(self.epsilon):
                 return math.inf

@@ -405,6 +405,7 @@ def private_gradient(
         return {name: manifold_of(params[name]).proju(params[name].detach(), g) for name, g in grads.items()}
     grads = per_record_gradients(module, loss_fn, batch)
     if segments is not None and batch[0].shape[0] > 0:
+        segments = segments.to(batch[0].device)  # where the records' gradients are (a GPU's, say)
         grads = subject_means(grads, segments, int(segments.max()) + 1)
     norms = grads.norms()
     sums = grads.weighted_sum(clip_factors(norms, clip))

@@ -59,3 +59,29 @@ def test_the_round_runs_from_the_checked_theta():
     submission, _ = run(theta)
     W = submission["W"]
     assert float((W.T @ W - torch.eye(3, dtype=W.dtype)).abs().max()) < 1e-10
+
+
+class _Direction(torch.nn.Module):
+    """A Euclidean weight whose per-record gradient is the record itself."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(3, dtype=torch.float64))
+
+    def forward(self, x):
+        return x @ self.w
+
+
+@pytest.mark.parametrize("trials", [1, 200])
+def test_a_subject_level_round_moves_the_model_by_one_clipped_mean_per_subject(trials):
+    """The whole round, as a client runs it: a subject of 1 or 200 extreme trials moves one step (noise 0, q = 1,
+    SGD at rate 1) by at most C / B over the B subjects; clipping its trials one by one would move it 200-fold."""
+    X = torch.cat([torch.tensor([[1e6, 0.0, 0.0]]).repeat(trials, 1), torch.zeros(3, 3, dtype=torch.float64)])
+    subjects = torch.tensor([0] * trials + [1, 1, 1])
+    instructions = RoundInstructions(lr=1.0, local_steps=1, batch_size=2, clip=1.0, noise_std=0.0, sampling="fixed",
+                                     aggregation="projavg", privacy_unit="subject")
+    module = _Direction()
+    submission, _ = run_client_round(module, {"w": torch.zeros(3, dtype=torch.float64)}, (X, subjects),
+                                     ClientState.fresh(np.random.SeedSequence(0)), instructions,
+                                     loss_fn=lambda out: out, privacy_unit="subject")
+    assert torch.allclose(submission["w"], torch.tensor([-0.5, 0.0, 0.0], dtype=torch.float64))

@@ -123,7 +123,7 @@ def test_a_subject_level_deployment_plans_and_charges_each_site_per_subject(tmp_
     assert result["epsilon"] == local.epsilon_ <= 4.0
     for site, n_subjects in ((a, 5), (b, 4)):  # each site charges its own rate: B over its own subjects
         fits = PrivacyBudget(math.inf, path=site + ".privacy-ledger.json").fits
-        assert len(fits) == 3 and all(f["label"].startswith("subject-level ") for f in fits)
+        assert len(fits) == 3 and all(f["privacy_unit"] == "subject" for f in fits)
         assert {step["sample_rate"] for f in fits for step in f["steps"]} == {2 / n_subjects}
 
 
@@ -146,10 +146,10 @@ def test_a_subject_level_site_must_name_its_subjects_and_keeps_its_ledger_per_su
     plan = StepPlan(n_records=4, batch_size=2, local_steps=1, clip=1.0, noise_std=2.0, sampling="fixed")
     ledger = str(tmp_path / "ledger.json")
     SiteGuard(ledger, max_epsilon=math.inf).charge(plan, label="run 1 round 1 request x")
-    with pytest.raises(PrivacyBudgetExceeded, match="record-level rounds"):
-        SiteGuard(ledger, max_epsilon=math.inf, privacy_unit="subject").charge(plan, label="subject-level run 2")
+    with pytest.raises(PrivacyBudgetExceeded, match="already holds record-level fits"):
+        SiteGuard(ledger, max_epsilon=math.inf, privacy_unit="subject").charge(plan, label="run 2")
     fresh = SiteGuard(str(tmp_path / "other.json"), max_epsilon=math.inf, privacy_unit="subject")
-    fresh.charge(plan, label="subject-level run 2 round 1 request y")
+    fresh.charge(plan, label="run 2 round 1 request y")
     SiteGuard(str(tmp_path / "other.json"), max_epsilon=math.inf).charge(plan, label="run 3")  # records: fine
 
 

@@ -159,5 +159,5 @@ def test_a_subject_level_deployment_is_charged_per_subject_as_the_in_process_fit
     assert summary["epsilon"] == local.epsilon_ <= 4.0
     for i in range(2):
         ledger = PrivacyBudget(10.0, path=tmp_path / f"site-{i}" / "ledger.json")
-        assert all(f["label"].startswith("subject-level ") for f in ledger.fits) and len(ledger.fits) == 2
+        assert all(f["privacy_unit"] == "subject" for f in ledger.fits) and len(ledger.fits) == 2
         assert ledger.spent() <= 4.0 + 1e-9

@@ -64,3 +64,18 @@ def test_a_run_without_noise_protects_no_group():
     assert group_epsilon(ledger, 2, DELTA) == math.inf
     with pytest.raises(ValueError, match="group_size"):
         group_epsilon(subsampled(), 0, DELTA)
+
+
+def test_a_ledger_beyond_the_accountants_range_certifies_no_group_rather_than_a_small_one():
+    """ε of about 420 for one record: its lines reach past e^700; the group gets inf, never a finite value below
+    the exact 50-GDP one (it returned 1.0 when the overflow's NaN reached the search)."""
+    ledger = gaussian(25.0)
+    assert group_epsilon(ledger, 2, DELTA) == math.inf and group_epsilon(ledger, 3, DELTA) == math.inf
+
+
+def test_every_entry_of_the_ledger_is_composed():
+    """0.3- and 0.4-GDP releases compose to 0.5-GDP: groups of 3 are 1.5-GDP."""
+    ledger = gaussian(0.3)
+    ledger.step(mu0=0.4, sample_rate=1.0, num_steps=1)
+    exact = gdp_epsilon(1.5, DELTA)
+    assert exact <= group_epsilon(ledger, 3, DELTA) <= exact + 0.05

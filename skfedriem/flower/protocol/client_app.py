@@ -46,8 +46,6 @@ MAX_STEPS_PER_ROUND = 10_000
 DEFAULT_MAX_EPSILON = 10.0
 
 _log = logging.getLogger("skfedriem.flower.site")
-#: The start of the label of every subject-level charge in a site's ledger.
-SUBJECT_LEVEL = "subject-level "
 
 # What a deployed site tells the server when it refuses a round: the kind of refusal, never the details
 # (an error's text may quote a record's value or a label); the site's own log has them.
@@ -88,10 +86,9 @@ class SiteGuard:
         infinite loss, so it needs ``max_epsilon=inf``.
     privacy_unit : {"record", "subject"}, default="record"
         What the site's rounds protect. A subject-level site's ledger and
-        ``max_epsilon`` are per subject: it refuses a round while its ledger
-        holds a record-level round on these records (a record-level round's
-        cost for a subject of k records is not certified; the other way
-        round, a subject-level charge bounds a record's loss too).
+        ``max_epsilon`` are per subject: its ledger refuses the round while it
+        holds a record-level round on these records
+        (:meth:`~skfedriem.privacy.PrivacyBudget.charge`).
     """
 
     ledger_path: str
@@ -132,11 +129,7 @@ class SiteGuard:
         if plan.local_steps > MAX_STEPS_PER_ROUND:
             raise PrivacyBudgetExceeded(f"The site refuses a round of {plan.local_steps} local steps "
                                         f"(at most {MAX_STEPS_PER_ROUND}).")
-        if self.privacy_unit == "subject" and any(not label.startswith(SUBJECT_LEVEL) for label in self.charges()):
-            raise PrivacyBudgetExceeded("The site refuses a subject-level round: its ledger holds record-level rounds "
-                                        "on these records, whose cost for a subject is not certified. Give the "
-                                        "subject-level runs a ledger of their own (ledger-path).")
-        self.ledger().charge(plan.release(), label=label)
+        self.ledger().charge(plan.release(), label=label, privacy_unit=self.privacy_unit)
 
 
 @dataclass
@@ -293,8 +286,6 @@ def make_client_app(setup: Callable[[Context], ClientSetup]) -> ClientApp:
                 submission, seconds = cached
             else:
                 label = f"run {msg.metadata.run_id} round {msg.metadata.group_id} request {key}"
-                if client.recipe.privacy_unit == "subject":  # the ledger says which unit each charge protects
-                    label = f"{SUBJECT_LEVEL}{label}"
                 if guard is not None:
                     guard.charge(plan, label=label)
                 state = _round_state(client, context)
