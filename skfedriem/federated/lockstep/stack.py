@@ -73,15 +73,17 @@ class StackedDenseGradients(PerRecordGradients):
         return {name: torch.stack([s[name] for s in sums]) for name in self.grads}
 
 
-def _close(stacked: torch.Tensor, alone: torch.Tensor) -> bool:
-    """Equal up to rounding at the dtype's resolution (√ε relative, from the finite entries), with the same inf
-    and NaN entries."""
+def _close(stacked: torch.Tensor, alone: torch.Tensor, scale: float | None = None) -> bool:
+    """Equal up to rounding at the dtype's resolution (√ε relative to ``scale``, by default the largest finite
+    entry), with the same inf and NaN entries. A sum whose terms cancel is compared at its terms' scale: rounding
+    is relative to them, not to what is left of their sum."""
     finite = torch.isfinite(alone)
     if stacked.shape != alone.shape or not torch.equal(finite, torch.isfinite(stacked)):
         return False
     if not (torch.equal(alone.isnan(), stacked.isnan()) and torch.equal(alone.isposinf(), stacked.isposinf())):
         return False
-    scale = float(alone[finite].abs().max()) if bool(finite.any()) else 1.0
+    if scale is None:
+        scale = float(alone[finite].abs().max()) if bool(finite.any()) else 1.0
     resolution = math.sqrt(torch.finfo(alone.dtype).eps) if alone.dtype.is_floating_point else 0.0
     return torch.allclose(stacked[finite], alone[finite], rtol=resolution, atol=resolution * scale)
 
@@ -217,10 +219,12 @@ class ClientStack:
                     lone_outputs = lone(batch[0][k])
                 lone_gradients = per_record_gradients(lone, loss_fn, tuple(x[k] for x in batch))
                 lone_sums = lone_gradients.weighted_sum(torch.ones(width, dtype=norms.dtype, device=norms.device))
-                checks = [("forward", outputs[k], lone_outputs), ("gradient norms", norms[k], lone_gradients.norms())]
-                checks += [(f"gradient sum of {name!r}", sums[name][k], lone_sums[name]) for name in lone_sums]
-                for what, stacked, alone in checks:
-                    if not _close(stacked, alone):
+                lone_norms = lone_gradients.norms()
+                terms = float(lone_norms[torch.isfinite(lone_norms)].sum())  # |Σ g_z| ≤ Σ ‖g_z‖ per block
+                checks = [("forward", outputs[k], lone_outputs, None), ("gradient norms", norms[k], lone_norms, None)]
+                checks += [(f"gradient sum of {name!r}", sums[name][k], lone_sums[name], terms) for name in lone_sums]
+                for what, stacked, alone, scale in checks:
+                    if not _close(stacked, alone, scale):
                         raise ValueError(
                             f"{type(self.module).__name__} cannot run its clients in lockstep: client {k}'s {what} "
                             "in the stack differs from a lone copy's (a layer that declares supports_client_stacking "

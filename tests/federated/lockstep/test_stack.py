@@ -148,3 +148,14 @@ def test_the_cross_talk_check_compares_bit_patterns():
     assert not _identical(torch.tensor([0.0]), torch.tensor([-0.0]))
     assert not _identical(torch.tensor([float("inf")]), torch.tensor([big]))
     assert _identical(torch.tensor([float("nan"), 1.0]), torch.tensor([float("nan"), 1.0]))
+
+
+def test_a_sum_whose_terms_cancel_is_compared_at_the_terms_scale():
+    """Two records' bias gradients of ±0.5 sum to rounding noise: a stack and a lone copy may differ there by a few
+    ulps of the terms, which is not a layer computing something else (the README's grid search was refused so)."""
+    from skfedriem.federated.lockstep.stack import _close
+
+    stacked, alone = torch.tensor([3e-8], dtype=torch.float32), torch.tensor([-2e-8], dtype=torch.float32)
+    assert not _close(stacked, alone)  # at the sum's own scale
+    assert _close(stacked, alone, scale=1.0)  # at the terms' scale (Σ ‖g_z‖ = 1)
+    assert not _close(torch.tensor([0.01]), torch.tensor([0.0]), scale=1.0)  # a real difference still is one
