@@ -44,10 +44,34 @@ def physionet_table() -> str:
     return "\n".join(lines) + "\n"
 
 
+def privacy_unit_table() -> str:
+    """The study kept by ``benchmarks/privacy_unit.py``: record- against subject-level fits at equal ε."""
+    import json
+
+    kept = json.loads((RESULTS / "privacy_unit.json").read_text())
+    result = kept["result"]
+
+    def guarantee(value) -> str:
+        return "nothing" if value is None else f"{value:.3g}"
+
+    lines = [f".. list-table:: Held-out accuracy of record- and subject-level fits at the same ε, and what each run "
+             f"certifies for one subject (record-level: by group privacy over the subject's trials; \"nothing\": "
+             f"inf), mean over {result['seeds']} seeds ({kept['date']}, ``{kept['command']}``)", "   :header-rows: 1",
+             "", "   * - federation", "     - model", "     - ε", "     - record-level accuracy",
+             "     - its ε for a subject", "     - subject-level accuracy", "     - its ε for a subject"]
+    for row in result["rows"]:
+        eps = "none" if row["eps"] is None else f"{row['eps']:g}"
+        lines += [f"   * - {row['federation']}", f"     - {row['model']}", f"     - {eps}",
+                  f"     - {row['record_accuracy']:.3f}", f"     - {guarantee(row['record_subject_epsilon'])}",
+                  f"     - {row['subject_accuracy']:.3f}", f"     - {guarantee(row['subject_subject_epsilon'])}"]
+    return "\n".join(lines) + "\n"
+
+
 def write_tables(app) -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "noise_table.rst").write_text(noise_table())
     (OUT / "physionet_table.rst").write_text(physionet_table())
+    (OUT / "privacy_unit_table.rst").write_text(privacy_unit_table())
 
 
 def setup(app):
