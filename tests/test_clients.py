@@ -134,6 +134,8 @@ def test_subjects_without_any_client_split_are_refused(federation):
     X, y, _, _ = federation
     with pytest.raises(ValueError, match="neither groups nor subjects"):
         FederatedSPDNetClassifier(eps=4.0, privacy_unit="subject", **FAST).fit(X, y)
+    whole = FederatedSPDNetClassifier(eps=4.0, privacy_unit="subject", n_clients=1, **FAST).fit(X, y)
+    assert whole.batch_size_ == 1 and {e.sample_rate for e in whole.ledger_.history} == {1.0}
 
 
 def test_a_budget_holding_record_level_fits_refuses_a_subject_level_one(federation):

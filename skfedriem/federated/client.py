@@ -291,7 +291,7 @@ def step_plan(instructions: RoundInstructions, n_records: int, module: nn.Module
     return StepPlan(n_records=n_records, batch_size=instructions.batch_size, local_steps=instructions.local_steps,
                     clip=instructions.clip, noise_std=instructions.noise_std, sampling=instructions.sampling,
                     diameter=step_diameter(module, privacy_unit), floor=floor, ceiling=ceiling,
-                    count_noise_std=instructions.count_noise_std)
+                    count_noise_std=instructions.count_noise_std, privacy_unit=privacy_unit)
 
 
 def run_client_round(

@@ -114,6 +114,10 @@ class StepPlan:
         squares in an optimiser's moments or its product with the learning
         rate overflow, and a release charged at a vanishing μ0 would come out
         infinite.
+    privacy_unit : {"record", "subject"}, default="record"
+        What one of ``n_records`` is: a record, or a subject with all its
+        records (:mod:`skfedriem.privacy.units`; the sampler then draws
+        subjects, and B, q and every charge count them).
     count_noise_std : float, default=0.0
         σ_b > 0: every step also releases the noisy count of its records whose
         gradient norm is at most C, Σ (1[‖g_z‖ ≤ C] − ½) + N(0, σ_b²) (adaptive
@@ -140,6 +144,7 @@ class StepPlan:
     floor: float = 0.0
     ceiling: float = math.inf
     count_noise_std: float = 0.0
+    privacy_unit: str = "record"
 
     def __post_init__(self) -> None:
         n = _integer("n_records", self.n_records, 1)
@@ -172,6 +177,8 @@ class StepPlan:
             raise InvalidInstructionsError(f"The round's 'sampling' must be one of {list(SAMPLINGS)}. "
                                            f"Got {self.sampling!r} instead.")
         fields["sampling"] = str(self.sampling)
+        if self.privacy_unit not in ("record", "subject"):
+            raise ValueError(f"A step plan's 'privacy_unit' must be 'record' or 'subject'. Got {self.privacy_unit!r}.")
         for name, value in fields.items():  # canonical types: plans compare and hash by value
             object.__setattr__(self, name, value)
 

@@ -53,6 +53,19 @@ def test_within_session_evaluation_on_fake_dataset(tmp_path):
     assert results["score"].between(0, 1).all() and set(results["pipeline"]) == {"fed-spdnet"}
 
 
+@pytest.mark.slow
+def test_a_within_session_evaluation_protects_each_subject_as_one_client(tmp_path):
+    """Every fit of a within-session evaluation holds one subject's trials: n_clients=1 protects that subject whole."""
+    clf = FederatedSPDNetClassifier(eps=10.0, dims=(2,), n_rounds=3, privacy_unit="subject", n_clients=1,
+                                    random_state=0)
+    evaluation = WithinSessionEvaluation(
+        paradigm=LeftRightImagery(fmin=8, fmax=32, resample=128), datasets=[fake_dataset()], overwrite=True,
+        hdf5_path=str(tmp_path), random_state=0, n_splits=2,
+    )
+    results = evaluation.process({"fed-spdnet-subject": make_pipeline(Covariances("oas"), clf)})
+    assert len(results) == 4 and results["score"].between(0, 1).all()
+
+
 def test_use_local_eegmmidb_links_files_without_touching_the_source(tmp_path, monkeypatch):
     source = tmp_path / "src" / "S001"
     source.mkdir(parents=True)

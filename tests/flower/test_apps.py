@@ -144,13 +144,15 @@ def test_a_subject_level_site_must_name_its_subjects_and_keeps_its_ledger_per_su
                   run_config={"privacy-unit": "subject", "n-components": 2})
     assert apps.site_setup("pca", one).n_records == 1  # the whole site is one subject
     plan = StepPlan(n_records=4, batch_size=2, local_steps=1, clip=1.0, noise_std=2.0, sampling="fixed")
+    subjects = StepPlan(**{**plan.__dict__, "privacy_unit": "subject"})
     ledger = str(tmp_path / "ledger.json")
     SiteGuard(ledger, max_epsilon=math.inf).charge(plan, label="run 1 round 1 request x")
     with pytest.raises(PrivacyBudgetExceeded, match="already holds record-level fits"):
-        SiteGuard(ledger, max_epsilon=math.inf, privacy_unit="subject").charge(plan, label="run 2")
-    fresh = SiteGuard(str(tmp_path / "other.json"), max_epsilon=math.inf, privacy_unit="subject")
-    fresh.charge(plan, label="run 2 round 1 request y")
-    SiteGuard(str(tmp_path / "other.json"), max_epsilon=math.inf).charge(plan, label="run 3")  # records: fine
+        SiteGuard(ledger, max_epsilon=math.inf).charge(subjects, label="run 2")
+    fresh = SiteGuard(str(tmp_path / "other.json"), max_epsilon=math.inf)
+    fresh.charge(subjects, label="run 2 round 1 request y")
+    fresh.charge(plan, label="run 3")  # a record-level round may follow: a subject's charge bounds a record's
+    assert [fit["privacy_unit"] for fit in fresh.ledger().fits] == ["subject", "record"]
 
 
 def test_a_site_reports_the_shape_of_its_records_not_of_their_fixed_features(tmp_path):

@@ -133,8 +133,7 @@ def site_setup(kind: str, context: Context) -> ClientSetup:
     records, recipe, digest, input_shape = _SITES[key]
     guard = SiteGuard(ledger_path=default_ledger_path(node),
                       max_epsilon=float(node.get("max-epsilon", DEFAULT_MAX_EPSILON)),
-                      delta=float(node.get("delta", 1e-5)), allow_non_private=_flag(node, "non-private"),
-                      privacy_unit=recipe.privacy_unit)
+                      delta=float(node.get("delta", 1e-5)), allow_non_private=_flag(node, "non-private"))
     # the model a request runs on, and the records it trains on: the kind and the estimator's settings (not the
     # deployment's own keys: a resumed run, with resume=true, re-sends its round to the same model and must get the
     # same reply), and the records' digest (another file, or this one rewritten, is another site)

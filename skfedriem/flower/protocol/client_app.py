@@ -84,18 +84,17 @@ class SiteGuard:
     allow_non_private : bool, default=False
         Accept rounds without noise (test benches only): each is charged as
         infinite loss, so it needs ``max_epsilon=inf``.
-    privacy_unit : {"record", "subject"}, default="record"
-        What the site's rounds protect. A subject-level site's ledger and
-        ``max_epsilon`` are per subject: its ledger refuses the round while it
-        holds a record-level round on these records
-        (:meth:`~skfedriem.privacy.PrivacyBudget.charge`).
+
+    Each charge records what its plan protects (``StepPlan.privacy_unit``): a
+    subject-level site's ledger and ``max_epsilon`` are per subject, and its
+    ledger refuses a subject-level round while it holds a record-level round
+    on these records (:meth:`~skfedriem.privacy.PrivacyBudget.charge`).
     """
 
     ledger_path: str
     max_epsilon: float = DEFAULT_MAX_EPSILON
     delta: float = 1e-5
     allow_non_private: bool = False
-    privacy_unit: str = "record"
 
     def __post_init__(self) -> None:
         if not self.max_epsilon > 0:
@@ -129,7 +128,7 @@ class SiteGuard:
         if plan.local_steps > MAX_STEPS_PER_ROUND:
             raise PrivacyBudgetExceeded(f"The site refuses a round of {plan.local_steps} local steps "
                                         f"(at most {MAX_STEPS_PER_ROUND}).")
-        self.ledger().charge(plan.release(), label=label, privacy_unit=self.privacy_unit)
+        self.ledger().charge(plan.release(), label=label, privacy_unit=plan.privacy_unit)
 
 
 @dataclass
