@@ -115,6 +115,7 @@ class _ServersNumbers:
 
     private = property(lambda self: self.noise_std > 0)
     count_noise_std = property(lambda self: 0.0)  # the pre-fix client released no count
+    privacy_unit = property(lambda self: "record")  # and protected records only
     denominator = property(lambda self: float(int(self.batch_size)))  # what the sampler really divides by
     mu0 = property(lambda self: 2 * self.clip / (self.batch_size * self.noise_std) if self.private else float("inf"))
 

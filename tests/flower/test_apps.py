@@ -174,3 +174,28 @@ def test_a_site_reports_the_shape_of_its_records_not_of_their_fixed_features(tmp
     assert result["epsilon"] <= 4.0 and [h["replied"] for h in result["history"]] == [[0, 1], [0, 1]]
     with (tmp_path / "out" / "estimator.pkl").open("rb") as f:
         assert pickle.load(f).predict(X).shape == (60,)
+
+
+def test_a_subject_level_site_decides_its_own_unit(tmp_path):
+    """A site whose node config names its subjects refuses a record-level run (the server cannot switch it to
+    protecting records one by one, nor learn its record count); one that names none refuses a subject-level run;
+    subject labels that do not compare as themselves are refused."""
+    path = _subject_site_file(tmp_path / "a.npz", 20, 0, 4)
+    node = {"data-path": path, "subject-key": "subject"}
+    apps._SITES.clear()
+    for run_config, message in (({"n-components": 2}, "refuses a run planned for privacy-unit = 'record'"),):
+        with pytest.raises(ValueError, match=message):
+            apps.site_setup("pca", Context(run_id=1, node_id=1, node_config=node, state=RecordDict(),
+                                           run_config=run_config))
+    subject_run = {"n-components": 2, "privacy-unit": "subject"}
+    assert apps.site_setup("pca", Context(run_id=1, node_id=1, node_config=node, state=RecordDict(),
+                                          run_config=subject_run)).n_records == 4
+    with pytest.raises(ValueError, match="subject-key, or declare the site one subject"):
+        apps.site_setup("pca", Context(run_id=1, node_id=1, node_config={"data-path": path}, state=RecordDict(),
+                                       run_config=subject_run))
+    from skfedriem.flower.deployment.run_config import load_site_subjects
+
+    structured = np.zeros(20, dtype=[("a", float)])
+    np.savez(tmp_path / "b.npz", X=np.zeros((20, 5)), subject=structured)
+    with pytest.raises(ValueError, match="integer, string or finite float labels"):
+        load_site_subjects(tmp_path / "b.npz", "subject", 20)

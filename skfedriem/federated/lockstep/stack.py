@@ -73,6 +73,13 @@ class StackedDenseGradients(PerRecordGradients):
         return {name: torch.stack([s[name] for s in sums]) for name in self.grads}
 
 
+def _one_hot(width: int, record: int, like: torch.Tensor) -> torch.Tensor:
+    """Weights selecting one record of a batch of ``width`` (for every client of a stack when ``like`` is (K, B))."""
+    weights = torch.zeros_like(like)
+    weights[..., record] = 1.0
+    return weights
+
+
 def _close(stacked: torch.Tensor, alone: torch.Tensor, scale: float | None = None) -> bool:
     """Equal up to rounding at the dtype's resolution (√ε relative to ``scale``, by default the largest finite
     entry), with the same inf and NaN entries. A sum whose terms cancel is compared at its terms' scale: rounding
@@ -208,9 +215,13 @@ class ClientStack:
                         block[k].add_(0.01 * (k + 1) * pattern.to(block.device))
             try:
                 outputs, norms, sums = self._results(loss_fn, batch)
+                gradients = self.per_record_gradients(loss_fn, batch)
             except RuntimeError as error:  # a layer that cannot take stacked parameters at all
                 raise ValueError(f"{type(self.module).__name__} cannot run its clients in lockstep: its stacked "
                                  f"forward fails ({error}). Use lockstep=False.") from error
+            # every record's gradient on its own: a layer that mixes a client's records changes the rows even where
+            # their sum is unchanged, and a small block is compared at its own scale
+            rows = [gradients.weighted_sum(_one_hot(width, z, norms)) for z in range(width)]
             for k in range(self.n_clients):
                 lone = copy.deepcopy(self.module)
                 with torch.no_grad():
@@ -219,10 +230,16 @@ class ClientStack:
                     lone_outputs = lone(batch[0][k])
                 lone_gradients = per_record_gradients(lone, loss_fn, tuple(x[k] for x in batch))
                 lone_sums = lone_gradients.weighted_sum(torch.ones(width, dtype=norms.dtype, device=norms.device))
-                lone_norms = lone_gradients.norms()
-                terms = float(lone_norms[torch.isfinite(lone_norms)].sum())  # |Σ g_z| ≤ Σ ‖g_z‖ per block
-                checks = [("forward", outputs[k], lone_outputs, None), ("gradient norms", norms[k], lone_norms, None)]
-                checks += [(f"gradient sum of {name!r}", sums[name][k], lone_sums[name], terms) for name in lone_sums]
+                lone_rows = [lone_gradients.weighted_sum(_one_hot(width, z, norms[k])) for z in range(width)]
+                checks = [("forward", outputs[k], lone_outputs, None),
+                          ("gradient norms", norms[k], lone_gradients.norms(), None)]
+                for name in lone_sums:
+                    # a sum whose terms cancel is compared at its terms' scale, block by block: |Σ g_z| ≤ Σ ‖g_z‖
+                    terms = sum(float(torch.linalg.vector_norm(row[name])) for row in lone_rows
+                                if bool(torch.isfinite(row[name]).all()))
+                    checks.append((f"gradient sum of {name!r}", sums[name][k], lone_sums[name], terms))
+                    checks += [(f"record {z}'s gradient of {name!r}", rows[z][name][k], lone_rows[z][name], None)
+                               for z in range(width)]
                 for what, stacked, alone, scale in checks:
                     if not _close(stacked, alone, scale):
                         raise ValueError(

@@ -2,8 +2,8 @@
 
 Each site runs ``flower-supernode`` with its own records in its node
 configuration; the server never reads a site's file. It learns each client's
-name, record count (the records in its file, whatever the run) and record
-shape, then θ_t goes out and submissions come back (see
+name, record count (the records in its file, whatever the run; a
+subject-level site's: its subjects) and record shape, then θ_t goes out and submissions come back (see
 :mod:`skfedriem.flower.protocol.messages`). The Flower App projects naming
 these apps ship in :data:`APP_DIRS`::
 
@@ -32,13 +32,15 @@ Node configuration of a SuperNode (``--node-config``):
   (a timing of work on the records: not private). Default: no timings.
 * ``non-private``: ``true`` accepts rounds without noise, each charged as
   infinite loss (test benches only; needs ``max-epsilon=inf``).
-* ``subject-key`` (a run with ``privacy-unit="subject"``): the array of the
-  site's ``.npz`` holding each record's subject (e.g. ``subject``, from MOABB's
-  ``meta.subject``); or ``one-subject = true``: the site is one subject
-  (client-level privacy). One of them is required for such a run. The site
-  then samples its subjects, its ledger and ``max-epsilon`` are per subject,
-  and a ledger that already holds record-level rounds on these records takes
-  no subject-level round (what they cost a subject is not certified).
+* ``subject-key``: the array of the site's ``.npz`` holding each record's
+  subject (e.g. ``subject``, from MOABB's ``meta.subject``); or
+  ``one-subject = true``: the site is one subject (client-level privacy).
+  Either makes it a subject-level site, whose unit is its own: it takes only
+  runs with ``privacy-unit="subject"`` (and such a run needs one of them). It
+  then samples and reports its subjects, its ledger and ``max-epsilon`` are
+  per subject, and a ledger that already holds record-level rounds on these
+  records takes no subject-level round (what they cost a subject is not
+  certified).
 
 A site always draws its batches and noise from fresh OS entropy for every
 message; a ``seed`` node setting is refused (a seeded site that restarts would
@@ -114,6 +116,7 @@ def site_setup(kind: str, context: Context) -> ClientSetup:
                          "message (a seeded site that restarted would repeat its noise). Remove it.")
     path = str(node["data-path"])
     subjects = (str(node.get("subject-key", "")), _flag(node, "one-subject"))
+    _check_unit(node, estimator_from_run_config(kind, config).privacy_unit)
     key = (kind, path, tuple(sorted(dict(config).items())), subjects)
     if key not in _SITES:
         est = estimator_from_run_config(kind, config)
@@ -144,13 +147,29 @@ def site_setup(kind: str, context: Context) -> ClientSetup:
                        scope=scope, input_shape=tuple(int(d) for d in input_shape))
 
 
+def _check_unit(node, planned: str) -> None:
+    """ValueError unless the run protects what the site's own node configuration says it protects.
+
+    A site that names its subjects (``subject-key`` or ``one-subject``) is a subject-level site: it refuses a
+    record-level run, which would protect its records one by one (and have it report its record count), whatever the
+    server's run configuration says. A site that names none refuses a subject-level run (it cannot sample subjects).
+    """
+    own = "subject" if str(node.get("subject-key", "")) or _flag(node, "one-subject") else "record"
+    if planned == own:
+        return
+    if own == "subject":
+        raise ValueError(f"This site protects each subject (its node config sets subject-key or one-subject): it "
+                         f"refuses a run planned for privacy-unit = {planned!r}.")
+    raise ValueError("The run protects each subject (privacy-unit = 'subject'): name the array of each record's "
+                     "subject in the site's .npz with the node setting subject-key, or declare the site one "
+                     "subject with one-subject = true (exactly one of them).")
+
+
 def _site_subjects(node, path: str, n_records: int) -> np.ndarray:
     """A subject-level site's subject codes: its ``subject-key`` array, or one subject (``one-subject``)."""
     key, one = str(node.get("subject-key", "")), _flag(node, "one-subject")
-    if bool(key) == one:
-        raise ValueError("The run protects each subject (privacy-unit = 'subject'): name the array of each record's "
-                         "subject in the site's .npz with the node setting subject-key, or declare the site one "
-                         "subject with one-subject = true (exactly one of them).")
+    if key and one:
+        raise ValueError("The site's node config sets both subject-key and one-subject: set exactly one of them.")
     return load_site_subjects(path, key, n_records) if key else np.zeros(n_records, dtype=np.int64)
 
 

@@ -196,8 +196,11 @@ def load_site_subjects(path: str | Path, key: str, n_records: int) -> np.ndarray
         labels = archive[key]
     if labels.shape != (n_records,):
         raise ValueError(f"{path}: {key} must hold one subject per record, shape ({n_records},). Got {labels.shape}.")
-    if labels.dtype.kind == "f" and not np.isfinite(labels).all():
-        raise ValueError(f"{path}: {key} holds NaN or inf.")
+    # labels that compare as themselves: integers, strings, booleans, finite floats (a NaN is not equal to itself,
+    # and a structured, complex or date label could split one person into several subjects)
+    if labels.dtype.kind not in "iuUSbf" or (labels.dtype.kind == "f" and not np.isfinite(labels).all()):
+        raise ValueError(f"{path}: {key} must hold integer, string or finite float labels. Got dtype {labels.dtype}"
+                         + (" with NaN or inf." if labels.dtype.kind == "f" else "."))
     return np.unique(labels, return_inverse=True)[1].astype(np.int64)
 
 

@@ -159,3 +159,43 @@ def test_a_sum_whose_terms_cancel_is_compared_at_the_terms_scale():
     assert not _close(stacked, alone)  # at the sum's own scale
     assert _close(stacked, alone, scale=1.0)  # at the terms' scale (Σ ‖g_z‖ = 1)
     assert not _close(torch.tensor([0.01]), torch.tensor([0.0]), scale=1.0)  # a real difference still is one
+
+
+class _MixingAffine(torch.nn.Module):
+    """A layer that declares stacking, whose stacked rule for its bias mixes each client's records (``mean``:
+    adds half the batch's mean; ``centred``: adds half the deviation from it, which leaves the sum unchanged)."""
+
+    supports_client_stacking = True
+    rule_input_dims = 1
+
+    def __init__(self, mixing: str):
+        super().__init__()
+        generator = torch.Generator().manual_seed(0)
+        self.weight = torch.nn.Parameter(torch.randn(3, 10, generator=generator) / 30000)
+        self.bias = torch.nn.Parameter(torch.zeros(3))
+        self.mixing = mixing
+
+    def forward(self, X):
+        if self.weight.dim() == 3:
+            return torch.baddbmm(self.bias.unsqueeze(-2), X, self.weight.transpose(-1, -2))
+        return X @ self.weight.T + self.bias
+
+    def per_sample_parameter_gradients(self, X, G):
+        grads = {"weight": G.unsqueeze(-1) * X.unsqueeze(-2), "bias": G}
+        if X.dim() == 3:
+            mean = G.mean(dim=1, keepdim=True)
+            grads["bias"] = G + 0.5 * (mean if self.mixing == "mean" else G - mean)
+        return grads
+
+
+@pytest.mark.parametrize("mixing", ["mean", "centred"])
+def test_a_layer_that_mixes_a_clients_records_is_refused_even_where_its_block_is_small(mixing):
+    """The bias's gradients are tiny beside the weight's (records of norm ~3000): compared at all blocks' scale the
+    mixing passed; each block at its own terms' scale, and each record on its own, it does not."""
+    from skfedriem.federated.lockstep.stack import ClientStack
+
+    torch.manual_seed(1)
+    clients = [(1000.0 * torch.randn(8, 10), torch.randint(0, 3, (8,))) for _ in range(3)]
+    stack = ClientStack(torch.nn.Sequential(_MixingAffine(mixing)), 3)
+    with pytest.raises(ValueError, match="cannot run its clients in lockstep.*'0.bias'"):
+        stack.verify(lambda out, y: torch.nn.functional.cross_entropy(out, y, reduction="none"), clients)
