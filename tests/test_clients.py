@@ -152,3 +152,16 @@ def test_a_budget_holding_record_level_fits_refuses_a_subject_level_one(federati
         FederatedSPDNetClassifier(eps=4.0, privacy_unit="subject", privacy_budget=budget, **FAST).fit(
             X, y, groups=groups, subjects=subjects)
     assert [fit["privacy_unit"] for fit in budget.fits] == ["subject", "record"]
+
+
+def test_poisson_sampling_and_adaptive_clipping_count_subjects(federation):
+    """Poisson steps draw each subject at rate B / n_s (the ledger's rate); adaptive clipping's noisy count is over
+    the subjects of a step, so its fraction stays a fraction of them."""
+    X, y, groups, subjects = federation
+    poisson = FederatedSPDNetClassifier(eps=4.0, batch_size=2, sampling="poisson", privacy_unit="subject", **FAST)
+    poisson.fit(X, y, groups=groups, subjects=subjects)
+    assert {(e.sample_rate, e.sampling) for e in poisson.ledger_.history} == {(2 / 4, "poisson")}
+    adaptive = FederatedSPDNetClassifier(eps=4.0, batch_size=2, clip="auto", privacy_unit="subject", **FAST)
+    adaptive.fit(X, y, groups=groups, subjects=subjects)
+    assert adaptive.epsilon_ <= 4.0 and all("clipped_fraction" in row for row in adaptive.history_)
+    assert {e.sample_rate for e in adaptive.ledger_.history} == {2 / 4}
