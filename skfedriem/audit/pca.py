@@ -101,22 +101,29 @@ def audit_federated_pca(eps: float, *, delta: float = 1e-5, sampling: str = "fix
     -------
     AuditResult
     """
-    groups = np.zeros(n_records)
     settings = dict(n_components=1, eps=eps, delta=delta, clip=clip, n_rounds=n_rounds, local_steps=1,
                     batch_size=batch_size, lr=lr, sampling=sampling, init=[[1.0, 0.0]], secure_mode=secure_mode)
-    scores: dict[int, list[float]] = {1: [], -1: []}
     started = time.perf_counter()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", SeededNoiseWarning)  # a seeded audit is reproducible on purpose
-        for side, offset in ((1, 0), (-1, n_runs)):
-            X = canary_federation(n_records, clip, side)
-            for j in range(n_runs):
-                est = FederatedPCA(**settings, random_state=_seed(random_state, offset + j)).fit(X, groups=groups)
-                w = est.components_[0]
-                scores[side].append(float(w[0] * w[1]))  # the projector's off-diagonal entry
+    scores, est = _canary_scores(settings, lambda side: canary_federation(n_records, clip, side), {}, n_runs,
+                                 random_state)
     return audit_scores(scores[1], scores[-1], mu0=est.mu0_, sample_rate=batch_size / n_records,
                         steps=n_rounds, sampling=sampling, delta=delta, epsilon_certified=est.epsilon_,
                         confidence=confidence, threshold=0.0, seconds=time.perf_counter() - started)
+
+
+def _canary_scores(settings: dict, records, fit_params: dict, n_runs: int, random_state: int | None):
+    """Each side's scores, the projector's off-diagonal entry, of ``n_runs`` FederatedPCA fits on ``records(side)``
+    (one client), and the last fit (its certified μ0 and ε)."""
+    scores: dict[int, list[float]] = {1: [], -1: []}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SeededNoiseWarning)  # a seeded audit is reproducible on purpose
+        for side, offset in ((1, 0), (-1, n_runs)):
+            X = records(side)
+            for j in range(n_runs):
+                est = FederatedPCA(**settings, random_state=_seed(random_state, offset + j))
+                w = est.fit(X, groups=np.zeros(len(X)), **fit_params).components_[0]
+                scores[side].append(float(w[0] * w[1]))
+    return scores, est
 
 
 def audit_subject_level(eps: float, *, privacy_unit: str = "subject", n_trials: int = 5, delta: float = 1e-5,
@@ -158,22 +165,19 @@ def audit_subject_level(eps: float, *, privacy_unit: str = "subject", n_trials: 
     AuditResult
         ``epsilon_certified`` is the run's ε (for one subject, or one trial).
     """
-    groups = np.zeros(n_trials + 1)
-    subjects = np.array([0] * n_trials + [1])
     batch = 2 if privacy_unit == "subject" else n_trials + 1
     settings = dict(n_components=1, eps=eps, delta=delta, clip=clip, n_rounds=n_rounds, local_steps=1,
                     batch_size=batch, lr=lr, init=[[1.0, 0.0]], solver="riemannian", privacy_unit=privacy_unit)
-    scores: dict[int, list[float]] = {1: [], -1: []}
+
+    def records(side: int) -> np.ndarray:
+        X = np.zeros((n_trials + 1, 2))
+        X[:n_trials] = canary_federation(1, clip, side)[0]
+        return X
+
+    # a record-level fit protects trials: the subjects are for the subject-level one only
+    fit_params = {"subjects": np.array([0] * n_trials + [1])} if privacy_unit == "subject" else {}
     started = time.perf_counter()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # seeded on purpose; subjects unused by a record-level fit, also on purpose
-        for side, offset in ((1, 0), (-1, n_runs)):
-            X = np.zeros((n_trials + 1, 2))
-            X[:n_trials] = canary_federation(1, clip, side)[0]
-            for j in range(n_runs):
-                est = FederatedPCA(**settings, random_state=_seed(random_state, offset + j))
-                w = est.fit(X, groups=groups, subjects=subjects).components_[0]
-                scores[side].append(float(w[0] * w[1]))
+    scores, est = _canary_scores(settings, records, fit_params, n_runs, random_state)
     return audit_scores(scores[1], scores[-1], mu0=est.mu0_, sample_rate=1.0, steps=n_rounds, sampling="fixed",
                         delta=delta, epsilon_certified=est.epsilon_, confidence=confidence, threshold=0.0,
                         seconds=time.perf_counter() - started)
