@@ -116,10 +116,10 @@ def site_setup(kind: str, context: Context) -> ClientSetup:
                          "message (a seeded site that restarted would repeat its noise). Remove it.")
     path = str(node["data-path"])
     subjects = (str(node.get("subject-key", "")), _flag(node, "one-subject"))
-    _check_unit(node, estimator_from_run_config(kind, config).privacy_unit)
     key = (kind, path, tuple(sorted(dict(config).items())), subjects)
     if key not in _SITES:
         est = estimator_from_run_config(kind, config)
+        _check_unit(node, est.privacy_unit)
         classes = _classes(est, config)
         X, y = load_site_records(path, targets=is_classifier(est))
         records = est.prepare_records(X, y, classes=classes, site=True)
