@@ -165,3 +165,21 @@ def test_poisson_sampling_and_adaptive_clipping_count_subjects(federation):
     adaptive.fit(X, y, groups=groups, subjects=subjects)
     assert adaptive.epsilon_ <= 4.0 and all("clipped_fraction" in row for row in adaptive.history_)
     assert {e.sample_rate for e in adaptive.ledger_.history} == {2 / 4}
+
+
+def test_subject_level_fits_do_not_depend_on_n_jobs(federation):
+    X, y, groups, subjects = federation
+    fits = [FederatedSPDNetClassifier(eps=4.0, batch_size=2, privacy_unit="subject", n_jobs=n_jobs, **FAST).fit(
+        X, y, groups=groups, subjects=subjects) for n_jobs in (1, 2)]
+    assert fits[0].epsilon_ == fits[1].epsilon_ and fits[0].ledger_.state_dict() == fits[1].ledger_.state_dict()
+    np.testing.assert_allclose(fits[0].predict_proba(X), fits[1].predict_proba(X), atol=1e-6)
+
+
+def test_the_tangent_spaces_released_reference_is_charged_per_subject(federation):
+    """reference="mean" releases the clients' mean before the rounds: at subject level, every subject's mean of its
+    trials in one full-batch step (q = 1), then the rounds at B subjects of 4, all within ε."""
+    X, y, groups, subjects = federation
+    clf = FederatedTangentSpaceClassifier(eps=4.0, reference="mean", batch_size=2, privacy_unit="subject", **FAST)
+    clf.fit(X, y, groups=groups, subjects=subjects)
+    rates = [entry.sample_rate for entry in clf.ledger_.history]
+    assert rates[0] == 1.0 and set(rates[1:]) == {2 / 4} and clf.epsilon_ <= 4.0
