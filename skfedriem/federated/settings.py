@@ -25,6 +25,7 @@ from .._utils.backends import BACKENDS
 from .._utils.compat import Interval, StrOptions, validate_parameter_constraints
 from ..privacy.accounting_methods import ACCOUNTINGS, RunAccounting
 from ..privacy.subsampled_gaussian import MAX_EPSILON, MIN_DELTA
+from ..privacy.units import PRIVACY_UNITS
 from .aggregation import AGGREGATIONS, Aggregation
 from .optimizers import OPTIMIZERS
 
@@ -186,7 +187,7 @@ class FederationSettings:
         "Batches of exactly B records drawn without replacement at every step (the paper's theorem), or "
         "Poisson sampling at rate B / m_i.")
     privacy_unit: str = _setting(
-        "record", "{\"record\", \"subject\"}", [StrOptions({"record", "subject"})],
+        "record", "{\"record\", \"subject\"}", [StrOptions(set(PRIVACY_UNITS))],
         "What the guarantee protects. ``\"record\"``: one trial (ε, δ for substituting one record). ``\"subject\"``: "
         "one person, all their trials together: each step samples ``batch_size`` of a client's subjects, each "
         "contributing the mean gradient of all its trials, clipped to C (user-level sampling); ε, δ are then for "

@@ -19,6 +19,7 @@ from numbers import Integral, Real
 from ..exceptions import InvalidInstructionsError
 from .ledger import PrivacyAccountant
 from .sampling import BatchSampler, make_sampler
+from .units import check_privacy_unit
 
 __all__ = ["SAMPLINGS", "StepPlan", "round_release", "sensitivity_factor"]
 
@@ -177,8 +178,7 @@ class StepPlan:
             raise InvalidInstructionsError(f"The round's 'sampling' must be one of {list(SAMPLINGS)}. "
                                            f"Got {self.sampling!r} instead.")
         fields["sampling"] = str(self.sampling)
-        if self.privacy_unit not in ("record", "subject"):
-            raise ValueError(f"A step plan's 'privacy_unit' must be 'record' or 'subject'. Got {self.privacy_unit!r}.")
+        check_privacy_unit(self.privacy_unit)
         for name, value in fields.items():  # canonical types: plans compare and hash by value
             object.__setattr__(self, name, value)
 
