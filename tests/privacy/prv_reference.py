@@ -85,3 +85,62 @@ def prv_epsilon(prv, steps: int, delta: float, eps_error: float = 5e-3):
 
 def prv_poisson_add_remove_epsilon(mu0: float, q: float, steps: int, delta: float):
     return prv_epsilon(PoissonSubsampledGaussianMechanism(q, 1 / mu0), steps, delta)
+
+
+class GroupRemoval(PrivacyRandomVariable):
+    """Poisson steps, a group of k records removed (``direction="remove"``) or added (``"add"``).
+
+    The step with the group is M = Σ_j P(J = j) N(j a, 1), J ~ Binomial(k, q), a = mu0/2 (one record's clipped
+    mean over the noise); without it, N(0, 1). Remove: the loss log(dM/dN)(X), X ~ M; add: its negation under
+    X ~ N(0, 1). The loss is written down from scipy's binomial and composed by prv-accountant, sharing nothing with
+    skfedriem.privacy.record_groups (dp-accounting's mixture class).
+    """
+
+    def __init__(self, q: float, mu0: float, k: int, direction: str) -> None:
+        from scipy.stats import binom
+
+        self.a, self.k, self.direction = mu0 / 2, k, direction
+        self.counts = np.arange(k + 1)
+        self.log_probs = binom.logpmf(self.counts, k, q)
+        self.probs = np.exp(self.log_probs)
+
+        top = self.k * self.a + 40
+        self.grid = np.linspace(-40.0, top, 200_001)
+        self.grid_loss = self._loss_and_slope(self.grid)[0]
+
+    def _loss_and_slope(self, x):
+        """L(x) = log Σ_j P(J = j) e^{j a x − (j a)²/2}, and L'(x) (the posterior mean of j a)."""
+        shifts = self.counts[None, :] * self.a
+        terms = self.log_probs[None, :] + shifts * x[:, None] - shifts ** 2 / 2
+        loss = np.logaddexp.reduce(terms, axis=1)
+        slope = (np.exp(terms - loss[:, None]) * shifts).sum(axis=1)
+        return loss, slope
+
+    def _x_of_loss(self, t):
+        """x(t), L being increasing: interpolated on a grid, then Newton's steps to rounding."""
+        t = np.asarray(t, dtype=float)
+        x = np.interp(t, self.grid_loss, self.grid)
+        for _ in range(4):
+            loss, slope = self._loss_and_slope(x)
+            x = np.clip(x - (loss - t) / np.maximum(slope, 1e-300), self.grid[0], self.grid[-1])
+        return x
+
+    def cdf(self, t):
+        return _scalar_or_array(t, self._cdf)
+
+    def _cdf(self, t):
+        if self.direction == "remove":  # P(L(X) <= t), X ~ M
+            x = self._x_of_loss(t)
+            return (self.probs[None, :] * norm.cdf(x[:, None] - self.counts[None, :] * self.a)).sum(axis=1)
+        return norm.sf(self._x_of_loss(-t))  # P(-L(X) <= t), X ~ N(0, 1)
+
+    def rdp(self, alpha):
+        """The Rényi divergence of the loss (sizes prv-accountant's domain), by the trapezoid rule on the grid:
+        remove E_N[e^{α L}], add E_N[e^{−(α−1) L}], X ~ N(0, 1)."""
+        alphas = np.atleast_1d(np.asarray(alpha, dtype=float))
+        power = alphas[:, None] * self.grid_loss if self.direction == "remove" \
+            else -(alphas[:, None] - 1) * self.grid_loss
+        log_terms = power + norm.logpdf(self.grid)[None, :]
+        step = self.grid[1] - self.grid[0]
+        out = (np.logaddexp.reduce(log_terms, axis=1) + np.log(step)) / (alphas - 1)
+        return out if np.ndim(alpha) else float(out[0])

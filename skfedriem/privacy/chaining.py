@@ -1,0 +1,131 @@
+"""Guarantees for datasets several neighbour steps apart, from a mechanism's composed privacy curve.
+
+If a mechanism is f-DP for neighbouring datasets, two datasets joined by a
+chain of k neighbour steps are g_k-distinguishable at most, with
+
+    g_k = 1 − (1 − f)^{∘k}
+
+(Dong, Roth & Su 2022, Gaussian differential privacy, Theorem 2.14; a
+chain's links may use different neighbour relations as long as f bounds
+each). :func:`chained_epsilon` computes g_k pointwise from a privacy-loss
+distribution's certified curve and reads its ε at δ. Every approximation is
+on the safe side: f is bounded from below by finitely many of its (ε, δ)
+supporting lines, each line taking the larger δ of the curve's two
+directions, 1 − f is iterated exactly at each point, and the conversion
+back to (ε, δ) takes each grid cell's worst corner. The generic
+(kε, k e^{(k−1)ε} δ) lemma over the same curve is also computed, and the
+smaller of the two returned. Written here because dp-accounting composes
+privacy-loss distributions but has no functional (group) composition.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .subsampled_gaussian import MIN_DELTA
+
+__all__ = ["chained_epsilon"]
+
+#: Supporting lines of the run's tradeoff function, and points where 1 − f is iterated.
+_N_LINES, _N_POINTS = 1500, 2500
+#: The smallest type I error the group's tradeoff curve is followed from (the grid's first cell starts at 0).
+_SMALLEST_ALPHA = 1e-30
+#: The largest ε of a supporting line: e^ε must stay finite in double precision.
+_LARGEST_LINE = 700.0
+
+
+def chained_epsilon(composed, links: int, delta: float) -> float:
+    """Certified ε at ``delta`` for two datasets ``links`` neighbour steps apart, of a mechanism whose neighbours'
+    privacy-loss distribution is ``composed``.
+
+    Parameters
+    ----------
+    composed : dp_accounting.pld.privacy_loss_distribution.PrivacyLossDistribution
+        The mechanism's (composed) privacy-loss distribution for one link.
+    links : int
+        k >= 1.
+    delta : float
+
+    Returns
+    -------
+    float
+        An upper bound; inf where the curve (followed down to δ ≈ 1e-20) certifies nothing at ``delta``.
+    """
+    return min(_tradeoff_group_epsilon(composed, links, delta), _lemma_group_epsilon(composed, links, delta))
+
+
+def _tradeoff_group_epsilon(composed, group_size: int, delta: float) -> float:
+    """ε at δ of 1 − (1 − f)^{∘k} (module docstring), inf where the grid certifies nothing."""
+    lines = _supporting_lines(composed)
+    if lines is None:
+        return math.inf
+    alphas = np.concatenate([[0.0], np.logspace(math.log10(_SMALLEST_ALPHA), 0.0, _N_POINTS)])
+    reached = alphas
+    for _ in range(group_size):
+        reached = _one_minus_f(reached, *lines)
+        # 1 − g only grows with k: once its first cell alone exceeds δ (or a value is not a number), no ε holds
+        if not (reached[1] <= delta and np.isfinite(reached).all()):
+            return math.inf
+    return _epsilon_at(alphas, reached, delta)
+
+
+def _lemma_group_epsilon(composed, group_size: int, delta: float) -> float:
+    """The generic lemma's ε: the least k ε(δ') over the run's curve with k e^{(k−1) ε(δ')} δ' ≤ δ (Dwork & Roth,
+    2014, Theorem 2.2). Also an upper bound, and the tighter one where the tradeoff grid runs out."""
+    best = math.inf
+    for record_delta in np.logspace(math.log10(MIN_DELTA), math.log10(delta / group_size), 40):
+        eps = float(composed.get_epsilon_for_delta(float(record_delta)))
+        if math.isfinite(eps) and (group_size - 1) * eps < 700 \
+                and group_size * math.exp((group_size - 1) * eps) * record_delta <= delta:
+            best = min(best, group_size * eps)
+    return best
+
+
+def _supporting_lines(composed) -> tuple[np.ndarray, np.ndarray] | None:
+    """(ε_j, δ(ε_j)) on a grid of the composed privacy curve (each a valid guarantee of the run), up to where δ
+    reaches the mass the PLD truncated (about 2e-22, charged to every δ) and below e^700 (beyond, e^ε overflows);
+    None when the curve is nowhere finite there."""
+    top = next((e for d in (1e-20, 1e-16, 1e-12) if math.isfinite(e := float(composed.get_epsilon_for_delta(d)))),
+               None)
+    if top is None:
+        return None
+    top = min(max(top, 1.0), _LARGEST_LINE)
+    eps = np.linspace(0.0, top, _N_LINES)
+    if 2 * top <= _LARGEST_LINE:
+        eps = np.concatenate([eps, [2 * top]])
+    deltas = np.asarray(composed.get_delta_for_epsilon(eps), dtype=float)
+    return eps, np.where(np.isfinite(deltas), np.clip(deltas, 0.0, 1.0), 1.0)  # a δ of 1 is a line that bounds nothing
+
+
+def _one_minus_f(alpha: np.ndarray, line_eps: np.ndarray, line_delta: np.ndarray) -> np.ndarray:
+    """1 − f(α), with f bounded below by the lines 1 − δ_j − e^{ε_j} α and e^{−ε_j}(1 − δ_j − α) of every
+    (ε_j, δ_j) guarantee (so the value is an upper bound of the true 1 − f)."""
+    a = alpha[:, None]
+    first = 1.0 - line_delta - np.exp(line_eps) * a
+    second = np.exp(-line_eps) * (1.0 - line_delta - a)
+    f_lower = np.maximum(np.maximum(first, second).max(axis=1), 0.0)
+    return np.minimum(1.0 - f_lower, 1.0)
+
+
+def _epsilon_at(alphas: np.ndarray, reached: np.ndarray, delta: float) -> float:
+    """The smallest ε with sup_α ((1 − g)(α) − e^ε α) ≤ δ, each cell [α_i, α_{i+1}] at its worst corner
+    ((1 − g)(α_{i+1}) − e^ε α_i: 1 − g increases)."""
+    upper, lower = reached[1:], alphas[:-1]
+
+    def delta_at(eps: float) -> float:
+        value = float(np.max(upper - math.exp(eps) * lower))
+        return value if math.isfinite(value) else math.inf
+
+    if delta_at(0.0) <= delta:
+        return 0.0
+    low, high = 0.0, 1.0
+    while delta_at(high) > delta:
+        low, high = high, 2 * high
+        if high > 512:  # beyond e^512 only the grid's first cell [0, 1e-30] counts, and it exceeds δ
+            return math.inf
+    for _ in range(60):
+        mid = (low + high) / 2
+        low, high = (low, mid) if delta_at(mid) <= delta else (mid, high)
+    return high
