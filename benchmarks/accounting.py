@@ -12,13 +12,21 @@ q = 64/1300, RunningEpsilon on the 10x grid): ε read with dp-accounting's
 ``get_epsilon_for_delta`` (a Python loop over the PMF, the baseline) and with our
 vectorised evaluation, on an idle machine and next to a process spinning one core.
 
+And the cost of a calibration across ε ∈ [0.1, 100] (20 targets, each with
+every cache cleared), as a ratio to its cost at ε = 4 in the same run, idle and
+next to a busy core, for two settings: a one-round tangent-space fit (q = 0.64,
+2 fixed-size steps) and the BNCI-size run (q = 64/1300, 200 rounds of 21
+steps). Target: every ratio <= 2.
+
     python benchmarks/accounting.py
-    python benchmarks/accounting.py --epsilons 1 10 --rounds 50    # a subset
+    python benchmarks/accounting.py --epsilons 1 10 --rounds 50 --cost-targets 3    # a subset
 """
 
 import argparse
 import json
 import time
+
+import numpy as np
 
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from scipy.optimize import brentq
@@ -60,10 +68,44 @@ def running_epsilon_seconds(rounds: int, vectorised: bool) -> tuple[float, list[
         module._epsilon_for_delta = evaluate
 
 
+#: The calibration settings timed across ε: (name, q, steps).
+CALIBRATION_SETTINGS = [("one-round tangent space", 0.64, 2), ("BNCI size", 64 / 1300, 200 * 21)]
+COST_TARGET = 2.0
+
+
+def fresh_calibration_seconds(eps: float, q: float, steps: int) -> float:
+    """Seconds of one calibration with every accounting cache cleared (a first fit in a fresh process)."""
+    from skfedriem.privacy import ledger, subsampled_gaussian
+
+    for cached in (subsampled_gaussian._calibrate, subsampled_gaussian.single_step_pld, ledger._steps_pld,
+                   ledger._composed_epsilon):
+        cached.cache_clear()
+    t0 = time.perf_counter()
+    calibrate_mu0(eps, DELTA, q, steps)
+    return time.perf_counter() - t0
+
+
+def calibration_cost(targets: int) -> dict:
+    """Per setting and machine state: each target's seconds and its ratio to ε = 4, and the worst ratio."""
+    epsilons = [float(e) for e in np.geomspace(0.1, 100, targets)]
+    out = {}
+    for name, q, steps in CALIBRATION_SETTINGS:
+        for machine in ("idle", "busy"):
+            with busy(machine == "busy"):
+                base = fresh_calibration_seconds(4.0, q, steps)
+                seconds = {eps: fresh_calibration_seconds(eps, q, steps) for eps in epsilons}
+            ratios = {eps: s / base for eps, s in seconds.items()}
+            out[f"{name}, {machine}"] = dict(eps4_s=base, seconds=seconds, ratios=ratios,
+                                             worst_ratio=max(ratios.values()),
+                                             worst_eps=max(ratios, key=ratios.get))
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--epsilons", type=float, nargs="+", default=EPSILONS)
     parser.add_argument("--rounds", type=int, default=200, help="rounds of the per-round ε timing")
+    parser.add_argument("--cost-targets", type=int, default=20, help="targets in [0.1, 100] of the calibration cost")
     args = parser.parse_args()
     epsilons = args.epsilons
     rows = []
@@ -98,8 +140,17 @@ def main() -> None:
                                 max_relative_difference=gap)
         print(f"{machine:5} library {library_s:6.2f} s  vectorised {ours_s:6.2f} s  ratio {ours_s / library_s:.2f}  "
               f"max relative difference {gap:.1e}")
+    cost = calibration_cost(args.cost_targets)
+    print(f"\ncalibration cost over eps in [0.1, 100] ({args.cost_targets} targets), ratio to eps = 4 "
+          f"(target <= {COST_TARGET})")
+    for name, row in cost.items():
+        met = "yes" if row["worst_ratio"] <= COST_TARGET else "NO"
+        print(f"{name:32} eps=4: {row['eps4_s']:6.2f} s  worst {row['worst_ratio']:5.2f}x at eps={row['worst_eps']:.3g}"
+              f"  met: {met}")
     summary = {
         "benchmark": "accounting",
+        "calibration_cost": {name: {k: v for k, v in row.items() if k != "seconds"} for name, row in cost.items()},
+        "calibration_worst_over_eps4": max(row["worst_ratio"] for row in cost.values()),
         "history_epsilon": history,
         "max_slack": max(r["slack"] for r in rows),
         "max_calibration_s": max(r["calibration_s"] for r in rows),

@@ -17,7 +17,7 @@ HERE = Path(__file__).resolve().parent
 
 #: Tiny arguments for each benchmark script; None: not run here, with the reason.
 SMOKE_ARGS: dict[str, list[str] | str] = {
-    "accounting": ["--epsilons", "1", "--rounds", "20"],
+    "accounting": ["--epsilons", "1", "--rounds", "20", "--cost-targets", "2"],
     "aggregation_cost": [],
     "classifier_planning": ["--seeds", "1", "--rounds", "2", "--eps", "10"],
     "flower_overhead": ["--rounds", "2", "--deployment-rounds", "0"],
@@ -32,7 +32,7 @@ SMOKE_ARGS: dict[str, list[str] | str] = {
     "privacy_audit": ["--runs", "20", "--runs-subsampled", "20", "--runs-fits", "10", "--jobs", "1"],
     "secure_mode": ["--repeats", "2"],
     "speed": ["--rounds", "2", "--pca-rounds", "2", "--repeats", "3", "--busy-workload", "none", "--clients", "3",
-              "--scaling-rounds", "2"],
+              "--scaling-rounds", "2", "--calibration-targets", "2"],
     "spdnet_step": ["--rounds", "2", "--repeats", "3"],
     "tangent_reference": ["--seeds", "1", "--eps", "10", "--rounds", "2"],
 }

@@ -22,6 +22,9 @@ Every figure is measured in this run, ratios against a baseline of the same run:
 (e) A busy machine: the main job (``examples/demo.py --physionet`` when the recordings are
     in ../shared/data, else ``examples/demo.py``) alone, then next to one process that
     spins a core; and, for scale, one SPDNet step with 1 and 2 torch threads, idle and busy.
+(g) Calibration across ε ∈ [0.1, 100], idle and busy: the worst ratio of a calibration's cost
+    to its cost at ε = 4 (``benchmarks/accounting.py``'s settings: a one-round tangent-space
+    fit and the BNCI-size run).
 
     python benchmarks/speed.py                       # the full table (about 20 minutes)
     python benchmarks/speed.py --rounds 5 --pca-rounds 5 --repeats 5 --busy-workload none
@@ -44,6 +47,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from _shared import busy, timed
+from accounting import calibration_cost
 
 ROOT = Path(__file__).resolve().parents[1]
 EEGMMIDB = ROOT.parent / "shared" / "data" / "eegmmidb"
@@ -60,6 +64,7 @@ TARGETS = {
     "projavg_64_16_x26_ms": 0.2,
     "pca_paper_size_s": 20.0,
     "busy_over_idle": 1.3,
+    "calibration_worst_over_eps4": 2.0,
 }
 
 
@@ -289,6 +294,7 @@ def main() -> None:
     parser.add_argument("--scaling-rounds", type=int, default=20,
                         help="rounds of each client-scaling run (the median round after the first two is reported)")
     parser.add_argument("--clients", type=int, nargs="+", default=[3, 10, 30, 100], help="client-scaling rows")
+    parser.add_argument("--calibration-targets", type=int, default=20, help="targets in [0.1, 100] of (g)")
     parser.add_argument("--child", choices=["spd", "pca"], help=argparse.SUPPRESS)
     parser.add_argument("--n-jobs", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--n-clients", type=int, default=3, help=argparse.SUPPRESS)
@@ -322,6 +328,7 @@ def main() -> None:
     steps = step_costs(args.repeats)
     projavg = projavg_ms(args.repeats)
     busy_run = busy_machine(workload, args.repeats)
+    calibration = calibration_cost(args.calibration_targets)
 
     figures = {
         "bnci_n_jobs_1_s": bnci[1]["seconds"],
@@ -335,6 +342,7 @@ def main() -> None:
         "projavg_64_16_x26_ms": projavg,
         "pca_paper_size_s": min(pca[1]["seconds"], pca[2]["seconds"]),
         "busy_over_idle": busy_run.get("ratio", float("nan")),
+        "calibration_worst_over_eps4": max(row["worst_ratio"] for row in calibration.values()),
     }
     print(f"{os.cpu_count()} CPUs; BNCI-size run T={args.rounds}, FederatedPCA paper size T={args.pca_rounds}")
     print(f"{'figure':34} {'measured':>10} {'target':>8}  met")
@@ -369,7 +377,9 @@ def main() -> None:
     print(json.dumps({"benchmark": "speed", "args": vars(args), "figures": figures, "targets": TARGETS,
                       "bnci": bnci, "bnci_one_by_one": bnci_one_by_one, "bnci_busy": bnci_busy,
                       "eigh_floor": {**floor, "lockstep_step_ms": step_ms}, "clients_scaling": scaling,
-                      "clients_100": many, "pca": pca, "steps": steps, "projavg_ms": projavg, "busy": busy_run}))
+                      "clients_100": many, "pca": pca, "steps": steps, "projavg_ms": projavg, "busy": busy_run,
+                      "calibration": {name: {k: v for k, v in row.items() if k != "seconds"}
+                                      for name, row in calibration.items()}}))
 
 
 if __name__ == "__main__":

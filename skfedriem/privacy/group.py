@@ -38,7 +38,7 @@ from .._utils.compat import Interval, StrOptions, validate_params
 from .chaining import chained_epsilon
 from .ledger import PrivacyAccountant, _steps_pld
 from .record_groups import group_removal_pld
-from .subsampled_gaussian import DISCRETIZATION, MIN_DELTA
+from .subsampled_gaussian import MIN_DELTA, grid_interval
 
 __all__ = ["GROUP_RELATIONS", "group_epsilon"]
 
@@ -121,7 +121,8 @@ def _sampled_group_epsilon(ledger: PrivacyAccountant, group_size: int, delta: fl
 def _composed(ledger: PrivacyAccountant):
     """The privacy-loss distribution of everything the ledger holds."""
     composed = None
+    interval = grid_interval([(entry.mu0, entry.sample_rate, entry.steps) for entry in ledger.history])
     for entry in ledger.history:
-        pld = _steps_pld(entry.mu0, entry.sample_rate, entry.sampling, entry.steps, DISCRETIZATION)
+        pld = _steps_pld(entry.mu0, entry.sample_rate, entry.sampling, entry.steps, interval)
         composed = pld if composed is None else composed.compose(pld)
     return composed

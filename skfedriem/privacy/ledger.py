@@ -11,7 +11,7 @@ from numbers import Integral, Real
 import numpy as np
 
 from .._utils.compat import DensePMF, Interval, StrOptions, dense_pmfs, validate_params
-from .subsampled_gaussian import DISCRETIZATION, MIN_DELTA, single_step_pld
+from .subsampled_gaussian import DISCRETIZATION, MIN_DELTA, grid_interval, single_step_pld
 
 __all__ = ["PrivacyAccountant", "RunningEpsilon"]
 
@@ -127,8 +127,9 @@ class PrivacyAccountant:
 def _composed_epsilon(items: tuple, delta: float, discretization: float) -> float:
     """ε at δ of the composition of ``((mu0, q, sampling), steps)`` items (cached: refits reuse it)."""
     composed = None
+    interval = grid_interval([(mu0, q, steps) for (mu0, q, _), steps in items], discretization)
     for (mu0, q, sampling), steps in items:
-        pld = single_step_pld(mu0, q, sampling, discretization).self_compose(steps)
+        pld = single_step_pld(mu0, q, sampling, interval).self_compose(steps)
         composed = pld if composed is None else composed.compose(pld)
     return float(composed.get_epsilon_for_delta(delta))
 
@@ -139,7 +140,8 @@ _RUNNING_VALUES: OrderedDict[tuple, float] = OrderedDict()
 
 @lru_cache(maxsize=64)
 def _steps_pld(mu0: float, sample_rate: float, sampling: str, steps: int, discretization: float):
-    """The PLD of ``steps`` identical steps (cached: every round of a run adds the same τ steps)."""
+    """The PLD of ``steps`` identical steps on exactly the grid ``discretization`` (cached: every round of a run adds
+    the same τ steps)."""
     return single_step_pld(mu0, sample_rate, sampling, discretization).self_compose(steps)
 
 
@@ -231,6 +233,7 @@ class RunningEpsilon:
         self._pld = None
         self._composed_steps = 0
         self._seen_steps = 0
+        self._interval = None
 
     def __call__(self) -> float:
         """ε of every step in the ledger now (0 when it is empty)."""
@@ -257,13 +260,17 @@ class RunningEpsilon:
         return value
 
     def _compose_new_steps(self) -> None:
+        # One grid for every step (grid_interval): a new kind of step that widens it recomposes from the start.
+        interval = grid_interval([(e.mu0, e.sample_rate, e.steps) for e in self.ledger.history], self.discretization)
+        if interval != self._interval:
+            self._pld, self._composed_steps, self._interval = None, 0, interval
         done = 0
         for e in self.ledger.history:
             new = min(e.steps, done + e.steps - self._composed_steps)
             done += e.steps
             while new > 0:
                 steps = new if self.chunk is None else min(new, self.chunk)
-                pld = _steps_pld(e.mu0, e.sample_rate, e.sampling, steps, self.discretization)
+                pld = _steps_pld(e.mu0, e.sample_rate, e.sampling, steps, interval)
                 self._pld = pld if self._pld is None else self._pld.compose(pld)
                 self._composed_steps += steps
                 new -= steps

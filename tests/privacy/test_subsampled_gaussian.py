@@ -195,3 +195,70 @@ def test_the_smallest_delta_accepted_is_one_the_calibration_reaches(eps, q, step
 
     mu0 = calibrate_mu0(eps, MIN_DELTA, q, steps, sampling)
     assert 0 < epsilon_spent(mu0, q, steps, MIN_DELTA, sampling) <= eps * (1 + 1e-3)
+
+
+def _calibration_cases():
+    """20 targets over [0.1, 100] for a one-round fit (q = 0.64, 2 steps) with fixed-size batches; 6 with Poisson;
+    2 for a BNCI-size run (4200 steps)."""
+    import numpy as np
+
+    fixed = [("fixed", float(eps), 0.64, 2) for eps in np.geomspace(0.1, 100, 20)]
+    poisson = [("poisson", float(eps), 0.25, 12) for eps in np.geomspace(0.1, 40, 6)]
+    long_runs = [("fixed", eps, 64 / 1300, 4200) for eps in (10.0, 30.0)]  # a BNCI-size run, its grid doubled at 30
+    return fixed + poisson + long_runs
+
+
+@pytest.mark.parametrize("sampling, eps, q, steps", _calibration_cases(),
+                         ids=lambda v: f"{v:.3g}" if isinstance(v, float) else str(v))
+def test_a_calibration_at_any_epsilon_is_never_below_an_independent_accountant(sampling, eps, q, steps):
+    """At every target the calibrated μ0 certifies at most ε, and prv-accountant (its closed-form privacy-loss
+    variables, its own error bounds) finds at least as much loss at that μ0 as the target minus 1 %: the certificate
+    is never below the truth and costs at most 1 % of ε."""
+    mu0 = calibrate_mu0(eps, 1e-5, q, steps, sampling)
+    certified = epsilon_spent(mu0, q, steps, 1e-5, sampling)
+    reference = SymmetrisedSubsampledGaussian(q, mu0) if sampling == "fixed" else ReplaceOneSubsampledGaussian(q, mu0)
+    lower, _, upper = prv_epsilon(reference, steps, 1e-5)
+    assert lower - 1e-9 <= certified <= eps
+    assert upper >= 0.99 * eps
+
+
+@pytest.mark.parametrize("mu0", [0.05, 0.3, 1.0, 3.0, 10.0, 25.0])
+@pytest.mark.parametrize("q", [0.001, 0.05, 0.3, 0.9, 1.0])
+def test_the_closed_form_delta_is_dp_accountings_for_both_directions(mu0, q):
+    """The fixed mode's δ(ε) in closed form agrees with dp-accounting's REMOVE and ADD curves (their maximum) to
+    1e-9 relative wherever it is above 1e-200, and is 0 where theirs is."""
+    import numpy as np
+    from dp_accounting.pld import privacy_loss_mechanism as plm
+
+    from skfedriem.privacy.subsampled_gaussian import subsampled_gaussian_delta
+
+    eps = np.concatenate([np.linspace(0, 5, 51), np.linspace(5, max(6, mu0 * mu0), 40)])
+    library = np.maximum(*(np.asarray(plm.GaussianPrivacyLoss(1.0, sensitivity=mu0, sampling_prob=q,
+                                                               adjacency_type=adjacency).get_delta_for_epsilon(eps))
+                           for adjacency in (plm.AdjacencyType.REMOVE, plm.AdjacencyType.ADD)))
+    ours = subsampled_gaussian_delta(mu0, q, eps)
+    live = library > 1e-200
+    assert np.allclose(ours[live], library[live], rtol=1e-9, atol=0)
+    assert (ours[~live] < 1e-190).all()
+
+
+def test_steps_of_very_different_mu0_share_one_grid_in_every_composition():
+    """A wide step (μ0 = 8: its grid is coarser) and ordinary ones compose, in the ledger, in the per-round history
+    (the wide one arriving second, which widens the grid and recomposes) and in group privacy; each reading is an
+    upper bound of the steps' own, and the history's last value is the ledger's on the same grid."""
+    from skfedriem.privacy.group import group_epsilon
+    from skfedriem.privacy.subsampled_gaussian import DISCRETIZATION, grid_interval
+
+    assert grid_interval([(8.0, 0.64, 1)]) > grid_interval([(0.3, 0.1, 15)]) == DISCRETIZATION
+    ledger = PrivacyAccountant()
+    running = RunningEpsilon(ledger, DELTA, discretization=10 * DISCRETIZATION, chunk=5)
+    ledger.step(mu0=0.3, sample_rate=0.1, num_steps=10)
+    first = running()
+    ledger.step(mu0=8.0, sample_rate=0.64, num_steps=1)
+    ledger.step(mu0=0.3, sample_rate=0.1, num_steps=5)
+    last = running()
+    wide_alone = epsilon_spent(8.0, 0.64, 1, DELTA)
+    both = ledger.get_epsilon(DELTA)
+    assert first < last and wide_alone <= both
+    assert math.isclose(last, ledger.get_epsilon(DELTA, discretization=10 * DISCRETIZATION), rel_tol=1e-9)
+    assert group_epsilon(ledger, 2, DELTA) > both
