@@ -38,15 +38,13 @@ import math
 import os
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
-from typing import Self
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from _shared import busy, timed
+from _shared import PeakMemory, busy, timed
 from accounting import calibration_cost
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,59 +67,6 @@ TARGETS = {
 
 
 # ----------------------------------------------------------------- helpers
-def _process_tree(pid: int) -> list[int]:
-    """``pid`` and every process below it (workers, and the fork server that starts them)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    children.setdefault(int(f.read().rsplit(")", 1)[1].split()[1]), []).append(int(entry))
-            except OSError:
-                continue
-    tree, stack = [], [pid]
-    while stack:
-        tree.append(stack.pop())
-        stack += children.get(tree[-1], [])
-    return tree
-
-
-def _memory_kb(pid: int) -> tuple[int, int]:
-    """(RSS, PSS) summed over ``pid`` and its descendants, kB. PSS counts the pages they share once."""
-    rss = pss = 0
-    for p in _process_tree(pid):
-        try:
-            with open(f"/proc/{p}/smaps_rollup") as f:
-                fields = {line.split(":")[0]: int(line.split()[1]) for line in f if line[:4] in ("Rss:", "Pss:")}
-        except OSError:
-            continue
-        rss, pss = rss + fields.get("Rss", 0), pss + fields.get("Pss", 0)
-    return rss, pss
-
-
-class PeakMemory:
-    """Samples the memory of this process and its descendants (their PSS) every 0.2 s (Linux)."""
-
-    def __enter__(self) -> Self:
-        self.rss_kb, self.pss_kb, self._stop = 0, 0, threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-        self._thread.start()
-        return self
-
-    def _sample(self) -> None:
-        while not self._stop.wait(0.2):
-            self._update()
-
-    def _update(self) -> None:
-        rss, pss = _memory_kb(os.getpid())
-        self.rss_kb, self.pss_kb = max(self.rss_kb, rss), max(self.pss_kb, pss)
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-        self._update()
-
-
 def in_fresh_process(*args: str) -> dict:
     """Run this script's ``--child`` mode and return the JSON line it prints."""
     out = subprocess.run([sys.executable, __file__, *args], check=True, capture_output=True, text=True).stdout

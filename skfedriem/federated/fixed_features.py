@@ -69,6 +69,7 @@ def on_fixed_features(recipe: ClientRecipe, clients: Sequence[tuple[torch.Tensor
                         f"the whole model under the same names; it trains {sorted(trained)} of {sorted(whole)}.")
     with torch.no_grad():
         mapped = [(torch.cat([mapping(x.unsqueeze(0)) for x in records[0]]), *records[1:]) for records in clients]
-    # the rule again, for the module the clients now train (the recipe's lockstep implies fixed-size batches)
+    # the rule again, for the module the clients now train (both samplings are eligible: the recipe's lockstep
+    # already holds for the run's)
     lockstep = recipe.lockstep and lockstep_eligible(head, recipe.optimizer, "fixed", recipe.privacy_unit)
     return dataclasses.replace(recipe, module=head, lockstep=lockstep), mapped

@@ -27,9 +27,11 @@ and so is every ledger, which charges each client's own plan.
 
 Clients with other instructions (e.g. their own batch size when
 ``batch_size=None``), or whose kept optimiser state is at another step count,
-form their own group. Clients that sample by Poisson run one by one: a
-stack's width would be the largest of their secret batch sizes, and batched
-kernels may round differently at another width. A model whose per-record
+form their own group. Clients that sample by Poisson run in lockstep too,
+at a width computed from their public sizes and rates, each secret batch
+padded to it with weight-0 records and, where larger, taken in further
+passes of that width (:mod:`skfedriem.federated.lockstep.widths`): no
+client's release depends on another's batch size. A model whose per-record
 gradients a stack cannot compute as a lone client does, or an optimiser not
 registered as element-wise, runs its clients one by one; a model that claims
 it can be stacked is checked once (:meth:`ClientStack.verify`). Whether a

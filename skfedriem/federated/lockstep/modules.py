@@ -35,12 +35,13 @@ _CONTAINERS = (nn.Sequential, nn.Identity, nn.ModuleList, nn.ModuleDict)
 def lockstep_eligible(module: nn.Module, optimizer, sampling: str, privacy_unit: str = "record") -> bool:
     """Whether clients of this model, optimiser and sampling may take their steps in lockstep: the one rule.
 
-    Record-level steps on fixed-size batches (a stack's width is then public;
-    a subject-level step's number of records is its subjects'), an element-wise
-    optimiser (client k's slice of the stacked optimiser is its own) and a
-    model whose per-record gradients a stack computes as a lone client does
-    (:func:`stacked_gradients_available`). ``settings.lockstep`` asks for it;
-    this says whether a round's clients may.
+    Record-level steps, on fixed-size or Poisson batches (a Poisson stack's
+    width is computed from public sizes, :mod:`~skfedriem.federated.lockstep.widths`;
+    a subject-level step's number of records is its subjects', which no
+    public width bounds), an element-wise optimiser (client k's slice of the
+    stacked optimiser is its own) and a model whose per-record gradients a
+    stack computes as a lone client does (:func:`stacked_gradients_available`).
+    ``settings.lockstep`` asks for it; this says whether a round's clients may.
 
     Parameters
     ----------
@@ -55,8 +56,9 @@ def lockstep_eligible(module: nn.Module, optimizer, sampling: str, privacy_unit:
     -------
     bool
     """
-    return (privacy_unit == "record" and sampling == "fixed" and is_elementwise(optimizer)
-            and stacked_gradients_available(module))
+    if sampling not in ("fixed", "poisson"):
+        raise ValueError(f"The 'sampling' parameter must be one of ['fixed', 'poisson']. Got {sampling!r} instead.")
+    return privacy_unit == "record" and is_elementwise(optimizer) and stacked_gradients_available(module)
 
 
 def supports_stacking(module: nn.Module) -> bool:

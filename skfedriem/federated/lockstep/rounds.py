@@ -16,6 +16,7 @@ from ..aggregation import get_aggregation
 from ..client import CLIPPED_FRACTION, ClientRecipe, ClientState, RoundInstructions, check_iterate, step_plan
 from ..optimizers import make_optimizer
 from .stack import ClientStack
+from .widths import padded_picks, poisson_width
 
 __all__ = ["client_stack", "lockstep_groups", "run_clients", "run_lockstep"]
 
@@ -127,7 +128,9 @@ def run_lockstep(recipe: ClientRecipe, theta: dict[str, torch.Tensor], clients: 
     states : sequence of ClientState
         Each client's state, advanced in place.
     instructions : RoundInstructions
-        Every client's (the same), with ``sampling="fixed"``.
+        Every client's (the same). Under ``sampling="poisson"`` each step's
+        batches are padded to the clients' public width
+        (:mod:`skfedriem.federated.lockstep.widths`).
 
     Returns
     -------
@@ -137,9 +140,6 @@ def run_lockstep(recipe: ClientRecipe, theta: dict[str, torch.Tensor], clients: 
     """
     module = recipe.module
     plans = [step_plan(instructions, int(data[0].shape[0]), module) for data in clients]
-    if instructions.sampling != "fixed":
-        raise ValueError(f"Clients run in lockstep with fixed-size batches only (a stack's width is public). "
-                         f"Got sampling={instructions.sampling!r}.")
     theta = check_iterate(module, theta)
     stack = client_stack(recipe, len(clients))
     stack.load(theta)
@@ -152,13 +152,18 @@ def run_lockstep(recipe: ClientRecipe, theta: dict[str, torch.Tensor], clients: 
     plan = plans[0]  # clip, noise, B and τ come from the shared instructions; the sizes are each client's own
     samplers = [p.sampler() for p in plans]
     counts = [[] for _ in clients] if plan.count_noise_std > 0 else None
+    width = None if plan.sampling == "fixed" else poisson_width(tuple(p.n_records for p in plans),
+                                                                tuple(p.sample_rate for p in plans))
     for _ in range(plan.local_steps):
-        picks = [torch.from_numpy(np.asarray(s.sample(state.randomness))) for s, state in zip(samplers, states)]
-        batch = _stacked_batch(clients, picks)
+        picks, sizes = [np.asarray(s.sample(state.randomness)) for s, state in zip(samplers, states)], None
+        if width is not None:
+            picks, sizes = padded_picks(picks, width)
+            sizes = torch.from_numpy(sizes)
+        batch = _stacked_batch(clients, [torch.from_numpy(p) for p in picks])
         grads = stack.private_gradient(recipe.loss_fn, batch, clip=plan.clip,
                                        noise_std=plan.noise_std, denominator=plan.denominator,
                                        randomness=[s.randomness for s in states],
-                                       count_noise_std=plan.count_noise_std, counts=counts)
+                                       count_noise_std=plan.count_noise_std, counts=counts, sizes=sizes, width=width)
         apply_gradients(optimizer, stack.blocks, grads)
         stack.project_()
     if not recipe.reset_optimizer:
@@ -209,11 +214,6 @@ def run_clients(recipe: ClientRecipe, theta: dict[str, torch.Tensor], clients: S
         return {i: recipe.run_round(theta, clients[i], states[i], instructions[i]) for i in selected}
     replies = {}
     for group in lockstep_groups(selected, instructions, states, keeps_optimizer=not recipe.reset_optimizer):
-        # the recipe's lockstep was decided by lockstep_eligible for the run's sampling, where the recipe was made
-        # (a worker process's unpickled optimiser is another object); a recipe made by hand may still get Poisson
-        if instructions[group[0]].sampling != "fixed":
-            replies.update({i: recipe.run_round(theta, clients[i], states[i], instructions[i]) for i in group})
-            continue
         results = run_lockstep(recipe, theta, [clients[i] for i in group], [states[i] for i in group],
                                instructions[group[0]])
         replies.update(zip(group, results))

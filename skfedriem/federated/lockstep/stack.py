@@ -25,10 +25,13 @@ K). Nothing is mixed across clients:
 
 Which modules can be stacked, and their stacked copy, is :mod:`skfedriem.federated.lockstep.modules`.
 
-Every client of a stack has a batch of the same, public size B (fixed-size
-sampling): under Poisson sampling a stack's width would be the largest batch
-drawn, a secret that rounding in batched kernels could carry into the other
-clients' releases, so those clients run one by one.
+A stack's width is public: B under fixed-size sampling; under Poisson
+sampling a width W computed from the clients' public sizes and rates, each
+client's secret batch padded to it with weight-0 records and, where it is
+larger, taken in further passes of the same width
+(:mod:`skfedriem.federated.lockstep.widths`). Were the width the largest
+batch drawn, rounding in batched kernels could carry that secret into the
+other clients' releases.
 """
 
 from __future__ import annotations
@@ -48,6 +51,9 @@ from ...privacy.randomness import SecretRandomness
 from .modules import stacked_gradients_available, stacked_module, stacked_parameter, supports_stacking
 
 __all__ = ["ClientStack", "StackedDenseGradients"]
+
+#: How many of each client's records :meth:`ClientStack.verify` checks (with K ≥ 6 clients; K + 1 below).
+CHECK_WIDTH = 6
 
 
 class StackedDenseGradients(PerRecordGradients):
@@ -183,10 +189,11 @@ class ClientStack:
         """Check, once, that each client's forward, per-record gradient norms and sums are a lone copy's, and that
         no client's depend on another's; else ValueError.
 
-        The check runs on K + 1 of each client's records (a width that is not
-        K, so that a layer broadcasting one client's parameters over the
-        record axis shows), with each client's blocks moved apart by a fixed,
-        public offset. Two comparisons: against a lone copy of each client, up
+        The check runs on :data:`CHECK_WIDTH` of each client's records (K + 1
+        for fewer clients: a width that is never K, so that a layer
+        broadcasting one client's parameters over the record axis shows; and a
+        fixed one, so that the check's cost grows with K, not K²), with each
+        client's blocks moved apart by a fixed, public offset. Two comparisons: against a lone copy of each client, up
         to rounding at the dtype's resolution (a layer that computes something
         else); and, bit for bit, the other clients' results when the first's
         and the last's records and blocks change (a layer that mixes clients,
@@ -203,7 +210,7 @@ class ClientStack:
         """
         if self.verified:
             return
-        width = self.n_clients + 1
+        width = self.n_clients + 1 if self.n_clients < CHECK_WIDTH else CHECK_WIDTH
         batch = tuple(torch.stack([data[j][torch.arange(width) % data[j].shape[0]] for data in clients])
                       for j in range(len(clients[0])))
         saved = {name: block.detach().clone() for name, block in self.blocks.items()}
@@ -334,6 +341,8 @@ class ClientStack:
         randomness: list[SecretRandomness],
         count_noise_std: float = 0.0,
         counts: list[list[float]] | None = None,
+        sizes: torch.Tensor | None = None,
+        width: int | None = None,
     ) -> dict[str, torch.Tensor]:
         """Every client's g̃_k = P_θk((1/B) Σ_z clip_C(g_kz) + ξ_k), as :func:`~skfedriem.privacy.private_gradient`.
 
@@ -342,27 +351,30 @@ class ClientStack:
         loss_fn : callable
             ``loss_fn(module(batch[0]), *batch[1:])`` -> per-record losses (B,).
         batch : tuple of torch.Tensor
-            ``(K, B, ...)``: client k's records of this step (every client's batch has the same size B).
+            ``(K, B, ...)``: client k's records of this step; with ``sizes``,
+            ``(K, P·W, ...)``, client k's ``sizes[k]`` records first, then padding.
         clip, noise_std, denominator : float
-            C, σ and B, as for one client.
+            C, σ and B (the expected batch under Poisson sampling), as for one client.
         randomness : list of SecretRandomness
             Client k's secret source of noise.
         count_noise_std : float, default=0.0
         counts : list of list of float, optional
             Client k's noisy counts (adaptive clipping), appended to after its noise.
+        sizes : torch.Tensor of int, optional
+            Poisson sampling: b_k, client k's number of records in its row
+            (:func:`~skfedriem.federated.lockstep.widths.padded_picks`).
+        width : int, optional
+            W, the public width of each pass (with ``sizes``).
 
         Returns
         -------
         dict of str to torch.Tensor
             ``(K, *shape)`` per block.
         """
+        passes = self._passes(batch, sizes, width)
         if math.isinf(clip) and noise_std == 0:
-            losses = _stacked_losses(loss_fn)(self._outputs(batch[0]), *batch[1:])
-            grads = dict(zip(self.blocks, torch.autograd.grad(losses.sum() / denominator, list(self.blocks.values()))))
-            return self._tangent(grads, 0)
-        gradients = self.per_record_gradients(loss_fn, batch)
-        norms = gradients.norms()
-        sums = gradients.weighted_sum(clip_factors(norms, clip))
+            return self._tangent(self._summed_gradients(loss_fn, passes, denominator), 0)
+        sums, norms = self._clipped_sums(loss_fn, passes, clip)
         if counts is not None:
             check_count(count_noise_std, clip)
         noise: dict[str, list[torch.Tensor]] = {name: [] for name in sums}
@@ -371,7 +383,8 @@ class ClientStack:
                 if noise_std > 0:
                     noise[name].append(source.standard_normal(tuple(block.shape[1:]), block.dtype))
             if counts is not None:
-                counts[k].append(noisy_clipped_count(norms[k], clip, count_noise_std, source))
+                own = torch.cat([n[k] if real is None else n[k][real[k]] for n, (_, real) in zip(norms, passes)])
+                counts[k].append(noisy_clipped_count(own, clip, count_noise_std, source))
         released = {}
         for name, total in sums.items():
             mean = total / denominator
@@ -379,3 +392,47 @@ class ClientStack:
                 mean = mean + noise_std * torch.stack(noise[name]).to(mean.device)
             released[name] = mean
         return self._tangent(released, 0)
+
+    def _passes(self, batch: tuple[torch.Tensor, ...], sizes: torch.Tensor | None,
+                width: int | None) -> list[tuple[tuple[torch.Tensor, ...], torch.Tensor | None]]:
+        """The step's passes: each a ``(K, W, ...)`` batch and its (K, W) mask of real records (None: all real)."""
+        if sizes is None:
+            return [(batch, None)]
+        sizes = sizes.to(batch[0].device)
+        columns = torch.arange(width, device=batch[0].device)
+        return [(tuple(x[:, start:start + width] for x in batch), columns < (sizes - start).unsqueeze(1))
+                for start in range(0, batch[0].shape[1], width)]
+
+    @staticmethod
+    def _accumulate(totals: dict[str, torch.Tensor] | None, sums: dict[str, torch.Tensor],
+                    real: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        """Each client's running sums plus this pass's, where the pass holds any of its records (else its bits as
+        they were: whether another client needed this pass never touches them)."""
+        if totals is None:
+            return sums
+        present = real.any(dim=1)
+        return {name: torch.where(present.view(-1, *[1] * (total.dim() - 1)), total + sums[name], total)
+                for name, total in totals.items()}
+
+    def _summed_gradients(self, loss_fn: LossFn, passes: list, denominator: float) -> dict[str, torch.Tensor]:
+        """Without clipping or noise: the gradient of each client's summed loss over its records / B."""
+        totals = None
+        for chunk, real in passes:
+            losses = _stacked_losses(loss_fn)(self._outputs(chunk[0]), *chunk[1:])
+            if real is not None:
+                losses = torch.where(real, losses, 0.0)
+            grads = torch.autograd.grad(losses.sum() / denominator, list(self.blocks.values()))
+            totals = self._accumulate(totals, dict(zip(self.blocks, grads)), real)
+        return totals
+
+    def _clipped_sums(self, loss_fn: LossFn, passes: list, clip: float) -> tuple[dict[str, torch.Tensor], list]:
+        """Σ_z clip_C(g_kz) over client k's records, ``(K, *shape)`` per block, and each pass's (K, W) norms."""
+        totals, norms = None, []
+        for chunk, real in passes:
+            gradients = self.per_record_gradients(loss_fn, chunk)
+            norms.append(gradients.norms())
+            factors = clip_factors(norms[-1], clip)
+            if real is not None:  # a padded record adds exactly 0 (weighted_sum drops it)
+                factors = torch.where(real, factors, 0.0)
+            totals = self._accumulate(totals, gradients.weighted_sum(factors), real)
+        return totals, norms

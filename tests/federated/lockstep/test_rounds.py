@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from skfedriem import FederatedPCA, FederatedSPDNetClassifier, FederatedTangentSpaceClassifier
 from skfedriem.datasets import make_spd_classification
 from skfedriem.federated import FederatedTrainer, FederationSettings, LocalTransport
-from skfedriem.federated.client import CLIPPED_FRACTION, ClientRecipe, ClientState, RoundInstructions
+from skfedriem.federated.client import CLIPPED_FRACTION, ClientRecipe, ClientState, RoundInstructions, step_plan
 from skfedriem.federated.lockstep import lockstep_groups, run_clients, run_lockstep
 from skfedriem.federated.optimizers import register_optimizer
 from skfedriem.federated.parallel import ParallelTransport
@@ -84,7 +84,9 @@ KINDS = ["spdnet", "tangent", "eegnet", "stiefelnet", "pca-grassmann", "pca-stie
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("options", [{}, {"sampling": "poisson"}, {"count_noise_std": 2.0},
-                                     {"clip": float("inf"), "noise_std": 0.0}])
+                                     {"clip": float("inf"), "noise_std": 0.0},
+                                     {"sampling": "poisson", "count_noise_std": 2.0},
+                                     {"sampling": "poisson", "clip": float("inf"), "noise_std": 0.0}])
 def test_lockstep_submissions_are_the_one_by_one_submissions_from_the_same_draws(kind, options):
     runs, bitwise = _rounds(kind, _instructions(**options))
     (serial, serial_states), (lockstep, lockstep_states) = runs
@@ -240,9 +242,11 @@ def test_only_stackable_models_and_element_wise_optimisers_run_in_lockstep():
     lambda **kw: FederatedSPDNetClassifier(eps=5.0, dims=(4,), n_rounds=4, batch_size=10, **kw),
     lambda **kw: FederatedTangentSpaceClassifier(eps=5.0, n_rounds=4, batch_size=10, **kw),
 ])
-def test_an_estimator_in_lockstep_is_the_one_by_one_fit(make):
+@pytest.mark.parametrize("sampling", ["fixed", "poisson"])
+def test_an_estimator_in_lockstep_is_the_one_by_one_fit(make, sampling):
     X, y, groups = make_spd_classification(4, 40, 6, n_classes=2, random_state=0)
-    fits = [make(random_state=0, lockstep=lockstep).fit(X, y, groups=groups) for lockstep in (False, True)]
+    fits = [make(random_state=0, lockstep=lockstep, sampling=sampling).fit(X, y, groups=groups)
+            for lockstep in (False, True)]
     np.testing.assert_allclose(fits[1].predict_proba(X), fits[0].predict_proba(X), rtol=1e-4, atol=1e-5)
     assert fits[0].epsilon_ == fits[1].epsilon_
     assert [h["epsilon"] for h in fits[0].history_] == [h["epsilon"] for h in fits[1].history_]
@@ -414,16 +418,70 @@ def test_instructions_that_are_equal_but_of_another_type_are_another_group():
         run_clients(recipe, theta, clients[:2], states, [0, 1], {0: good, 1: odd})
 
 
-def test_poisson_clients_run_one_by_one():
-    """A stack's width under Poisson sampling would be a secret batch size; they are not stacked."""
-    model, loss, clients, _ = _case("spdnet")
-    recipe = ClientRecipe(model, loss, "sgd", True, True)
-    states = [ClientState.fresh(np.random.SeedSequence(i)) for i in range(3)]
-    theta = {name: p.detach() for name, p in model.named_parameters()}
-    with pytest.raises(ValueError, match="fixed-size"):
-        run_lockstep(recipe, theta, clients, states, _instructions(sampling="poisson"))
-    run_clients(recipe, theta, clients, states, [0, 1, 2], {i: _instructions(sampling="poisson") for i in range(3)})
-    assert recipe._stacks == {}  # no stack was made
+@pytest.fixture
+def narrow_poisson_stacks(monkeypatch):
+    """Poisson stacks of width 3: most steps take several passes, and clients of 0 to 3 records share them."""
+    import skfedriem.federated.lockstep.rounds as rounds
+
+    widths = []
+
+    def narrow(sizes, rates):
+        widths.append(3)
+        return 3
+
+    monkeypatch.setattr(rounds, "poisson_width", narrow)
+    return widths
+
+
+@pytest.mark.parametrize("kind", ["spdnet", "eegnet", "pca-grassmann"])
+@pytest.mark.parametrize("options", [{"batch_size": 10}, {"batch_size": 1, "count_noise_std": 2.0},
+                                     {"batch_size": 10, "clip": float("inf"), "noise_std": 0.0}])
+def test_poisson_batches_over_several_passes_are_the_one_by_one_steps(kind, options, narrow_poisson_stacks):
+    """Batches larger than the width (further passes) and empty ones (B = 1 of 30: about a third of the draws): each
+    client's submission is its one-by-one submission, drawn from the same stream."""
+    runs, bitwise = _rounds(kind, _instructions(sampling="poisson", **options))
+    (serial, serial_states), (lockstep, lockstep_states) = runs
+    assert narrow_poisson_stacks  # the stack ran
+    for i in serial:
+        for name, value in serial[i][0].items():
+            tolerance = dict(rtol=1e-13, atol=1e-14) if bitwise else dict(rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(lockstep[i][0][name], value, **tolerance)
+    assert [s.to_bytes() for s in serial_states] == [s.to_bytes() for s in lockstep_states]
+
+
+def _passes_of_a_round(clients, model, seeds, width):
+    """How many passes of ``width`` each of a round's steps takes, from the clients' own streams (a probe)."""
+    states = [ClientState.fresh(seed) for seed in seeds]
+    sizes = [[len(step_plan(_instructions(sampling="poisson"), int(c[0].shape[0]), model).sampler().sample(
+        s.randomness)) for _ in range(_instructions().local_steps)] for c, s in zip(clients, states)]
+    return [max(1, -(-max(step) // width)) for step in zip(*sizes)]
+
+
+@pytest.mark.parametrize("kind", ["spdnet", "pca-grassmann"])
+def test_a_clients_secret_batch_sizes_never_reach_another_clients_release(kind, monkeypatch):
+    """Client 1's seed alone changes: its batches, and so how many passes the stack's steps take (width 12, B = 10),
+    change; every other client's submission stays the same bit for bit."""
+    import skfedriem.federated.lockstep.rounds as rounds
+
+    monkeypatch.setattr(rounds, "poisson_width", lambda sizes, rates: 12)
+    model, loss, clients, _ = _case(kind)
+    theta = {name: p.detach().clone() for name, p in model.named_parameters()}
+
+    def seeds(own):
+        return [np.random.SeedSequence([own if i == 1 else 5, i]) for i in range(len(clients))]
+
+    before = _passes_of_a_round(clients, model, seeds(5), 12)
+    other = next(own for own in range(6, 60) if _passes_of_a_round(clients, model, seeds(own), 12) != before)
+    replies = []
+    for own in (5, other):
+        recipe = ClientRecipe(copy.deepcopy(model), loss, "sgd", True, True)
+        states = [ClientState.fresh(seed) for seed in seeds(own)]
+        selected = list(range(len(clients)))
+        replies.append(run_clients(recipe, theta, clients, states, selected,
+                                   {i: _instructions(sampling="poisson") for i in selected}))
+    for i in replies[0]:
+        same = all(torch.equal(replies[0][i][0][n], replies[1][i][0][n]) for n in replies[0][i][0])
+        assert same == (i != 1), i
 
 
 def test_a_model_with_hooks_is_not_stacked():
@@ -485,6 +543,33 @@ class _ClientZeroForAll(torch.nn.Module):
 
     def forward(self, X):
         return X * (self.weight if self.weight.dim() == 1 else self.weight[:1].unsqueeze(1))
+
+
+@pytest.mark.parametrize("n_clients", [7, 40])
+def test_the_check_of_many_clients_takes_a_few_records_each_and_still_refuses(n_clients):
+    """From 6 clients on the check runs on 6 records each (its cost grows with K, not K²): a stack that applies
+    client 0's weight to all, or a BiMap written for one client, is still refused; an honest SPDNet passes."""
+    from skfedriem.federated.lockstep.stack import CHECK_WIDTH
+
+    g = torch.Generator().manual_seed(0)
+    clients = [(torch.randn(10, 4, generator=g, dtype=torch.float64), torch.randn(10, generator=g, dtype=torch.float64))
+               for _ in range(n_clients)]
+    stack = ClientStack(_ClientZeroForAll(), n_clients)
+    stack.load({"weight": _ClientZeroForAll().weight.detach()})
+    with pytest.raises(ValueError, match="client 1's forward"):
+        stack.verify(_sum_loss, clients)
+    model, loss, _, _ = _case("spdnet")
+    spd_clients = [(_spd(CHECK_WIDTH + 2, seed=k), torch.randint(3, (CHECK_WIDTH + 2,), generator=g))
+                   for k in range(n_clients)]
+    honest = ClientStack(model, n_clients)
+    honest.load({name: p.detach() for name, p in model.named_parameters()})
+    honest.verify(loss, spd_clients)
+    assert honest.verified
+    model.features[1] = _ClaimingBiMap(6, 4, generator=torch.Generator().manual_seed(5))
+    claiming = ClientStack(model, n_clients)
+    claiming.load({name: p.detach() for name, p in model.named_parameters()})
+    with pytest.raises(ValueError, match="cannot run its clients in lockstep"):
+        claiming.verify(loss, spd_clients)
 
 
 @pytest.mark.parametrize("first", [None, float("inf"), 1e9])
