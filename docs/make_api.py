@@ -28,6 +28,8 @@ SECTIONS = [
     ("Federation", "skfedriem.federated", "The round loop, the clients' side (one by one and in lockstep), transports, plans and checkpoints."),
     ("Lockstep", "skfedriem.federated.lockstep",
      "Simulated clients taking their local steps as one computation: the rule, the stack and what can be stacked."),
+    ("Poisson stacks", "skfedriem.federated.lockstep.widths",
+     "The public width of a stack of clients that sample by Poisson, and their batches laid out in it."),
     ("Models", "skfedriem.models", "Torch modules: SPDNet and its layers, EEGNet, the PCA objective."),
     ("Datasets", "skfedriem.datasets", "Synthetic federations and MOABB helpers."),
     ("Metrics", "skfedriem.metrics", "Measures for experiments (on data someone holds in full: not private)."),
