@@ -28,6 +28,7 @@ SMOKE_ARGS: dict[str, list[str] | str] = {
                     "--rounds", "5", "--planner-grid", "--grid-rounds", "5", "--grid-lrs", "0.5",
                     "--figure", "{tmp}/pca_solvers.png"],
     "physionet_real": "needs the EEGMMIDB files and several minutes even at one seed",
+    "poisson_lockstep": ["--clients", "8", "--rounds", "2", "--busy-clients", "8"],
     "privacy_unit": ["--seeds", "1", "--eps", "10", "--rounds", "2", "--no-real"],
     "privacy_audit": ["--runs", "20", "--runs-subsampled", "20", "--runs-fits", "10", "--jobs", "1"],
     "secure_mode": ["--repeats", "2"],

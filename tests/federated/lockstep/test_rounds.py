@@ -238,6 +238,18 @@ def test_only_stackable_models_and_element_wise_optimisers_run_in_lockstep():
                                 ).client_recipe(simulated=True).lockstep
 
 
+def test_both_samplings_of_records_are_eligible_and_an_unknown_one_is_refused():
+    from skfedriem.federated.lockstep import lockstep_eligible
+
+    model = SPDNet(6, 2, dims=(4,))
+    assert lockstep_eligible(model, "sgd", "fixed") and lockstep_eligible(model, "sgd", "poisson")
+    assert not lockstep_eligible(model, "sgd", "poisson", "subject")
+    with pytest.raises(ValueError, match="'sampling'.*'shuffle'"):
+        lockstep_eligible(model, "sgd", "shuffle")
+    settings = FederationSettings(n_rounds=1, batch_size=10, local_steps=1, eps=5.0, sampling="poisson")
+    assert FederatedTrainer(StiefelNet(), cross_entropy, settings).client_recipe(simulated=True).lockstep
+
+
 @pytest.mark.parametrize("make", [
     lambda **kw: FederatedSPDNetClassifier(eps=5.0, dims=(4,), n_rounds=4, batch_size=10, **kw),
     lambda **kw: FederatedTangentSpaceClassifier(eps=5.0, n_rounds=4, batch_size=10, **kw),
