@@ -55,9 +55,9 @@ def running_epsilon_seconds(rounds: int, vectorised: bool) -> tuple[float, list[
     module._RUNNING_VALUES.clear()
     ledger = PrivacyAccountant()
     running = RunningEpsilon(ledger, DELTA, discretization=10 * DISCRETIZATION, chunk=21)
-    evaluate = module._epsilon_for_delta
+    evaluate = module.epsilon_for_delta
     if not vectorised:
-        module._epsilon_for_delta = lambda pld, delta: pld.get_epsilon_for_delta(delta)
+        module.epsilon_for_delta = lambda pld, delta: pld.get_epsilon_for_delta(delta)
     try:
         t0, values = time.perf_counter(), []
         for _ in range(rounds):
@@ -65,7 +65,7 @@ def running_epsilon_seconds(rounds: int, vectorised: bool) -> tuple[float, list[
             values.append(running())
         return time.perf_counter() - t0, values
     finally:
-        module._epsilon_for_delta = evaluate
+        module.epsilon_for_delta = evaluate
 
 
 #: The calibration settings timed across ε: (name, q, steps).

@@ -8,12 +8,16 @@ each (the paper's cross-subject federation: subject-level is then
 client-level privacy), a stratified third of each subject's trials held out.
 
 For each model (FederatedTangentSpaceClassifier, FederatedSPDNetClassifier,
-default settings) and ε: held-out accuracy of the record-level fit and of the
-subject-level fit, and what each run guarantees one subject: the subject-level
-fit's ε, and the record-level fit's :meth:`epsilon_for_group` for the most
-trials one subject contributed (inf: nothing certified).
+default settings) and ε, three kinds of fit: record-level; subject-level
+sampling subjects whole (``privacy_unit="subject"``); and subject-level from k
+trials of each subject a round, sampled as records and charged by group
+privacy (``records_per_subject=k``, one arm per k of ``--ks``). For each:
+held-out accuracy, what the run guarantees one subject (the subject-level fits'
+ε; the record-level fit's :meth:`epsilon_for_group` for the most trials one
+subject contributed, inf: nothing certified), and the noise std of a step's
+mean in units of C (σ, the fit's ``noise_std_`` over its clip).
 
-    python benchmarks/privacy_unit.py [--seeds 2] [--eps 1 4 10] [--no-real]
+    python benchmarks/privacy_unit.py [--seeds 2] [--eps 1 4 10] [--ks 2 8] [--no-real]
 """
 
 import argparse
@@ -59,12 +63,21 @@ def real(data: Path, seed: int):
     return covariances, y, groups, groups, held_out_mask(y, groups, seed)
 
 
-def score(cls, eps, unit, rounds, X, y, site, subject, test, seed):
-    clf = cls(eps=eps, privacy_unit=unit, n_rounds=rounds, random_state=seed)
-    clf.fit(X[~test], y[~test], groups=site[~test], subjects=subject[~test] if unit == "subject" else None)
+def arms(ks) -> list[tuple[str, dict]]:
+    """(name, the fit's privacy settings) of each kind of fit."""
+    return [("record", {"privacy_unit": "record"}), ("subject", {"privacy_unit": "subject"}),
+            *((f"k={k}", {"privacy_unit": "subject", "records_per_subject": k}) for k in ks)]
+
+
+def score(cls, eps, settings, rounds, X, y, site, subject, test, seed):
+    """(held-out accuracy, the subject's certified ε, noise std of a step's mean over C) of one fit."""
+    clf = cls(eps=eps, n_rounds=rounds, random_state=seed, **settings)
+    by_subject = settings["privacy_unit"] == "subject"
+    clf.fit(X[~test], y[~test], groups=site[~test], subjects=subject[~test] if by_subject else None)
     most = max(int(np.sum(subject[~test] == s)) for s in np.unique(subject))
-    guarantee = clf.epsilon_ if unit == "subject" else clf.epsilon_for_group(most)
-    return clf.score(X[test], y[test]), guarantee
+    guarantee = clf.epsilon_ if by_subject else clf.epsilon_for_group(most)
+    noise = clf.noise_std_ / clf.clip if eps is not None and isinstance(clf.clip, float) else 0.0
+    return clf.score(X[test], y[test]), guarantee, noise
 
 
 def baseline(federation, seeds) -> float:
@@ -77,34 +90,38 @@ def baseline(federation, seeds) -> float:
     return float(np.mean(scores))
 
 
-def study(name, federation, seeds, epsilons, rounds):
+def study(name, federation, seeds, epsilons, rounds, ks):
     rows = []
     for model, cls in MODELS.items():
         for eps in [None, *epsilons]:
             row = {"federation": name, "model": model, "eps": eps}
-            for unit in ("record", "subject"):
-                accuracies, guarantees, started = [], [], time.perf_counter()
+            for arm, settings in arms(ks):
+                accuracies, guarantees, noises, started = [], [], [], time.perf_counter()
                 for seed in range(seeds):
-                    accuracy, guarantee = score(cls, eps, unit, rounds, *federation(seed), seed)
+                    accuracy, guarantee, noise = score(cls, eps, settings, rounds, *federation(seed), seed)
                     accuracies.append(accuracy)
                     guarantees.append(guarantee)
-                row[f"{unit}_accuracy"] = float(np.mean(accuracies))
+                    noises.append(noise)
+                row[f"{arm}_accuracy"] = float(np.mean(accuracies))
                 worst = float(max(guarantees))
-                row[f"{unit}_subject_epsilon"] = None if math.isinf(worst) else worst  # None: nothing certified
-                row[f"{unit}_seconds"] = (time.perf_counter() - started) / seeds
+                row[f"{arm}_subject_epsilon"] = None if math.isinf(worst) else worst  # None: nothing certified
+                row[f"{arm}_noise"] = float(np.mean(noises))
+                row[f"{arm}_seconds"] = (time.perf_counter() - started) / seeds
             rows.append(row)
     return rows
 
 
-def table(rows) -> str:
-    lines = [f"{'federation':<10} {'model':<8} {'eps':>5} | {'record acc':>10} {'subject ε':>10} | "
-             f"{'subject acc':>11} {'subject ε':>10}"]
+def table(rows, ks) -> str:
+    names = [name for name, _ in arms(ks)]
+    head = f"{'federation':<10} {'model':<8} {'eps':>5}"
+    lines = [head + "".join(f" | {name + ' acc':>10} {'subj ε':>6} {'σ/C':>5}" for name in names)]
     for r in rows:
-        eps = "none" if r["eps"] is None else format(r["eps"], "g")
-        rec, sub = ("inf" if r[key] is None else format(r[key], ".3g")
-                    for key in ("record_subject_epsilon", "subject_subject_epsilon"))
-        lines.append(f"{r['federation']:<10} {r['model']:<8} {eps:>5} | {r['record_accuracy']:>10.3f} {rec:>10} | "
-                     f"{r['subject_accuracy']:>11.3f} {sub:>10}")
+        line = f"{r['federation']:<10} {r['model']:<8} {'none' if r['eps'] is None else format(r['eps'], 'g'):>5}"
+        for name in names:
+            guarantee = r[f"{name}_subject_epsilon"]
+            line += (f" | {r[f'{name}_accuracy']:>10.3f} {'inf' if guarantee is None else format(guarantee, '.3g'):>6}"
+                     f" {r[f'{name}_noise']:>5.2f}")
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -115,23 +132,25 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--no-real", action="store_true", help="only the synthetic federation")
     parser.add_argument("--rounds", default="auto", help='n_rounds of every fit (default "auto": planned)')
+    parser.add_argument("--ks", type=int, nargs="*", default=[2, 8],
+                        help="records_per_subject of the subject-level fits that sample trials (one arm each)")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     rounds = args.rounds if args.rounds == "auto" else int(args.rounds)
-    rows = study("synthetic", synthetic, args.seeds, args.eps, rounds)
+    rows = study("synthetic", synthetic, args.seeds, args.eps, rounds, args.ks)
     baselines = {"synthetic": baseline(synthetic, args.seeds)}
     if not args.no_real and args.data.is_dir():
         physionet = lambda seed: real(args.data, seed)  # noqa: E731
-        rows += study("physionet", physionet, args.seeds, args.eps, rounds)
+        rows += study("physionet", physionet, args.seeds, args.eps, rounds, args.ks)
         baselines["physionet"] = baseline(physionet, args.seeds)
-    print("held-out accuracy and each run's certified ε for one subject (record-level: by group privacy over "
-          f"the subject's trials), {args.seeds} seeds")
-    print(table(rows))
+    print("held-out accuracy, each run's certified ε for one subject (record-level: by group privacy over the "
+          f"subject's trials) and the noise std of a step's mean over C, {args.seeds} seeds")
+    print(table(rows, args.ks))
     print("pyRiemann TangentSpace + LogisticRegression, pooled, no privacy: "
           + ", ".join(f"{name} {accuracy:.3f}" for name, accuracy in baselines.items()))
     print(json.dumps({"benchmark": "privacy_unit", "synthetic": {"sites": SITES, "subjects_per_site": SUBJECTS_PER_SITE,
                                                                 "trials": TRIALS},
-                      "seeds": args.seeds, "rows": rows, "pyriemann_ts_lr": baselines}))
+                      "seeds": args.seeds, "ks": args.ks, "rows": rows, "pyriemann_ts_lr": baselines}))
 
 
 if __name__ == "__main__":

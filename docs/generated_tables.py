@@ -50,23 +50,28 @@ def privacy_unit_table() -> str:
 
     kept = json.loads((RESULTS / "privacy_unit.json").read_text())
     result = kept["result"]
+    arms = [("record", "record-level"), ("subject", "subjects whole"),
+            *((f"k={k}", f"k = {k} trials a subject") for k in result.get("ks", []))]
 
     def guarantee(value) -> str:
         return "nothing" if value is None else f"{value:.3g}"
 
-    lines = [f".. list-table:: Held-out accuracy of record- and subject-level fits at the same ε, and what each run "
-             f"certifies for one subject (record-level: by group privacy over the subject's trials; \"nothing\": "
-             f"inf), mean over {result['seeds']} seeds; pyRiemann's TangentSpace + LogisticRegression on the pooled "
-             f"training trials, without privacy: "
+    lines = [f".. list-table:: Held-out accuracy of record-level fits, subject-level fits sampling subjects whole, and "
+             f"subject-level fits from k trials of each subject a round, at the same ε; what each run certifies for "
+             f"one subject (record-level: by group privacy over the subject's trials; \"nothing\": inf); and σ/C, the "
+             f"noise std of a step's mean over the clip. Mean over {result['seeds']} seeds; pyRiemann's TangentSpace + "
+             f"LogisticRegression on the pooled training trials, without privacy: "
              + ", ".join(f"{name} {acc:.3f}" for name, acc in result.get("pyriemann_ts_lr", {}).items())
              + f" ({kept['date']}, ``{kept['command']}``)", "   :header-rows: 1",
-             "", "   * - federation", "     - model", "     - ε", "     - record-level accuracy",
-             "     - its ε for a subject", "     - subject-level accuracy", "     - its ε for a subject"]
+             "", "   * - federation", "     - model", "     - ε"]
+    for _, title in arms:
+        lines += [f"     - {title}: accuracy", "     - ε for a subject", "     - σ/C"]
     for row in result["rows"]:
         eps = "none" if row["eps"] is None else f"{row['eps']:g}"
-        lines += [f"   * - {row['federation']}", f"     - {row['model']}", f"     - {eps}",
-                  f"     - {row['record_accuracy']:.3f}", f"     - {guarantee(row['record_subject_epsilon'])}",
-                  f"     - {row['subject_accuracy']:.3f}", f"     - {guarantee(row['subject_subject_epsilon'])}"]
+        lines += [f"   * - {row['federation']}", f"     - {row['model']}", f"     - {eps}"]
+        for arm, _ in arms:
+            lines += [f"     - {row[f'{arm}_accuracy']:.3f}", f"     - {guarantee(row[f'{arm}_subject_epsilon'])}",
+                      f"     - {row.get(f'{arm}_noise', 0.0):.2f}"]
     return "\n".join(lines) + "\n"
 
 

@@ -25,6 +25,8 @@ SECTIONS = [
      "A record-level Poisson run seen from a group of k records (a person's participation)."),
     ("Chaining guarantees", "skfedriem.privacy.chaining",
      "Guarantees for datasets several neighbour steps apart (group privacy)."),
+    ("Reading privacy curves", "skfedriem.privacy.pld_reading",
+     "A privacy-loss distribution's ε at δ and δ at ε, read fast (the library's values)."),
     ("Federation", "skfedriem.federated", "The round loop, the clients' side (one by one and in lockstep), transports, plans and checkpoints."),
     ("Lockstep", "skfedriem.federated.lockstep",
      "Simulated clients taking their local steps as one computation: the rule, the stack and what can be stacked."),

@@ -59,7 +59,7 @@ from .exceptions import NoiseSwampsSignalWarning, PositionalClientsWarning, Priv
 from .federated import Aggregation, FederatedTrainer, FederationSettings, PrivacyPlan, TrainingState
 from .federated.settings import SettingDoc
 from .privacy import PrivacyAccountant, PrivacyBudget, group_epsilon
-from .privacy.units import step_diameter
+from .privacy.units import step_diameter, unit_count
 from .privacy.per_sample import LossFn
 
 __all__ = ["FederatedEstimatorMixin", "federated_parameters", "parameter", "setting"]
@@ -94,6 +94,7 @@ class FederatedEstimatorMixin(_EstimatorParameters):
     lr: float | str = setting("lr")
     sampling: str = setting("sampling")
     privacy_unit: str = setting("privacy_unit")
+    records_per_subject: int | None = setting("records_per_subject")
     n_clients: int = parameter(
         3, "int", "When ``fit`` gets no ``groups``: the number of clients of a random split by record position only "
         "(never by value or label: a split that read the records would let one record move others between clients).",
@@ -291,7 +292,8 @@ class FederatedEstimatorMixin(_EstimatorParameters):
         """A trainer of ``module`` for a run targeting ``eps``, planned once: the complete settings the model's
         planner returns, and the server's plan of them where the planner made it (the trainer does not make it
         again)."""
-        settings, plan = self._plan_run(input_shape, clients, eps, diameter=step_diameter(module, self.privacy_unit))
+        settings, plan = self._plan_run(input_shape, clients, eps, diameter=step_diameter(
+            module, self.privacy_unit, self.records_per_subject))
         return FederatedTrainer(module, loss_fn, settings, plan=plan, **options)
 
     def _left_after(self, spent: PrivacyAccountant, eps: float | None, module, loss_fn, input_shape,
@@ -318,6 +320,10 @@ class FederatedEstimatorMixin(_EstimatorParameters):
     def _check_combinations(self) -> None:
         """ValueError for settings of which one would silently drop the other."""
         name, defaults = type(self).__name__, {f.name: f.default for f in dataclasses.fields(self)}
+        if self.records_per_subject is not None and self.privacy_unit != "subject":
+            raise ValueError(f"{name} got records_per_subject={self.records_per_subject!r} with privacy_unit="
+                             f"{self.privacy_unit!r}: it caps each subject's trials for a guarantee per subject. Set "
+                             "privacy_unit='subject', or drop records_per_subject.")
         if "local_epochs" in defaults and self.local_steps not in (None, "auto") \
                 and self.local_epochs != defaults["local_epochs"]:
             raise ValueError(f"{name} got local_steps={self.local_steps!r} and local_epochs={self.local_epochs!r}: "
@@ -477,8 +483,9 @@ class FederatedEstimatorMixin(_EstimatorParameters):
                                  "the records, not people. Pass subjects= (each record's subject), or groups= (each "
                                  "client then protected as one subject), or set n_clients=1 (all the records one "
                                  "subject, e.g. one subject's session in a MOABB within-session evaluation).")
-            codes, sizes = client_subjects(indices, names, subjects, n_records=len(records[0]))
+            codes, _ = client_subjects(indices, names, subjects, n_records=len(records[0]))
             clients = [(*client, torch.from_numpy(c)) for client, c in zip(clients, codes)]
+            sizes = [unit_count(client, "subject", self.records_per_subject) for client in clients]
         elif subjects is not None:
             warn_user(f"{type(self).__name__} got subjects= but privacy_unit='record': each trial is protected, not "
                       "each subject, and subjects is not used. Set privacy_unit='subject' to protect each subject.")

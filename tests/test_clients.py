@@ -11,6 +11,7 @@ from sklearn.pipeline import Pipeline
 from skfedriem import FederatedPCA, FederatedSPDNetClassifier, FederatedTangentSpaceClassifier
 from skfedriem._clients import client_subjects
 from skfedriem.datasets import make_federated_pca, make_spd_classification
+from skfedriem.privacy import PrivacyAccountant
 
 from .privacy.prv_reference import SymmetrisedSubsampledGaussian, prv_epsilon
 
@@ -183,3 +184,101 @@ def test_the_tangent_spaces_released_reference_is_charged_per_subject(federation
     clf.fit(X, y, groups=groups, subjects=subjects)
     rates = [entry.sample_rate for entry in clf.ledger_.history]
     assert rates[0] == 1.0 and set(rates[1:]) == {2 / 4} and clf.epsilon_ <= 4.0
+
+
+# ---- subjects that give k trials a round, sampled and clipped as records (records_per_subject=k)
+
+
+def test_a_fit_of_k_trials_per_subject_is_charged_for_groups_of_k_of_its_records(federation):
+    """Every step samples B of the smallest client's k n_s slots (q = B / (k n_s)) at μ0 = Δ C / (B σ) read from the
+    run; its record-level composition is prv-accountant's, and ``epsilon_`` is the group privacy of that
+    composition over k, at most the target."""
+    from skfedriem.privacy import group_epsilon
+
+    X, y, groups, subjects = federation
+    clf = FederatedSPDNetClassifier(eps=4.0, batch_size=4, privacy_unit="subject", records_per_subject=3, **FAST)
+    clf.fit(X, y, groups=groups, subjects=subjects)
+    assert {(e.sample_rate, e.group_size) for e in clf.ledger_.history} == {(4 / 12, 3)}
+    steps = sum(entry.steps for entry in clf.ledger_.history)
+    assert steps == 3 * 3  # one epoch of 12 slots at B = 4, three rounds
+    mu0 = 2 * clf.clip / (clf.batch_size_ * clf.noise_std_)
+    records = PrivacyAccountant()
+    records.step(mu0=mu0, sample_rate=4 / 12, num_steps=steps)
+    low, _, up = prv_epsilon(SymmetrisedSubsampledGaussian(4 / 12, mu0), steps, clf.delta)
+    assert low <= records.get_epsilon(clf.delta) <= 1.01 * up
+    assert clf.epsilon_ == pytest.approx(group_epsilon(records, 3, clf.delta), rel=1e-9) and clf.epsilon_ <= 4.0
+    assert clf.epsilon_ > 2 * records.get_epsilon(clf.delta)
+    assert "records_per_subject=3" in clf.plan_.reason and "q = 0.333" in clf.plan_.reason
+
+
+def test_records_per_subject_without_the_subject_unit_is_refused_by_name(federation):
+    X, y, groups, _ = federation
+    with pytest.raises(ValueError, match="records_per_subject=3 with privacy_unit='record'"):
+        FederatedSPDNetClassifier(eps=4.0, records_per_subject=3, **FAST).fit(X, y, groups=groups)
+    with pytest.raises(ValueError, match="records_per_subject"):
+        FederatedSPDNetClassifier(eps=4.0, privacy_unit="subject", records_per_subject=0, **FAST).fit(
+            X, y, groups=groups)
+
+
+@pytest.mark.parametrize("sampling, clip", [("poisson", 1.0), ("fixed", "auto")])
+def test_k_trials_per_subject_with_poisson_sampling_or_adaptive_clipping_count_records(federation, sampling, clip):
+    X, y, groups, subjects = federation
+    clf = FederatedSPDNetClassifier(eps=4.0, batch_size=4, sampling=sampling, clip=clip, privacy_unit="subject",
+                                    records_per_subject=2, **FAST).fit(X, y, groups=groups, subjects=subjects)
+    assert {(e.sample_rate, e.sampling, e.group_size) for e in clf.ledger_.history} == {(4 / 8, sampling, 2)}
+    assert clf.epsilon_ <= 4.0
+
+
+def test_k_trials_per_subject_in_a_grid_search_and_under_a_budget_of_every_fit(federation):
+    """Routed subjects reach every fit; the budget composes the fits' records and charges groups of k."""
+    from skfedriem.privacy import PrivacyBudget, group_epsilon
+
+    X, y, groups, subjects = federation
+    budget = PrivacyBudget(30.0)
+    with sklearn.config_context(enable_metadata_routing=True):
+        clf = FederatedSPDNetClassifier(eps=3.0, batch_size=4, privacy_unit="subject", records_per_subject=2,
+                                        privacy_budget=budget, **FAST)
+        clf.set_fit_request(groups=True, subjects=True, validation_data=False)
+        search = GridSearchCV(Pipeline([("clf", clf)]), {"clf__lr": [0.05, 0.1]},
+                              cv=KFold(2, shuffle=True, random_state=0))
+        search.fit(X, y, groups=groups, subjects=subjects)
+    assert len(budget.fits) == 5 and all(fit["privacy_unit"] == "subject" for fit in budget.fits)
+    records = PrivacyAccountant()
+    for fit in budget.fits:
+        for step in fit["steps"]:
+            assert step["group_size"] == 2
+            records.step(**{"mu0": step["mu0"], "sample_rate": step["sample_rate"], "num_steps": step["steps"],
+                            "sampling": step["sampling"]})
+    assert budget.spent() == pytest.approx(group_epsilon(records, 2, budget.delta, ), rel=1e-3)
+
+
+@pytest.mark.parametrize("solver", ["covariance", "riemannian"])
+def test_pca_samples_k_trials_per_subject_too(solver):
+    X, groups = make_federated_pca(n_clients=3, n_samples_per_client=60, n_features=6, random_state=0)
+    subjects = np.array([f"{g}-{i % 5}" for i, g in enumerate(groups)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pca = FederatedPCA(2, eps=4.0, solver=solver, privacy_unit="subject", records_per_subject=4, random_state=0)
+        pca.fit(X, groups=groups, subjects=subjects)
+    assert pca.epsilon_ <= 4.0
+    assert {entry.group_size for entry in pca.ledger_.history} == {4}
+
+
+def test_k_trials_per_subject_do_not_depend_on_n_jobs(federation):
+    X, y, groups, subjects = federation
+    fits = [FederatedSPDNetClassifier(eps=4.0, batch_size=4, privacy_unit="subject", records_per_subject=2,
+                                      n_jobs=n_jobs, **FAST).fit(X, y, groups=groups, subjects=subjects)
+            for n_jobs in (1, 2)]
+    assert fits[0].ledger_.state_dict() == fits[1].ledger_.state_dict()
+    np.testing.assert_allclose(fits[0].predict_proba(X), fits[1].predict_proba(X), atol=1e-6)
+
+
+def test_k_trials_per_subject_run_in_lockstep_as_one_by_one(federation):
+    X, y, groups, subjects = federation
+    fits = [FederatedSPDNetClassifier(eps=4.0, batch_size=4, privacy_unit="subject", records_per_subject=2,
+                                      lockstep=lockstep, **FAST) for lockstep in (False, True)]
+    assert fits[1].make_trainer((5, 5), classes=[0, 1], client_sizes=[8, 8, 8]).client_recipe(simulated=True).lockstep
+    for clf in fits:
+        clf.fit(X, y, groups=groups, subjects=subjects)
+    assert fits[0].epsilon_ == fits[1].epsilon_
+    np.testing.assert_allclose(fits[1].predict_proba(X), fits[0].predict_proba(X), rtol=1e-4, atol=1e-5)

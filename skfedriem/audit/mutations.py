@@ -116,6 +116,7 @@ class _ServersNumbers:
     private = property(lambda self: self.noise_std > 0)
     count_noise_std = property(lambda self: 0.0)  # the pre-fix client released no count
     privacy_unit = property(lambda self: "record")  # and protected records only
+    records_per_subject = property(lambda self: None)
     denominator = property(lambda self: float(int(self.batch_size)))  # what the sampler really divides by
     mu0 = property(lambda self: 2 * self.clip / (self.batch_size * self.noise_std) if self.private else float("inf"))
 
@@ -129,7 +130,7 @@ class _ServersNumbers:
         return ledger
 
 
-def _servers_numbers(instructions, n_records, module, privacy_unit="record"):
+def _servers_numbers(instructions, n_records, module, privacy_unit="record", records_per_subject=None):
     return _ServersNumbers(n_records, instructions.batch_size, instructions.local_steps, instructions.clip,
                            instructions.noise_std, instructions.sampling)
 
@@ -185,8 +186,9 @@ def site_ignores_the_planned_size() -> Iterator[None]:
 
     honest = client_module.step_plan
 
-    def ignoring(instructions, n_records, module, privacy_unit="record"):
-        return honest(dataclasses.replace(instructions, planned_records=0), n_records, module, privacy_unit)
+    def ignoring(instructions, n_records, module, privacy_unit="record", records_per_subject=None):
+        return honest(dataclasses.replace(instructions, planned_records=0), n_records, module, privacy_unit,
+                      records_per_subject)
 
     with _patched((client_module, "step_plan", ignoring), (_client_app, "step_plan", ignoring)):
         yield

@@ -28,11 +28,12 @@ from ..privacy.per_sample import trainable_parameters
 from ..privacy.per_sample import LossFn
 from ..privacy.randomness import SecretRandomness, SecureRandomness, SeededRandomness
 from ..privacy.step_plan import StepPlan
-from ..privacy.units import check_privacy_unit, split_units, step_diameter
+from ..privacy.units import (SubjectIndex, check_privacy_unit, check_records_per_subject, split_units, step_diameter,
+                             unit_count)
 from .aggregation import AGGREGATIONS, get_aggregation
 from .optimizers import make_optimizer
 
-__all__ = ["CLIPPED_FRACTION", "ClientRecipe", "ClientState", "RoundInstructions", "check_iterate",
+__all__ = ["CLIPPED_FRACTION", "ClientRecipe", "ClientState", "RoundInstructions", "check_iterate", "round_units",
            "run_client_round", "step_plan"]
 
 
@@ -60,6 +61,11 @@ class ClientRecipe:
         ``"subject"`` its records are ``(inputs, *targets, subjects)`` and it
         samples subjects. The client's own choice: it refuses instructions
         planned for the other unit.
+    records_per_subject : int or None, default=None
+        With ``privacy_unit="subject"``: None, its steps sample subjects whole;
+        k, every round takes exactly k records of each subject and its steps
+        sample them as records (:func:`round_units`). It refuses instructions
+        planned for another k.
     """
 
     module: nn.Module
@@ -68,20 +74,27 @@ class ClientRecipe:
     reset_optimizer: bool = True
     lockstep: bool = False
     privacy_unit: str = "record"
+    records_per_subject: int | None = None
     #: The model stacked for K clients, by K (:func:`~skfedriem.federated.lockstep.client_stack`).
     _stacks: dict = field(default_factory=dict, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        if check_privacy_unit(self.privacy_unit) == "subject" and self.lockstep:
-            raise ValueError("Clients of privacy_unit='subject' cannot run in lockstep (a step's number of records "
-                             "is its subjects'): build the recipe with lockstep=False.")
+        object.__setattr__(self, "records_per_subject",
+                           check_records_per_subject(self.privacy_unit, self.records_per_subject))
+        if check_privacy_unit(self.privacy_unit) == "subject" and self.records_per_subject is None and self.lockstep:
+            raise ValueError("Clients that sample subjects whole cannot run in lockstep (a step's number of records "
+                             "is its subjects'): build the recipe with lockstep=False, or records_per_subject.")
+
+    def n_units(self, data: tuple[torch.Tensor, ...]) -> int:
+        """m_i of a client holding ``data``: what its sampler draws from (:func:`~skfedriem.privacy.units.unit_count`)."""
+        return unit_count(data, self.privacy_unit, self.records_per_subject)
 
     def run_round(self, theta: dict[str, torch.Tensor], data: tuple[torch.Tensor, ...], state: ClientState,
                   instructions: RoundInstructions) -> tuple[dict[str, torch.Tensor], float]:
-        """:func:`run_client_round` with this recipe's model, loss and optimiser."""
+        """:func:`run_client_round` with this recipe's model, loss, optimiser and unit."""
         return run_client_round(self.module, theta, data, state, instructions, loss_fn=self.loss_fn,
                                 optimizer=self.optimizer, reset_optimizer=self.reset_optimizer,
-                                privacy_unit=self.privacy_unit)
+                                privacy_unit=self.privacy_unit, records_per_subject=self.records_per_subject)
 
 
 @dataclass
@@ -228,6 +241,12 @@ class RoundInstructions:
         What the round was planned to protect; ``batch_size`` and
         ``planned_records`` count units of it. A client refuses a round
         planned for another unit than its own.
+    records_per_subject : int or None, default=None
+        ``privacy_unit="subject"``: None, the steps sample subjects whole; k,
+        every subject gives exactly k of its records to the round, which the
+        steps sample as records (``batch_size`` and ``planned_records`` then
+        count these k n records). A client refuses a round planned for another
+        k than its own.
     """
 
     lr: float
@@ -240,10 +259,11 @@ class RoundInstructions:
     count_noise_std: float = 0.0
     planned_records: int = 0
     privacy_unit: str = "record"
+    records_per_subject: int | None = None
 
 
 def step_plan(instructions: RoundInstructions, n_records: int, module: nn.Module,
-              privacy_unit: str = "record") -> StepPlan:
+              privacy_unit: str = "record", records_per_subject: int | None = None) -> StepPlan:
     """The steps a client of ``n_records`` records running ``module`` takes for ``instructions``, validated.
 
     What the client's sampler and mechanism run and what every ledger is
@@ -256,11 +276,15 @@ def step_plan(instructions: RoundInstructions, n_records: int, module: nn.Module
     instructions : RoundInstructions
         As received (any values: a server may be malicious).
     n_records : int
-        The client's own m_i: its number of privacy units (records, or subjects).
+        The client's own m_i: what its sampler draws from (records, subjects,
+        or with ``instructions.records_per_subject`` k its k n subjects' slots:
+        :func:`~skfedriem.privacy.units.unit_count`).
     module : torch.nn.Module
         The client's model (its :func:`~skfedriem.privacy.clipped_gradient_diameter`).
     privacy_unit : {"record", "subject"}, default="record"
         What the client protects (its own setting, never the message's).
+    records_per_subject : int or None, default=None
+        How it samples subjects (its own setting, never the message's).
 
     Returns
     -------
@@ -284,14 +308,48 @@ def step_plan(instructions: RoundInstructions, n_records: int, module: nn.Module
         raise InvalidInstructionsError(f"The round was planned to protect each {instructions.privacy_unit!r}; this "
                                        f"client protects each {privacy_unit!r}, so the server's certificate would not "
                                        "be its guarantee.")
+    if instructions.records_per_subject != records_per_subject:
+        raise InvalidInstructionsError(f"The round was planned with records_per_subject="
+                                       f"{instructions.records_per_subject!r}; this client samples "
+                                       f"records_per_subject={records_per_subject!r}.")
     planned = instructions.planned_records
     if isinstance(planned, bool) or not isinstance(planned, Integral) or planned not in (0, n_records):
-        raise InvalidInstructionsError(f"The round was planned for a client of {planned!r} {privacy_unit}s; this "
+        units = f"{privacy_unit}s" if records_per_subject is None else f"records ({records_per_subject} a subject)"
+        raise InvalidInstructionsError(f"The round was planned for a client of {planned!r} {units}; this "
                                        f"client holds {n_records}, so the server's certificate would not cover it.")
     return StepPlan(n_records=n_records, batch_size=instructions.batch_size, local_steps=instructions.local_steps,
                     clip=instructions.clip, noise_std=instructions.noise_std, sampling=instructions.sampling,
-                    diameter=step_diameter(module, privacy_unit), floor=floor, ceiling=ceiling,
-                    count_noise_std=instructions.count_noise_std, privacy_unit=privacy_unit)
+                    diameter=step_diameter(module, privacy_unit, records_per_subject), floor=floor, ceiling=ceiling,
+                    count_noise_std=instructions.count_noise_std, privacy_unit=privacy_unit,
+                    records_per_subject=records_per_subject)
+
+
+def round_units(data: tuple[torch.Tensor, ...], privacy_unit: str, records_per_subject: int | None,
+                randomness: SecretRandomness) -> tuple[tuple[torch.Tensor, ...], SubjectIndex | None]:
+    """A client's records as one round samples them, and their subjects when its steps sample subjects whole.
+
+    With ``records_per_subject`` k the records are every subject's k slots
+    for this round (:meth:`~skfedriem.privacy.units.SubjectIndex.slots`, drawn
+    by the client's secret ``randomness``), sampled as records.
+
+    Parameters
+    ----------
+    data : tuple of torch.Tensor
+        ``(inputs, *targets)``, or with ``privacy_unit="subject"`` ``(inputs, *targets, subjects)``.
+    privacy_unit : {"record", "subject"}
+    records_per_subject : int or None
+    randomness : SecretRandomness
+
+    Returns
+    -------
+    records : tuple of torch.Tensor
+    subjects : SubjectIndex or None
+    """
+    records, subjects = split_units(data, privacy_unit)
+    if subjects is None or records_per_subject is None:
+        return records, subjects
+    idx = torch.from_numpy(subjects.slots(records_per_subject, randomness))
+    return tuple(x.index_select(0, idx.to(x.device)) for x in records), None
 
 
 def run_client_round(
@@ -305,6 +363,7 @@ def run_client_round(
     optimizer: str | Callable = "sgd",
     reset_optimizer: bool = True,
     privacy_unit: str = "record",
+    records_per_subject: int | None = None,
 ) -> tuple[dict[str, torch.Tensor], float]:
     """Check θ_t, take τ_i private local steps from it, return the submission Sub(θ_t, θ_i) of every block.
 
@@ -329,6 +388,9 @@ def run_client_round(
     privacy_unit : {"record", "subject"}, default="record"
         Each step samples records, or subjects each contributing the mean
         gradient of all its records (:mod:`skfedriem.privacy.units`).
+    records_per_subject : int or None, default=None
+        With ``privacy_unit="subject"``: k records of every subject each
+        round, sampled as records (:func:`round_units`).
 
     Returns
     -------
@@ -337,10 +399,10 @@ def run_client_round(
     submission_seconds : float
         Time spent in Sub (reported with the aggregation cost).
     """
-    data, subjects = split_units(data, privacy_unit)
-    n_units = int(data[0].shape[0]) if subjects is None else subjects.n_subjects
-    plan = step_plan(instructions, n_units, module, privacy_unit)
+    n_units = unit_count(data, privacy_unit, records_per_subject)
+    plan = step_plan(instructions, n_units, module, privacy_unit, records_per_subject)
     theta = check_iterate(module, theta)
+    data, subjects = round_units(data, privacy_unit, records_per_subject, state.randomness)
     params = trainable_parameters(module)
     with torch.no_grad():
         for name, p in params.items():

@@ -227,7 +227,8 @@ class FederatedTrainer:
         self
         """
         names = list(client_names) if client_names is not None else list(range(len(clients)))
-        sizes = [unit_count(c, self.settings.privacy_unit) for c in clients]  # records, or subjects
+        # records, subjects, or k per subject
+        sizes = [unit_count(c, self.settings.privacy_unit, self.settings.records_per_subject) for c in clients]
         # fail before any backend starts (tens of seconds for Flower and Ray) on what the server would reject
         self._clients_per_round(len(clients))
         check_client_sizes(sizes, names, self.settings.privacy_unit)
@@ -262,9 +263,10 @@ class FederatedTrainer:
         if simulated:
             module = module.to(resolve_device(self.settings.device))
             lockstep = self.settings.lockstep and lockstep_eligible(module, optimizer, self.settings.sampling,
-                                                                    self.settings.privacy_unit)
+                                                                    self.settings.privacy_unit,
+                                                                    self.settings.records_per_subject)
         return ClientRecipe(module, self.loss_fn, optimizer, self.settings.reset_optimizer, lockstep,
-                            self.settings.privacy_unit)
+                            self.settings.privacy_unit, self.settings.records_per_subject)
 
     def client_seeds(self, n_clients: int) -> list[np.random.SeedSequence | None]:
         """Each client's secret seed: children of ``client_seed``, else fresh OS entropy (None in secure mode)."""
@@ -570,7 +572,7 @@ def run_locally(trainer: FederatedTrainer, clients: Sequence[tuple[torch.Tensor,
     server_seq : SeedSequence
         The server's selection stream.
     """
-    sizes = [unit_count(c, trainer.settings.privacy_unit) for c in clients]
+    sizes = [unit_count(c, trainer.settings.privacy_unit, trainer.settings.records_per_subject) for c in clients]
     states = [ClientState.fresh(seed, secure_mode=trainer.settings.secure_mode) for seed in client_seeds]
     n_jobs = min(effective_n_jobs(trainer.settings.n_jobs), trainer._clients_per_round(len(clients)))
     recipe = trainer.client_recipe(simulated=True)

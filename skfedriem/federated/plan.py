@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from .._utils.user_warnings import warn_user
 from ..privacy.accounting_methods import RunAccounting, get_accounting
 from ..privacy.step_plan import sensitivity_factor
+from ..privacy.units import check_records_per_subject
 from .adaptive_clip import INITIAL_CLIP, split_mu0
 from .settings import FederationSettings
 
@@ -15,7 +16,7 @@ __all__ = ["PLANNED_FROM", "PrivacyPlan", "check_client_sizes", "noise_swamps_si
 
 #: The settings :func:`plan_run` reads: with the clients' sizes, the accounting method and Δ, what a plan is made of.
 PLANNED_FROM = ("eps", "delta", "clip", "n_rounds", "local_epochs", "local_steps", "batch_size", "sampling",
-                "privacy_unit")
+                "privacy_unit", "records_per_subject")
 
 
 @dataclass(frozen=True)
@@ -204,7 +205,8 @@ def plan_run(
     Parameters
     ----------
     client_sizes : list of int
-        m_i, records of each client (subjects, with ``settings.privacy_unit="subject"``).
+        m_i, records of each client (subjects, with ``settings.privacy_unit="subject"``; k per subject with
+        ``settings.records_per_subject`` k).
     client_names : list
         The clients' names, for messages.
     settings : FederationSettings
@@ -234,6 +236,7 @@ def plan_run(
     """
     method = get_accounting(settings.accounting if accounting is None else accounting)
     method.check_sampling(settings.sampling)
+    method.check_group(check_records_per_subject(settings.privacy_unit, settings.records_per_subject) or 1)
     check_client_sizes(client_sizes, client_names, settings.privacy_unit)
     private = settings.eps is not None and not math.isinf(settings.eps)
     batch_size, full_batch = _batch_size(client_sizes, client_names, settings)
@@ -258,9 +261,10 @@ def _calibrated(shape: dict, settings: FederationSettings, method: RunAccounting
     if settings.delta >= 1 / m_star:
         warn_user(f"delta={settings.delta:g} is not small against 1/m⋆ = 1/{m_star}: (eps, delta)-DP at this delta "
                   "allows leaking a whole record of the smallest client.")
+    group = {} if settings.records_per_subject is None else {"group_size": settings.records_per_subject}
     mu0 = method.calibrate(settings.eps, settings.delta, sample_rate=shape["sample_rate"],
                            steps_per_round=shape["steps_per_round"], n_rounds=settings.n_rounds,
-                           sampling=settings.sampling)
+                           sampling=settings.sampling, **group)
     if settings.clip != "auto":
         return PrivacyPlan(**shape, mu0=mu0, noise_std=factor * settings.clip / (batch_size * mu0), clip=settings.clip)
     mu_g, count_noise_std = split_mu0(mu0)

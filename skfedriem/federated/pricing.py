@@ -121,7 +121,7 @@ class RoundPricing:
         -------
         PrivacyPlan
         """
-        diameter = step_diameter(self.module, self.settings.privacy_unit)
+        diameter = step_diameter(self.module, self.settings.privacy_unit, self.settings.records_per_subject)
         basis = plan_basis(client_sizes, self.settings, self.accounting, diameter)
         if self.plan_ is None or self.plan_.basis != basis:
             if self._charged is not None:
@@ -156,7 +156,8 @@ class RoundPricing:
         return RoundInstructions(lr=lr, local_steps=plan.local_steps[client],
                                  batch_size=plan.client_batch_size(client), clip=clip, noise_std=noise_std,
                                  sampling=self.settings.sampling, aggregation=self.aggregation.name,
-                                 count_noise_std=count_noise_std, privacy_unit=self.settings.privacy_unit)
+                                 count_noise_std=count_noise_std, privacy_unit=self.settings.privacy_unit,
+                                 records_per_subject=self.settings.records_per_subject)
 
     def round_release(self, lr: float, clip: float | None = None) -> PrivacyAccountant:
         """What one round costs: the steps every client would take for its instructions, dominated as one.
@@ -167,8 +168,8 @@ class RoundPricing:
         every client, selected or not (client selection gives no amplification:
         the server chooses and sees it). Steps without noise cost infinite loss.
         """
-        unit = self.settings.privacy_unit
-        cost = round_release(step_plan(self.client_instructions(i, lr, clip), size, self.module, unit)
+        unit, k = self.settings.privacy_unit, self.settings.records_per_subject
+        cost = round_release(step_plan(self.client_instructions(i, lr, clip), size, self.module, unit, k)
                              for i, size in enumerate(self.client_sizes))
         if clip is None or clip == self.plan_.clip:
             return cost
@@ -208,12 +209,13 @@ class RoundPricing:
                 # what shapes the instructions a resumed round re-sends (a callable schedule: by its name)
                 "lr": self.settings.lr, "lr_schedule": schedule if isinstance(schedule, str) else repr(schedule),
                 "clip_quantile": self.settings.clip_quantile, "privacy_unit": self.settings.privacy_unit,
+                "records_per_subject": self.settings.records_per_subject,
                 **{f.name: getattr(self.plan_, f.name) for f in dataclasses.fields(self.plan_) if f.name != "basis"}}
 
 
 def _dominates(planned: PrivacyAccountant, cost: PrivacyAccountant) -> bool:
-    """Whether ``planned`` charges at least what ``cost`` does, entry by entry (same rates, steps, μ0 ≥)."""
+    """Whether ``planned`` charges at least what ``cost`` does, entry by entry (same rates, steps, groups, μ0 ≥)."""
     if len(planned.history) != len(cost.history):
         return False
-    return all((p.sample_rate, p.sampling, p.steps) == (c.sample_rate, c.sampling, c.steps) and p.mu0 >= c.mu0
-               for p, c in zip(planned.history, cost.history))
+    return all((p.sample_rate, p.sampling, p.steps, p.group_size) == (c.sample_rate, c.sampling, c.steps, c.group_size)
+               and p.mu0 >= c.mu0 for p, c in zip(planned.history, cost.history))

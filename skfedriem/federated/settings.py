@@ -195,6 +195,14 @@ class FederationSettings:
         "each trial's subject as ``subjects=`` (none: each client is one subject, i.e. client-level privacy); a "
         "deployed site names its subject array in its node config (``subject-key``). See the docs page \"What is "
         "protected: a trial or a person\".")
+    records_per_subject: int | None = _setting(
+        None, "int or None", [Interval(Integral, 1, None, closed="left"), None],
+        "``privacy_unit=\"subject\"`` only. None: each step samples whole subjects (above). k: every round, each "
+        "subject gives exactly k of its trials (a fresh random k; its own repeated when it has fewer), and the steps "
+        "sample and clip those trials as records, with ``batch_size`` and client sizes counting them (k per "
+        "subject): example-level sampling, charged per subject by group privacy over its k trials. It keeps the "
+        "amplification of sampling trials where a site holds few subjects. See the docs page \"What is protected: "
+        "a trial or a person\".")
     accounting: str | RunAccounting = _setting(
         "rfedproj", "str or RunAccounting", [ACCOUNTINGS.constraint(), RunAccounting],
         "How σ is calibrated and ε reported: ``\"rfedproj\"`` (the paper's whole-run composition), "

@@ -15,6 +15,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 
 from .._utils.registry import Registry, registered_name
+from .group import calibrate_group_mu0
 from .ledger import PrivacyAccountant, RunningEpsilon
 from .subsampled_gaussian import DISCRETIZATION, calibrate_mu0
 
@@ -31,6 +32,10 @@ class RunAccounting(ABC):
         The name estimators take as ``accounting=``.
     samplings : tuple of str
         The batch samplings the method can account.
+    accounts_groups : bool
+        Whether :meth:`calibrate` takes ``group_size`` (runs charged per
+        subject, each owning k of the records sampled): a method that does not
+        is refused for them by :meth:`check_group`.
 
     Examples
     --------
@@ -44,6 +49,7 @@ class RunAccounting(ABC):
 
     name: str
     samplings: tuple[str, ...] = ("fixed", "poisson")
+    accounts_groups: bool = False
 
     @abstractmethod
     def calibrate(self, eps: float, delta: float, *, sample_rate: float, steps_per_round: int, n_rounds: int,
@@ -85,6 +91,13 @@ class RunAccounting(ABC):
             raise ValueError(f"accounting={self.name!r} accounts {'/'.join(self.samplings)} sampling: use "
                              f"sampling={self.samplings[0]!r}. Got {sampling!r}.")
 
+    def check_group(self, group_size: int) -> None:
+        """ValueError unless this method calibrates runs whose protected unit owns ``group_size`` records."""
+        if group_size > 1 and not self.accounts_groups:
+            raise ValueError(f"accounting={self.name!r} cannot calibrate a run charged per subject from sampled "
+                             f"records (records_per_subject={group_size}): use accounting='rfedproj', or "
+                             "records_per_subject=None (subjects sampled whole).")
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"
 
@@ -105,8 +118,13 @@ class WholeRunAccounting(RunAccounting):
     """
 
     name = "rfedproj"
+    accounts_groups = True
 
-    def calibrate(self, eps, delta, *, sample_rate, steps_per_round, n_rounds, sampling):
+    def calibrate(self, eps, delta, *, sample_rate, steps_per_round, n_rounds, sampling, group_size=1):
+        """The largest μ0 certifying (ε, δ) over the run, for a unit owning ``group_size`` of its records
+        (:func:`~skfedriem.privacy.group.calibrate_group_mu0`; 1: :func:`~skfedriem.privacy.calibrate_mu0`)."""
+        if group_size > 1:
+            return calibrate_group_mu0(eps, delta, sample_rate, n_rounds * steps_per_round, group_size, sampling)
         return calibrate_mu0(eps, delta, sample_rate, n_rounds * steps_per_round, sampling)
 
     def epsilon(self, ledger, delta, *, steps_per_round, n_rounds, discretization=DISCRETIZATION):

@@ -24,6 +24,8 @@ import math
 
 import numpy as np
 
+from .._utils.compat import dense_pmfs
+from .pld_reading import deltas_for_epsilons, epsilon_for_delta
 from .subsampled_gaussian import MIN_DELTA
 
 __all__ = ["chained_epsilon"]
@@ -51,9 +53,14 @@ def chained_epsilon(composed, links: int, delta: float) -> float:
     Returns
     -------
     float
-        An upper bound; inf where the curve (followed down to δ ≈ 1e-20) certifies nothing at ``delta``.
+        An upper bound; inf where the curve (followed down to its rounding error, δ ≈ 1e-14) certifies nothing at
+        ``delta``.
     """
-    return min(_tradeoff_group_epsilon(composed, links, delta), _lemma_group_epsilon(composed, links, delta))
+    chained = _tradeoff_group_epsilon(composed, links, delta)
+    # the lemma's ε is k ε(δ') at some δ' < δ, at least k ε(δ): where that is above the chain, it cannot be smaller
+    if math.isfinite(chained) and links * float(composed.get_epsilon_for_delta(delta)) >= chained:
+        return chained
+    return min(chained, _lemma_group_epsilon(composed, links, delta))
 
 
 def _tradeoff_group_epsilon(composed, group_size: int, delta: float) -> float:
@@ -74,20 +81,40 @@ def _tradeoff_group_epsilon(composed, group_size: int, delta: float) -> float:
 
 def _lemma_group_epsilon(composed, group_size: int, delta: float) -> float:
     """The generic lemma's ε: the least k ε(δ') over the run's curve with k e^{(k−1) ε(δ')} δ' ≤ δ (Dwork & Roth,
-    2014, Theorem 2.2). Also an upper bound, and the tighter one where the tradeoff grid runs out."""
-    best = math.inf
-    for record_delta in np.logspace(math.log10(MIN_DELTA), math.log10(delta / group_size), 40):
-        eps = float(composed.get_epsilon_for_delta(float(record_delta)))
-        if math.isfinite(eps) and (group_size - 1) * eps < 700 \
-                and group_size * math.exp((group_size - 1) * eps) * record_delta <= delta:
-            best = min(best, group_size * eps)
-    return best
+    2014, Theorem 2.2). Also an upper bound, and the tighter one where the tradeoff grid runs out.
+
+    The search over 40 δ' reads the curve fast (:func:`~skfedriem.privacy.pld_reading.epsilon_for_delta`); the
+    value returned is the library's own ε at the best δ', which must meet the lemma's condition itself."""
+    _, error = _curve_error(composed)
+    record_deltas = np.logspace(math.log10(MIN_DELTA), math.log10(delta / group_size), 40)
+    record_deltas = record_deltas[record_deltas > 2 * error]
+    # each ε is read at δ' less the curve's error, so it is certified at δ' itself
+    fast = np.array([epsilon_for_delta(composed, float(d) - error) for d in record_deltas])
+    for i in np.argsort(group_size * fast, kind="stable"):
+        if not _meets_lemma(fast[i], group_size, record_deltas[i], delta):
+            continue
+        eps = float(composed.get_epsilon_for_delta(float(record_deltas[i]) - error))
+        if _meets_lemma(eps, group_size, record_deltas[i], delta):
+            return group_size * eps
+    return math.inf
+
+
+def _meets_lemma(eps: float, group_size: int, record_delta: float, delta: float) -> bool:
+    """Whether (ε, δ') gives groups of k the lemma's (k ε, k e^{(k−1) ε} δ') within ``delta``."""
+    return bool(math.isfinite(eps) and (group_size - 1) * eps < 700
+                and group_size * math.exp((group_size - 1) * eps) * record_delta <= delta)
 
 
 def _supporting_lines(composed) -> tuple[np.ndarray, np.ndarray] | None:
     """(ε_j, δ(ε_j)) on a grid of the composed privacy curve (each a valid guarantee of the run), up to where δ
     reaches the mass the PLD truncated (about 2e-22, charged to every δ) and below e^700 (beyond, e^ε overflows);
-    None when the curve is nowhere finite there."""
+    None when the curve is nowhere finite there.
+
+    Each δ_j is the curve's value plus its numerical error (:func:`_curve_error`), at least the distribution's
+    infinite mass (no guarantee of the run has a smaller δ), and the larger of its own and every later one's (δ
+    cannot grow with ε): the composition's FFT leaves tiny negative masses whose δ, read at face value far along
+    the curve, fell below zero, and a line at δ = 0 there let a group of k records be certified far below what a
+    concrete pair of its datasets shows."""
     top = next((e for d in (1e-20, 1e-16, 1e-12) if math.isfinite(e := float(composed.get_epsilon_for_delta(d)))),
                None)
     if top is None:
@@ -96,8 +123,20 @@ def _supporting_lines(composed) -> tuple[np.ndarray, np.ndarray] | None:
     eps = np.linspace(0.0, top, _N_LINES)
     if 2 * top <= _LARGEST_LINE:
         eps = np.concatenate([eps, [2 * top]])
-    deltas = np.asarray(composed.get_delta_for_epsilon(eps), dtype=float)
-    return eps, np.where(np.isfinite(deltas), np.clip(deltas, 0.0, 1.0), 1.0)  # a δ of 1 is a line that bounds nothing
+    infinite, error = _curve_error(composed)
+    deltas = deltas_for_epsilons(composed, eps)  # the library's values, without its Python loop
+    deltas = np.maximum(np.where(np.isfinite(deltas), deltas, 1.0) + error, infinite)
+    deltas = np.maximum.accumulate(deltas[::-1])[::-1]  # non-increasing in ε
+    return eps, np.minimum(deltas, 1.0)  # a δ of 1 is a line that bounds nothing
+
+
+def _curve_error(composed) -> tuple[float, float]:
+    """(the distribution's infinite mass, a bound on its δ's numerical error): the larger over its directions of
+    the infinite mass, and twice the total of the negative masses the FFT composition left (each a rounding error,
+    as large as the positive ones it leaves unseen), both also bounding the lemma's δ' from below."""
+    pmfs = dense_pmfs(composed)
+    return (max(pmf.infinity_mass for pmf in pmfs),
+            2.0 * max(float(-np.minimum(pmf.probs, 0.0).sum()) for pmf in pmfs))
 
 
 class _LowerBound:

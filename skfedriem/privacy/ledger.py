@@ -10,7 +10,9 @@ from numbers import Integral, Real
 
 import numpy as np
 
-from .._utils.compat import DensePMF, Interval, StrOptions, dense_pmfs, validate_params
+from .._utils.compat import Interval, StrOptions, validate_params
+from .chaining import chained_epsilon
+from .pld_reading import epsilon_for_delta
 from .subsampled_gaussian import DISCRETIZATION, MIN_DELTA, grid_interval, single_step_pld
 
 __all__ = ["PrivacyAccountant", "RunningEpsilon"]
@@ -22,6 +24,7 @@ class _Entry:
     sample_rate: float
     sampling: str
     steps: int
+    group_size: int = 1
 
 
 class PrivacyAccountant:
@@ -33,6 +36,15 @@ class PrivacyAccountant:
     is the one of :func:`skfedriem.privacy.epsilon_spent` (docs: the method, privacy accounting).
     A step at ``mu0=inf`` is a release without noise (or without clipping):
     it is recorded like any other and makes every ε that includes it infinite.
+
+    A step's ``group_size`` k is how many of its records one protected unit
+    may own: 1 for a record-level step and for a subject-level step that
+    samples subjects; k for a subject-level step that samples records, each
+    subject holding exactly k of them (``records_per_subject``). The ledger's
+    ε is then for substituting one such unit: group privacy over the largest
+    k of every step recorded (:func:`~skfedriem.privacy.chaining.chained_epsilon`
+    of the composition; docs: what is protected). Every step with a smaller
+    k fits the same chain, as a unit owning fewer of its records.
 
     Examples
     --------
@@ -54,23 +66,32 @@ class PrivacyAccountant:
             "sample_rate": [Interval(Real, 0, 1, closed="right")],
             "num_steps": [Interval(Integral, 0, None, closed="left")],
             "sampling": [StrOptions({"fixed", "poisson"})],
+            "group_size": [Interval(Integral, 1, None, closed="left")],
         },
         prefer_skip_nested_validation=True,
     )
-    def step(self, *, mu0: float, sample_rate: float, num_steps: int = 1, sampling: str = "fixed") -> None:
-        """Record ``num_steps`` local steps at per-step μ0 (inf: not private) and rate q."""
+    def step(self, *, mu0: float, sample_rate: float, num_steps: int = 1, sampling: str = "fixed",
+             group_size: int = 1) -> None:
+        """Record ``num_steps`` local steps at per-step μ0 (inf: not private) and rate q, each protected unit owning
+        up to ``group_size`` of their records."""
         if num_steps == 0:
             return
         last = self.history[-1] if self.history else None
-        if last is not None and (last.mu0, last.sample_rate, last.sampling) == (mu0, sample_rate, sampling):
-            self.history[-1] = _Entry(mu0, sample_rate, sampling, last.steps + num_steps)
+        key = (mu0, sample_rate, sampling, group_size)
+        if last is not None and (last.mu0, last.sample_rate, last.sampling, last.group_size) == key:
+            self.history[-1] = _Entry(last.mu0, last.sample_rate, sampling, last.steps + num_steps, last.group_size)
         else:
-            self.history.append(_Entry(float(mu0), float(sample_rate), sampling, int(num_steps)))
+            self.history.append(_Entry(float(mu0), float(sample_rate), sampling, int(num_steps), int(group_size)))
 
     @property
     def steps(self) -> int:
         """Total number of recorded steps."""
         return sum(e.steps for e in self.history)
+
+    @property
+    def group_size(self) -> int:
+        """The most records one protected unit owns in any recorded step (1: a record, or a sampled subject)."""
+        return max((e.group_size for e in self.history), default=1)
 
     @property
     def private(self) -> bool:
@@ -94,12 +115,13 @@ class PrivacyAccountant:
         for e in self.history:
             key = (e.mu0, e.sample_rate, e.sampling)
             merged[key] = merged.get(key, 0) + e.steps
-        return _composed_epsilon(tuple(sorted(merged.items())), float(delta), float(discretization))
+        return _composed_epsilon(tuple(sorted(merged.items())), float(delta), float(discretization), self.group_size)
 
     def extend(self, other: PrivacyAccountant) -> None:
         """Record every step of ``other`` after this ledger's own (composition of the two)."""
         for e in other.history:
-            self.step(mu0=e.mu0, sample_rate=e.sample_rate, num_steps=e.steps, sampling=e.sampling)
+            self.step(mu0=e.mu0, sample_rate=e.sample_rate, num_steps=e.steps, sampling=e.sampling,
+                      group_size=e.group_size)
 
     def state_dict(self) -> dict:
         """Plain-Python state (JSON-serialisable)."""
@@ -124,13 +146,16 @@ class PrivacyAccountant:
 
 
 @lru_cache(maxsize=1024)
-def _composed_epsilon(items: tuple, delta: float, discretization: float) -> float:
-    """ε at δ of the composition of ``((mu0, q, sampling), steps)`` items (cached: refits reuse it)."""
+def _composed_epsilon(items: tuple, delta: float, discretization: float, group_size: int = 1) -> float:
+    """ε at δ of the composition of ``((mu0, q, sampling), steps)`` items, for a unit owning ``group_size`` of
+    their records (cached: refits reuse it)."""
     composed = None
     interval = grid_interval([(mu0, q, steps) for (mu0, q, _), steps in items], discretization)
     for (mu0, q, sampling), steps in items:
         pld = single_step_pld(mu0, q, sampling, interval).self_compose(steps)
         composed = pld if composed is None else composed.compose(pld)
+    if group_size > 1:
+        return chained_epsilon(composed, group_size, delta)
     return float(composed.get_epsilon_for_delta(delta))
 
 
@@ -143,53 +168,6 @@ def _steps_pld(mu0: float, sample_rate: float, sampling: str, steps: int, discre
     """The PLD of ``steps`` identical steps on exactly the grid ``discretization`` (cached: every round of a run adds
     the same τ steps)."""
     return single_step_pld(mu0, sample_rate, sampling, discretization).self_compose(steps)
-
-
-def _epsilon_for_delta(pld, delta: float) -> float:
-    """dp-accounting's ``PrivacyLossDistribution.get_epsilon_for_delta``, vectorised over the PMF.
-
-    The library walks the PMF in a Python loop, paid at every round for
-    ``history_`` (``benchmarks/accounting.py`` times both); this evaluates the
-    same hockey-stick formula with cumulative sums. It agrees with the library
-    to rounding (a test checks it against the library); the certified
-    ``epsilon_`` still comes from the library's own call.
-
-    Parameters
-    ----------
-    pld : dp_accounting.pld.privacy_loss_distribution.PrivacyLossDistribution
-    delta : float
-
-    Returns
-    -------
-    epsilon : float
-    """
-    return max(_pmf_epsilon_for_delta(pmf, delta) for pmf in dense_pmfs(pld))
-
-
-def _pmf_epsilon_for_delta(pmf: DensePMF, delta: float) -> float:
-    infinity_mass = pmf.infinity_mass
-    if infinity_mass > delta:
-        return math.inf
-    probs = np.flip(pmf.probs)
-    n = len(probs)
-    losses = (pmf.lower_loss + n - 1) * pmf.discretization - pmf.discretization * np.arange(n)  # descending
-    upper_after = infinity_mass + np.cumsum(probs)  # the library's running masses after each loss
-    lower_after = np.cumsum(np.exp(-losses) * probs)
-    upper_before = np.concatenate(([infinity_mass], upper_after[:-1]))
-    lower_before = np.concatenate(([0.0], lower_after[:-1]))
-    usable = (upper_before > delta) & (lower_before > 0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        bound = np.log(np.where(usable, upper_before - delta, 1.0) / np.where(usable, lower_before, 1.0))
-    stops = np.flatnonzero(usable & (bound >= losses))  # the loop's break: ε is at least this loss
-    tops = np.flatnonzero((upper_after >= delta) & (lower_after == 0))  # the loop's return of a huge loss
-    stop = stops[0] if stops.size else n
-    top = tops[0] if tops.size else n
-    if top < stop:
-        return max(0.0, float(losses[top]))
-    upper, lower = (upper_before[stop], lower_before[stop]) if stop < n else (upper_after[-1], lower_after[-1])
-    if upper <= lower + delta:
-        return 0.0
-    return math.log((upper - delta) / lower)
 
 
 class RunningEpsilon:
@@ -247,13 +225,15 @@ class RunningEpsilon:
             return math.inf
         # Values are shared by every RunningEpsilon (repeated fits with one plan: cross-validation, audits,
         # grid searches), as PrivacyAccountant.get_epsilon's are; a hit needs no composition at all.
-        key = (tuple((e.mu0, e.sample_rate, e.sampling, e.steps) for e in self.ledger.history), self.chunk,
-               self.delta, self.discretization)
+        key = (tuple((e.mu0, e.sample_rate, e.sampling, e.steps, e.group_size) for e in self.ledger.history),
+               self.chunk, self.delta, self.discretization)
         if key in _RUNNING_VALUES:
             _RUNNING_VALUES.move_to_end(key)
             return _RUNNING_VALUES[key]
         self._compose_new_steps()
-        value = _epsilon_for_delta(self._pld, self.delta)
+        group = self.ledger.group_size
+        value = epsilon_for_delta(self._pld, self.delta) if group == 1 else chained_epsilon(self._pld, group,
+                                                                                               self.delta)
         _RUNNING_VALUES[key] = value
         if len(_RUNNING_VALUES) > _RUNNING_CACHE_SIZE:
             _RUNNING_VALUES.popitem(last=False)

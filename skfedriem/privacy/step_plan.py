@@ -119,6 +119,12 @@ class StepPlan:
         What one of ``n_records`` is: a record, or a subject with all its
         records (:mod:`skfedriem.privacy.units`; the sampler then draws
         subjects, and B, q and every charge count them).
+    records_per_subject : int or None, default=None
+        ``privacy_unit="subject"`` only. None: the steps sample subjects
+        whole. k: every subject holds exactly k of the ``n_records`` records
+        (k n subjects in all), which the steps sample and clip as records; each
+        charge is then for a group of k records (its ledger entries'
+        ``group_size``), the guarantee of one subject.
     count_noise_std : float, default=0.0
         σ_b > 0: every step also releases the noisy count of its records whose
         gradient norm is at most C, Σ (1[‖g_z‖ ≤ C] − ½) + N(0, σ_b²) (adaptive
@@ -146,6 +152,7 @@ class StepPlan:
     ceiling: float = math.inf
     count_noise_std: float = 0.0
     privacy_unit: str = "record"
+    records_per_subject: int | None = None
 
     def __post_init__(self) -> None:
         n = _integer("n_records", self.n_records, 1)
@@ -179,8 +186,22 @@ class StepPlan:
                                            f"Got {self.sampling!r} instead.")
         fields["sampling"] = str(self.sampling)
         check_privacy_unit(self.privacy_unit)
+        if self.records_per_subject is not None:
+            if self.privacy_unit != "subject":
+                raise InvalidInstructionsError("The round sets 'records_per_subject' for record-level steps: it "
+                                               "caps a subject's records, for privacy_unit='subject' only.")
+            k = _integer("records_per_subject", self.records_per_subject, 1)
+            if n % k:
+                raise ValueError(f"A client sampling {k} records per subject holds a multiple of {k} records. "
+                                 f"Got n_records={n}.")
+            fields["records_per_subject"] = k
         for name, value in fields.items():  # canonical types: plans compare and hash by value
             object.__setattr__(self, name, value)
+
+    @property
+    def group_size(self) -> int:
+        """How many of the records one protected unit owns: ``records_per_subject``, else 1."""
+        return 1 if self.records_per_subject is None else self.records_per_subject
 
     @property
     def private(self) -> bool:
@@ -220,7 +241,8 @@ class StepPlan:
     def release(self) -> PrivacyAccountant:
         """These steps as a ledger entry (μ0 = inf when they add no noise)."""
         ledger = PrivacyAccountant()
-        ledger.step(mu0=self.mu0, sample_rate=self.sample_rate, num_steps=self.local_steps, sampling=self.sampling)
+        ledger.step(mu0=self.mu0, sample_rate=self.sample_rate, num_steps=self.local_steps, sampling=self.sampling,
+                    group_size=self.group_size)
         return ledger
 
 
@@ -230,7 +252,8 @@ def round_release(plans: Iterable[StepPlan]) -> PrivacyAccountant:
     A record lives at one client, so a round is as private for it as that
     client's steps; every client's steps are dominated by τ steps at the
     largest μ0 and the largest rate of the round (the subsampled Gaussian's
-    tradeoff curve is monotone in both), one entry per sampling mode.
+    tradeoff curve is monotone in both) for the largest group of records one
+    unit owns, one entry per sampling mode.
 
     Parameters
     ----------
@@ -240,11 +263,12 @@ def round_release(plans: Iterable[StepPlan]) -> PrivacyAccountant:
     -------
     PrivacyAccountant
     """
-    envelopes: dict[str, tuple[float, float, int]] = {}
+    envelopes: dict[str, tuple[float, float, int, int]] = {}
     for plan in plans:
-        mu0, rate, steps = envelopes.get(plan.sampling, (0.0, 0.0, 0))
-        envelopes[plan.sampling] = (max(mu0, plan.mu0), max(rate, plan.sample_rate), max(steps, plan.local_steps))
+        mu0, rate, steps, group = envelopes.get(plan.sampling, (0.0, 0.0, 0, 1))
+        envelopes[plan.sampling] = (max(mu0, plan.mu0), max(rate, plan.sample_rate), max(steps, plan.local_steps),
+                                    max(group, plan.group_size))
     ledger = PrivacyAccountant()
-    for sampling, (mu0, rate, steps) in sorted(envelopes.items()):
-        ledger.step(mu0=mu0, sample_rate=rate, num_steps=steps, sampling=sampling)
+    for sampling, (mu0, rate, steps, group) in sorted(envelopes.items()):
+        ledger.step(mu0=mu0, sample_rate=rate, num_steps=steps, sampling=sampling, group_size=group)
     return ledger

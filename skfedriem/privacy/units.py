@@ -16,6 +16,17 @@ records in per-record gradients.
 
 The mean is :func:`~skfedriem.privacy.mechanism.subject_means`. A client's records then carry their subject: the last tensor of its
 ``(inputs, *targets, subjects)`` holds each record's subject code, 0 to n−1.
+
+With ``records_per_subject=k`` (example-level sampling charged per subject,
+Charles et al. 2024) a round instead gives every subject exactly k slots
+(:meth:`SubjectIndex.slots`: k of its records drawn afresh by the client's
+secret randomness, its own records repeated when it holds fewer), and the
+steps sample and clip the k n slots as records. Substituting a subject then
+substitutes k records of every step, so each charge is for a group of k
+records (group privacy over the composition, Dong, Roth & Su 2022, Theorem
+2.14; :class:`~skfedriem.privacy.PrivacyAccountant`'s ``group_size``): an
+upper bound, not the tight accountant of sampled groups, which is known for
+adding or removing a group but not for substituting one.
 """
 
 from __future__ import annotations
@@ -28,9 +39,10 @@ import torch
 from torch import nn
 
 from .mechanism import clipped_gradient_diameter
+from .randomness import SecretRandomness
 
-__all__ = ["PRIVACY_UNITS", "SubjectIndex", "check_privacy_unit", "split_units", "step_diameter", "subject_reason",
-           "unit_count"]
+__all__ = ["PRIVACY_UNITS", "SubjectIndex", "check_privacy_unit", "check_records_per_subject", "split_units",
+           "step_diameter", "subject_reason", "unit_count"]
 
 #: What a step can protect: one record, or one subject (all its records).
 PRIVACY_UNITS = ("record", "subject")
@@ -53,42 +65,78 @@ def check_privacy_unit(privacy_unit) -> str:
     return privacy_unit
 
 
-def step_diameter(module: nn.Module, privacy_unit: str) -> float:
-    """Δ of a step, in units of C: the model's :func:`~skfedriem.privacy.clipped_gradient_diameter` for records; 2
-    (the clip ball's) for subjects.
+def check_records_per_subject(privacy_unit: str, records_per_subject) -> int | None:
+    """``records_per_subject`` if it fits ``privacy_unit`` (None, or an int >= 1 with ``"subject"``), else a
+    ValueError naming both.
+
+    Parameters
+    ----------
+    privacy_unit : {"record", "subject"}
+    records_per_subject : object
+
+    Returns
+    -------
+    int or None
+    """
+    if records_per_subject is None:
+        return None
+    if check_privacy_unit(privacy_unit) != "subject":
+        raise ValueError(f"records_per_subject={records_per_subject!r} caps each subject's records for a guarantee per "
+                         "subject; it needs privacy_unit='subject' (got 'record').")
+    if isinstance(records_per_subject, bool) or not isinstance(records_per_subject, (int, np.integer)) \
+            or records_per_subject < 1:
+        raise ValueError(f"The 'records_per_subject' parameter must be an int >= 1 or None. "
+                         f"Got {records_per_subject!r} instead.")
+    return int(records_per_subject)
+
+
+def step_diameter(module: nn.Module, privacy_unit: str, records_per_subject: int | None = None) -> float:
+    """Δ of a step, in units of C: the model's :func:`~skfedriem.privacy.clipped_gradient_diameter` for a step that
+    clips records (record-level, or subject-level with ``records_per_subject``); 2 (the clip ball's) for one that
+    clips subjects' means.
 
     A model that confines its records' clipped gradients to a smaller set
     declares it for single records; a subject's mean of several need not lie
-    in that set, so a subject-level step is charged, by the server and by the
-    client alike, for gradients that may point anywhere.
+    in that set, so a step that samples subjects whole is charged, by the
+    server and by the client alike, for gradients that may point anywhere.
 
     Parameters
     ----------
     module : torch.nn.Module
     privacy_unit : {"record", "subject"}
+    records_per_subject : int or None, default=None
 
     Returns
     -------
     float
     """
-    return clipped_gradient_diameter(module) if check_privacy_unit(privacy_unit) == "record" else 2.0
+    if check_privacy_unit(privacy_unit) == "record" or records_per_subject is not None:
+        return clipped_gradient_diameter(module)
+    return 2.0
 
 
-def subject_reason(batch_size: int | None, smallest: int) -> str:
+def subject_reason(batch_size: int | None, smallest: int, records_per_subject: int | None = None) -> str:
     """A plan's reason for a subject-level run: which unit it protects, and at what rate.
 
     Parameters
     ----------
     batch_size : int or None
-        B, subjects per step (None: every subject at every step).
+        B, units per step (None: every unit at every step).
     smallest : int
-        The smallest client's number of subjects.
+        The smallest client's number of units: subjects, or with
+        ``records_per_subject`` its k n slots.
+    records_per_subject : int or None, default=None
 
     Returns
     -------
     str
     """
     b = smallest if batch_size is None else min(batch_size, smallest)
+    if records_per_subject is not None:
+        return (f"privacy_unit='subject', records_per_subject={records_per_subject}: every subject gives exactly "
+                f"{records_per_subject} of its trials each round and every step samples B = {b} of the smallest "
+                f"client's {smallest} such trials (q = {b / smallest:.3g}), each clipped to C; (ε, δ) is for "
+                f"substituting one subject, by group privacy over its {records_per_subject} trials")
     return (f"privacy_unit='subject': every step samples B = {b} of the smallest client's {smallest} subjects "
             f"(q = {b / smallest:.3g}), each contributing the mean gradient of all its trials, clipped to C, so (ε, δ) "
             "is for substituting one subject")
@@ -132,6 +180,35 @@ class SubjectIndex:
     def n_subjects(self) -> int:
         """The client's number of subjects (public, as a client's number of records is)."""
         return int(self._counts.size)
+
+    def slots(self, records_per_subject: int, randomness: SecretRandomness) -> np.ndarray:
+        """Exactly k records of every subject, subject by subject: a uniformly random k of its records, or, when it
+        holds fewer, each of them ⌊k / n_s⌋ times and a random k mod n_s of them once more.
+
+        Drawn by the client's secret ``randomness`` (which of a subject's
+        records take part is its own secret, as its batches are).
+
+        Parameters
+        ----------
+        records_per_subject : int
+            k >= 1.
+        randomness : SecretRandomness
+
+        Returns
+        -------
+        numpy.ndarray of int, shape (k n_subjects,)
+            Record indices; entries j k .. (j + 1) k − 1 are subject j's.
+        """
+        k = int(records_per_subject)
+        picks = []
+        for start, count in zip(self._starts, self._counts):
+            own = self._order[start:start + count]
+            whole, extra = divmod(k, int(count))
+            chosen = np.tile(own, whole)
+            if extra:
+                chosen = np.concatenate([chosen, own[np.sort(randomness.subset(int(count), extra))]])
+            picks.append(chosen)
+        return np.concatenate(picks).astype(np.int64)
 
     def records_of(self, subjects: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Every record of the sampled ``subjects``, and the position in ``subjects`` of each record's subject.
@@ -177,17 +254,21 @@ def split_units(data: tuple[torch.Tensor, ...], privacy_unit: str) -> tuple[tupl
     return data[:-1], SubjectIndex(data[-1].cpu().numpy())
 
 
-def unit_count(data: tuple[torch.Tensor, ...], privacy_unit: str) -> int:
-    """The client's number of privacy units: its records, or its subjects (what its sampler draws from).
+def unit_count(data: tuple[torch.Tensor, ...], privacy_unit: str, records_per_subject: int | None = None) -> int:
+    """What the client's sampler draws from: its records, its subjects, or with ``records_per_subject`` k its k n
+    subjects' slots.
 
     Parameters
     ----------
     data : tuple of torch.Tensor
     privacy_unit : {"record", "subject"}
+    records_per_subject : int or None, default=None
 
     Returns
     -------
     int
     """
     records, subjects = split_units(data, privacy_unit)
-    return int(records[0].shape[0]) if subjects is None else subjects.n_subjects
+    if subjects is None:
+        return int(records[0].shape[0])
+    return subjects.n_subjects if records_per_subject is None else records_per_subject * subjects.n_subjects

@@ -143,21 +143,26 @@ def test_every_estimator_parameter_can_be_set_in_a_deployment(kind):
 
 
 @pytest.mark.deployment
-def test_a_subject_level_deployment_is_charged_per_subject_as_the_in_process_fit(tmp_path):
-    """Sites name their subject column; the server plans from their subject counts; the run's ε and each site's
-    ledger are per subject, at the in-process fit's value."""
+@pytest.mark.parametrize("records_per_subject", [None, 3])
+def test_a_subject_level_deployment_is_charged_per_subject_as_the_in_process_fit(tmp_path, records_per_subject):
+    """Sites name their subject column; the server plans from their subject counts (or k records of each); the
+    run's ε and each site's ledger are per subject, at the in-process fit's value."""
+    k = [] if records_per_subject is None else ["--set", f"records-per-subject={records_per_subject}"]
     summary = main(["--estimator", "tangent", "--sites", "2", "--rounds", "2", "--eps", "4.0", "--records", "40",
-                    "--privacy-unit", "subject", "--subjects-per-site", "4", "--set", "batch-size=2",
+                    "--privacy-unit", "subject", "--subjects-per-site", "4", "--set", "batch-size=2", *k,
                     "--timeout", "420", "--out", str(tmp_path)])
-    assert summary["privacy_unit"] == "subject" and summary["n_records"] == [4, 4]
+    units = 4 if records_per_subject is None else 4 * records_per_subject
+    assert summary["privacy_unit"] == "subject" and summary["n_records"] == [units, units]
     data = site_data(tmp_path, 2, True)
     X, y = np.concatenate([x for x, _ in data]), np.concatenate([t for _, t in data])
     groups = np.repeat([0, 1], 40)
     subjects = np.array([f"{g}-{i % 4}" for g, i in zip(groups, np.tile(np.arange(40), 2))])
     local = FederatedTangentSpaceClassifier(eps=4.0, privacy_unit="subject", n_rounds=2, batch_size=2,
-                                            local_steps=3, classes=(0, 1)).fit(X, y, groups=groups, subjects=subjects)
+                                            local_steps=3, classes=(0, 1), records_per_subject=records_per_subject
+                                            ).fit(X, y, groups=groups, subjects=subjects)
     assert summary["epsilon"] == local.epsilon_ <= 4.0
     for i in range(2):
         ledger = PrivacyBudget(10.0, path=tmp_path / f"site-{i}" / "ledger.json")
         assert all(f["privacy_unit"] == "subject" for f in ledger.fits) and len(ledger.fits) == 2
+        assert {step.get("group_size", 1) for f in ledger.fits for step in f["steps"]} == {records_per_subject or 1}
         assert ledger.spent() <= 4.0 + 1e-9

@@ -38,15 +38,18 @@ def test_spdnet_flower_simulation_reports_the_same_privacy():
     np.testing.assert_allclose(flower.predict_proba(X), local.predict_proba(X), atol=1e-6)
 
 
-def test_a_subject_level_flower_simulation_is_the_local_fit():
-    """Each simulated node reports and samples its subjects: the same plan, ε, noise and model as in-process."""
+@pytest.mark.parametrize("records_per_subject, rate", [(None, 2 / 4), (3, 2 / 12)])
+def test_a_subject_level_flower_simulation_is_the_local_fit(records_per_subject, rate):
+    """Each simulated node reports and samples its subjects (or k records of each): the same plan, ε, noise and
+    model as in-process."""
     X, y, groups = make_spd_classification(n_clients=3, n_matrices_per_client=40, n_channels=4, random_state=0)
     subjects = np.array([f"{g}-{i % 4}" for i, g in enumerate(groups)])
-    settings = dict(dims=(3,), eps=3.0, n_rounds=2, batch_size=2, privacy_unit="subject", random_state=1)
+    settings = dict(dims=(3,), eps=3.0, n_rounds=2, batch_size=2, privacy_unit="subject", random_state=1,
+                    records_per_subject=records_per_subject)
     local = FederatedSPDNetClassifier(**settings).fit(X, y, groups=groups, subjects=subjects)
     flower = FederatedSPDNetClassifier(**settings, backend="flower").fit(X, y, groups=groups, subjects=subjects)
     assert flower.epsilon_ == local.epsilon_ <= 3.0 and flower.batch_size_ == 2
-    assert {e.sample_rate for e in flower.ledger_.history} == {2 / 4}
+    assert {e.sample_rate for e in flower.ledger_.history} == {rate}
     np.testing.assert_allclose(flower.predict_proba(X), local.predict_proba(X), atol=1e-6)
 
 

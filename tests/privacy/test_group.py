@@ -79,3 +79,90 @@ def test_every_entry_of_the_ledger_is_composed():
     ledger.step(mu0=0.4, sample_rate=1.0, num_steps=1)
     exact = gdp_epsilon(1.5, DELTA)
     assert exact <= group_epsilon(ledger, 3, DELTA) <= exact + 0.05
+
+
+# ---- ledgers whose steps sample records of subjects (records_per_subject): every ε is for a group of k
+
+
+@pytest.mark.parametrize("mu, k, steps", [(0.1, 3, 1), (0.2, 2, 10), (0.05, 8, 40)])
+def test_a_ledger_of_groups_of_k_is_protected_at_k_mu_sqrt_steps_and_no_better(mu, k, steps):
+    """Unsampled steps compose to a (μ √T)-GDP release; a unit owning k of the records is then exactly
+    (k μ √T)-GDP: the ledger's ε is never below that, and within the chain's grid cells of it."""
+    ledger = PrivacyAccountant()
+    ledger.step(mu0=mu, sample_rate=1.0, num_steps=steps, group_size=k)
+    exact = gdp_epsilon(k * mu * math.sqrt(steps), DELTA)
+    assert exact <= ledger.get_epsilon(DELTA) <= exact + 0.05
+
+
+def test_a_ledger_charges_the_largest_group_of_its_steps_over_all_of_them():
+    """Steps of groups 1 and 4 certify what the same steps all of group 4 do (a subject owns at most 4 records of
+    any step), which is the group privacy of the record-level composition."""
+    mixed, largest, records = PrivacyAccountant(), PrivacyAccountant(), PrivacyAccountant()
+    for group in (1, 4):
+        mixed.step(mu0=0.2, sample_rate=0.1, num_steps=100 * group, group_size=group)
+        largest.step(mu0=0.2, sample_rate=0.1, num_steps=100 * group, group_size=4)
+        records.step(mu0=0.2, sample_rate=0.1, num_steps=100 * group)
+    assert mixed.group_size == 4
+    assert mixed.get_epsilon(DELTA) == largest.get_epsilon(DELTA) == group_epsilon(records, 4, DELTA)
+    assert mixed.get_epsilon(DELTA) > records.get_epsilon(DELTA)
+
+
+def test_a_ledgers_groups_survive_its_state_and_an_old_state_is_of_records():
+    ledger = PrivacyAccountant()
+    ledger.step(mu0=0.3, sample_rate=0.5, num_steps=5, group_size=3)
+    assert PrivacyAccountant.from_state_dict(ledger.state_dict()).history == ledger.history
+    old = {"history": [{"mu0": 0.3, "sample_rate": 0.5, "sampling": "fixed", "steps": 5}]}
+    assert PrivacyAccountant.from_state_dict(old).group_size == 1
+
+
+@pytest.mark.parametrize("eps, q, steps, k, sampling", [(4.0, 0.1, 300, 4, "fixed"), (1.0, 0.05, 400, 8, "poisson"),
+                                                        (10.0, 1.0, 20, 2, "fixed")])
+def test_the_group_calibration_certifies_its_target_for_the_group(eps, q, steps, k, sampling):
+    from skfedriem.privacy.group import calibrate_group_mu0
+
+    mu0 = calibrate_group_mu0(eps, DELTA, q, steps, k, sampling)
+    ledger = PrivacyAccountant()
+    ledger.step(mu0=mu0, sample_rate=q, num_steps=steps, sampling=sampling, group_size=k)
+    assert eps * (1 - 2e-3) <= ledger.get_epsilon(DELTA) <= eps
+    one_more = PrivacyAccountant()
+    one_more.step(mu0=mu0 * 1.01, sample_rate=q, num_steps=steps, sampling=sampling, group_size=k)
+    assert one_more.get_epsilon(DELTA) > eps  # the largest μ0, to 1 %
+
+
+def _pair_epsilon(mu0: float, weights: np.ndarray, steps: int) -> float:
+    """A lower bound on ε of substituting a subject whose j sampled records (weights: P(J = j)) each move a step by
+    ±μ0 / 2: the pair Σ_j w_j N(j μ0 / 2, 1) against Σ_j w_j N(−j μ0 / 2, 1), binned (post-processing) and read
+    by dp-accounting's optimistic distribution, composed over the steps."""
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+    from scipy.stats import norm
+
+    shifts = np.arange(len(weights)) * mu0 / 2
+    edges = np.concatenate([[-np.inf], np.arange(-shifts[-1] - 14, shifts[-1] + 14, 0.004), [np.inf]])
+    upper = sum(w * np.diff(norm.cdf(edges - s)) for w, s in zip(weights, shifts))
+    lower = sum(w * np.diff(norm.cdf(edges + s)) for w, s in zip(weights, shifts))
+    keep = np.flatnonzero((upper > 0) & (lower > 0))
+    pld = pld_lib.from_two_probability_mass_functions(
+        {int(i): math.log(lower[i]) for i in keep}, {int(i): math.log(upper[i]) for i in keep},
+        pessimistic_estimate=False, value_discretization_interval=1e-3)
+    return float(pld.self_compose(steps).get_epsilon_for_delta(DELTA))
+
+
+@pytest.mark.parametrize("mu0, q, steps, k", [(2.0, 0.2, 10, 20), (0.5, 0.2, 10, 5), (1.0, 0.5, 5, 3)])
+def test_a_group_is_never_certified_below_a_concrete_pair_of_its_datasets(mu0, q, steps, k):
+    """Subject A's k sampled records all at +C, B's at −C (Poisson: J ~ Binomial(k, q) of them in a step): the
+    ledger's ε for groups of k is at least that pair's. Far along the composed curve the FFT's rounding made δ
+    negative, and a line at δ = 0 there certified (2.0, 0.2, 10, 20) at 62 against the pair's 227."""
+    from scipy.stats import binom
+
+    ledger = PrivacyAccountant()
+    ledger.step(mu0=mu0, sample_rate=q, num_steps=steps, sampling="poisson", group_size=k)
+    assert ledger.get_epsilon(DELTA) >= _pair_epsilon(mu0, binom.pmf(np.arange(k + 1), k, q), steps)
+
+
+def test_a_groups_epsilon_never_falls_as_the_noise_falls():
+    values = []
+    for mu0 in np.linspace(0.3, 2.0, 10):
+        ledger = PrivacyAccountant()
+        ledger.step(mu0=float(mu0), sample_rate=0.02, num_steps=400, sampling="poisson", group_size=10)
+        values.append(ledger.get_epsilon(DELTA))
+    assert all(a <= b for a, b in zip(values, values[1:])) and math.isfinite(values[0])

@@ -177,16 +177,6 @@ def test_running_epsilon_in_rounds_does_not_depend_on_how_the_ledger_was_filled(
     assert RunningEpsilon(at_once, 1e-5, discretization=1e-3)() != spent  # one 63-step block rounds differently
 
 
-@pytest.mark.parametrize("sampling", ["fixed", "poisson"])
-@pytest.mark.parametrize("mu0, q, steps", [(0.5, 0.05, 200), (2.0, 1.0, 3), (0.05, 0.01, 5000), (8.0, 0.5, 10)])
-def test_the_vectorised_epsilon_equals_dp_accountings_loop(sampling, mu0, q, steps):
-    from skfedriem.privacy.ledger import _epsilon_for_delta, _steps_pld
-
-    pld = _steps_pld(mu0, q, sampling, steps, 1e-3)
-    for delta in (1e-9, 1e-5, 1e-2, 0.5):
-        assert _epsilon_for_delta(pld, delta) == pytest.approx(pld.get_epsilon_for_delta(delta), rel=1e-9, abs=1e-12)
-
-
 @pytest.mark.parametrize("eps, q, steps, sampling", [(0.1, 1.0, 1, "fixed"), (1.0, 1.0, 200, "fixed"),
                                                      (10.0, 0.1, 200, "fixed"), (1.0, 0.1, 200, "poisson")])
 def test_the_smallest_delta_accepted_is_one_the_calibration_reaches(eps, q, steps, sampling):

@@ -143,3 +143,83 @@ def test_each_step_samples_fresh_uniform_subjects():
         assert len(set(chosen.tolist())) == 3 and len(records) == index._counts[chosen].sum()
         counts[chosen] += 1
     assert np.allclose(counts / 4000, 0.3, atol=0.03)
+
+
+# ---- subjects that give k records a round (records_per_subject), sampled and clipped as records
+
+
+def test_every_subject_gives_exactly_k_of_its_own_records_a_round():
+    """A subject with more than k records gives k distinct ones, drawn afresh each round (each record at rate
+    k / n_s); one with fewer gives each of its own ⌊k / n_s⌋ times and some once more."""
+    from skfedriem.privacy.randomness import SeededRandomness
+
+    index, randomness = SubjectIndex(np.repeat(np.arange(4), [10, 2, 3, 4])), SeededRandomness(np.random.SeedSequence(0))
+    owner = index.codes
+    seen = np.zeros(10)
+    for _ in range(3000):
+        slots = index.slots(4, randomness)
+        assert slots.shape == (16,)
+        for j in range(4):
+            assert (owner[slots[4 * j:4 * (j + 1)]] == j).all()
+        first = slots[:4]
+        assert len(set(first.tolist())) == 4
+        seen[first] += 1
+        assert np.bincount(slots[4:8], minlength=12)[10:12].tolist() == [2, 2]  # 2 records, twice each
+        assert sorted(np.bincount(slots[8:12], minlength=15)[12:15].tolist()) == [1, 1, 2]
+        assert sorted(slots[12:16].tolist()) == [15, 16, 17, 18]
+    assert np.allclose(seen / 3000, 0.4, atol=0.03)
+
+
+def _els_round(extreme: bool, n_target: int, k: int, seed: int = 0):
+    """One noiseless full-batch step of a client whose steps sample k records of each subject; returns the step's
+    mean (θ_1 = −mean from θ_0 = 0 at rate 1)."""
+    from skfedriem.federated.client import ClientState, run_client_round
+
+    X, segments, n_subjects = federation(n_target, extreme=extreme)
+    instructions = RoundInstructions(lr=1.0, local_steps=1, batch_size=k * n_subjects, clip=CLIP, noise_std=0.0,
+                                     sampling="fixed", aggregation="projavg", privacy_unit="subject",
+                                     records_per_subject=k)
+    submission, _ = run_client_round(Direction(), {"w": torch.zeros(3, dtype=torch.float64)}, (X, segments),
+                                     ClientState.fresh(np.random.SeedSequence(seed)), instructions,
+                                     loss_fn=own_loss, privacy_unit="subject", records_per_subject=k)
+    return -submission["w"], k * n_subjects
+
+
+@pytest.mark.parametrize("n_target, k", [(1, 2), (5, 2), (40, 2), (40, 5)])
+def test_a_subject_moves_a_step_of_sampled_records_by_k_clipped_records_whatever_its_trials(n_target, k):
+    """Replacing a subject's trials (1, 5 or 40 of them) by extreme ones moves the step by at most k Δ C / B, B the
+    k n records it samples: the k records it gives, each clipped, and no more (reached: the bound is tight)."""
+    honest, b = _els_round(False, n_target, k)
+    replaced, _ = _els_round(True, n_target, k)
+    moved = float(torch.linalg.vector_norm(honest - replaced))
+    bound = k * step_diameter(Direction(), "subject", k) * CLIP / b
+    assert moved <= bound * (1 + 1e-12)
+    assert moved >= 0.999 * bound
+
+
+def test_a_step_of_sampled_records_is_charged_for_groups_of_k():
+    module = Direction()
+    instructions = RoundInstructions(lr=0.1, local_steps=3, batch_size=4, clip=1.0, noise_std=1.0, sampling="fixed",
+                                     aggregation="projavg", privacy_unit="subject", records_per_subject=3)
+    plan = step_plan(instructions, 12, module, "subject", 3)
+    (entry,) = plan.release().history
+    assert (entry.group_size, entry.sample_rate, entry.steps) == (3, 4 / 12, 3)
+    assert plan.mu0 == pytest.approx(step_diameter(module, "record") * 1.0 / 4)  # each record clipped alone
+
+
+def test_a_client_refuses_a_round_planned_for_another_count_of_records_per_subject():
+    module = Direction()
+    instructions = RoundInstructions(lr=0.1, local_steps=1, batch_size=2, clip=1.0, noise_std=1.0, sampling="fixed",
+                                     aggregation="projavg", privacy_unit="subject", records_per_subject=3)
+    with pytest.raises(InvalidInstructionsError, match="records_per_subject=3"):
+        step_plan(instructions, 4, module, "subject")
+    with pytest.raises(InvalidInstructionsError, match="records_per_subject=3"):
+        step_plan(instructions, 12, module, "subject", 2)
+    with pytest.raises(ValueError, match="needs privacy_unit='subject'"):
+        ClientRecipe(module, own_loss, privacy_unit="record", records_per_subject=3)
+    for bad in (0, 2.5, True, "3"):
+        with pytest.raises(ValueError, match="records_per_subject"):
+            ClientRecipe(module, own_loss, privacy_unit="subject", records_per_subject=bad)
+    data = (torch.zeros(5, 3), torch.tensor([0, 0, 1, 1, 1]))
+    assert unit_count(data, "subject", 3) == 6 and ClientRecipe(module, own_loss, privacy_unit="subject",
+                                                                records_per_subject=3).n_units(data) == 6

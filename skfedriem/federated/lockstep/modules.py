@@ -32,12 +32,15 @@ __all__ = ["StackedLinear", "lockstep_eligible", "stacked_gradients_available", 
 _CONTAINERS = (nn.Sequential, nn.Identity, nn.ModuleList, nn.ModuleDict)
 
 
-def lockstep_eligible(module: nn.Module, optimizer, sampling: str, privacy_unit: str = "record") -> bool:
+def lockstep_eligible(module: nn.Module, optimizer, sampling: str, privacy_unit: str = "record",
+                      records_per_subject: int | None = None) -> bool:
     """Whether clients of this model, optimiser and sampling may take their steps in lockstep: the one rule.
 
-    Record-level steps, on fixed-size or Poisson batches (a Poisson stack's
-    width is computed from public sizes, :mod:`~skfedriem.federated.lockstep.widths`;
-    a subject-level step's number of records is its subjects', which no
+    Steps that sample records (record-level, or subject-level with
+    ``records_per_subject``: each subject's k records of the round, sampled as
+    records), on fixed-size or Poisson batches (a Poisson stack's width is
+    computed from public sizes, :mod:`~skfedriem.federated.lockstep.widths`;
+    a step that samples subjects whole holds its subjects' records, which no
     public width bounds), an element-wise optimiser (client k's slice of the
     stacked optimiser is its own) and a model whose per-record gradients a
     stack computes as a lone client does (:func:`stacked_gradients_available`).
@@ -51,6 +54,7 @@ def lockstep_eligible(module: nn.Module, optimizer, sampling: str, privacy_unit:
         The clients' optimiser.
     sampling : {"fixed", "poisson"}
     privacy_unit : {"record", "subject"}, default="record"
+    records_per_subject : int or None, default=None
 
     Returns
     -------
@@ -58,7 +62,8 @@ def lockstep_eligible(module: nn.Module, optimizer, sampling: str, privacy_unit:
     """
     if sampling not in ("fixed", "poisson"):
         raise ValueError(f"The 'sampling' parameter must be one of ['fixed', 'poisson']. Got {sampling!r} instead.")
-    return privacy_unit == "record" and is_elementwise(optimizer) and stacked_gradients_available(module)
+    samples_records = privacy_unit == "record" or records_per_subject is not None
+    return samples_records and is_elementwise(optimizer) and stacked_gradients_available(module)
 
 
 def supports_stacking(module: nn.Module) -> bool:

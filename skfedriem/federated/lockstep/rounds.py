@@ -13,7 +13,8 @@ from ...manifolds import manifold_of
 from ...privacy.optimizer import apply_gradients
 from ...privacy.per_sample import trainable_parameters
 from ..aggregation import get_aggregation
-from ..client import CLIPPED_FRACTION, ClientRecipe, ClientState, RoundInstructions, check_iterate, step_plan
+from ..client import (CLIPPED_FRACTION, ClientRecipe, ClientState, RoundInstructions, check_iterate, round_units,
+                      step_plan)
 from ..optimizers import make_optimizer
 from .stack import ClientStack
 from .widths import padded_picks, poisson_width
@@ -138,9 +139,11 @@ def run_lockstep(recipe: ClientRecipe, theta: dict[str, torch.Tensor], clients: 
         Client k's submission and its share of the time spent in Sub, as
         :func:`~skfedriem.federated.client.run_client_round` returns them.
     """
-    module = recipe.module
-    plans = [step_plan(instructions, int(data[0].shape[0]), module) for data in clients]
+    module, unit, k = recipe.module, recipe.privacy_unit, recipe.records_per_subject
+    plans = [step_plan(instructions, recipe.n_units(data), module, unit, k) for data in clients]
     theta = check_iterate(module, theta)
+    # each client's records of the round, drawn from its own stream in the order a lone client draws them
+    clients = [round_units(data, unit, k, state.randomness)[0] for data, state in zip(clients, states)]
     stack = client_stack(recipe, len(clients))
     stack.load(theta)
     stack.verify(recipe.loss_fn, list(clients))

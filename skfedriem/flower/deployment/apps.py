@@ -127,7 +127,8 @@ def site_setup(kind: str, context: Context) -> ClientSetup:
             records = (*records, torch.from_numpy(_site_subjects(node, path, len(X))))
         module, loss_fn = est.make_model(X.shape[1:], classes)
         digest = _records_digest(records)
-        recipe = ClientRecipe(module, loss_fn, est.client_optimizer(), privacy_unit=est.privacy_unit)
+        recipe = ClientRecipe(module, loss_fn, est.client_optimizer(), privacy_unit=est.privacy_unit,
+                              records_per_subject=est.records_per_subject)
         recipe, (records,) = on_fixed_features(recipe, [records])
         _SITES[key] = records, recipe, digest, X.shape[1:]
         while len(_SITES) > _SITES_KEPT:

@@ -72,7 +72,7 @@ register_deployable(FederatedTangentSpaceClassifier, name="tangent")
 DEPLOYMENT_KEYS = {"n-clients", "output", "round-timeout", "resume", "classes", "validation-path"}
 
 _ALIASES = {"rounds": "n_rounds", "seed": "random_state"}
-_NONE_IF_ZERO = {"clients_per_round", "local_steps"}
+_NONE_IF_ZERO = {"clients_per_round", "local_steps", "records_per_subject"}
 
 
 def _convert(name: str, value):

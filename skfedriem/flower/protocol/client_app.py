@@ -26,7 +26,6 @@ from ...privacy import PrivacyBudget
 from ...privacy.randomness import SecureRandomness
 from ...privacy.subsampled_gaussian import DISCRETIZATION, MIN_DELTA
 from ...privacy.step_plan import StepPlan
-from ...privacy.units import unit_count
 from .errors import FAILED, error_reply
 from .messages import decode_arrays, decode_instructions, encode_arrays
 from .replies import ReplyCache
@@ -184,8 +183,9 @@ class ClientSetup:
 
     @property
     def n_records(self) -> int:
-        """m_i: the site's number of privacy units (records, or subjects with ``privacy_unit="subject"``)."""
-        return unit_count(self.data, self.recipe.privacy_unit)
+        """m_i: what the site's sampler draws from (records, subjects, or k per subject with
+        ``records_per_subject``)."""
+        return self.recipe.n_units(self.data)
 
 
 def _refusal(msg: Message, error: Exception, deployed: bool) -> Message:
@@ -276,7 +276,8 @@ def make_client_app(setup: Callable[[Context], ClientSetup]) -> ClientApp:
         def take_round(client: ClientSetup) -> RecordDict:
             theta = check_iterate(client.recipe.module, decode_arrays(msg.content["theta"]))
             instructions = decode_instructions(msg.content["instructions"])
-            plan = step_plan(instructions, client.n_records, client.recipe.module, client.recipe.privacy_unit)
+            plan = step_plan(instructions, client.n_records, client.recipe.module, client.recipe.privacy_unit,
+                             client.recipe.records_per_subject)
             guard = client.guard
             replies = None if guard is None else guard.replies()
             key = None if replies is None else ReplyCache.key(theta, instructions, client.scope)

@@ -42,14 +42,20 @@ def decode_arrays(record: ArrayRecord) -> dict[str, torch.Tensor]:
     return {name: torch.from_numpy(np.array(array.numpy(), copy=True)) for name, array in record.items()}
 
 
+#: Instructions that may be None, which a ConfigRecord cannot hold: sent as 0 (never a valid value of theirs).
+_NONE_AS_ZERO = ("records_per_subject",)
+
+
 def encode_instructions(instructions: RoundInstructions) -> ConfigRecord:
     """The public per-round instructions -> ConfigRecord."""
-    return ConfigRecord(asdict(instructions))
+    fields = asdict(instructions)
+    return ConfigRecord({k: 0 if k in _NONE_AS_ZERO and v is None else v for k, v in fields.items()})
 
 
 def decode_instructions(record: ConfigRecord) -> RoundInstructions:
     """Inverse of :func:`encode_instructions`."""
-    return RoundInstructions(**{k: record[k] for k in RoundInstructions.__dataclass_fields__})
+    fields = {k: record[k] for k in RoundInstructions.__dataclass_fields__}
+    return RoundInstructions(**{k: None if k in _NONE_AS_ZERO and v == 0 else v for k, v in fields.items()})
 
 
 @dataclass(frozen=True)

@@ -244,6 +244,7 @@ def test_both_samplings_of_records_are_eligible_and_an_unknown_one_is_refused():
     model = SPDNet(6, 2, dims=(4,))
     assert lockstep_eligible(model, "sgd", "fixed") and lockstep_eligible(model, "sgd", "poisson")
     assert not lockstep_eligible(model, "sgd", "poisson", "subject")
+    assert lockstep_eligible(model, "sgd", "poisson", "subject", 3)  # k records of each subject, sampled as records
     with pytest.raises(ValueError, match="'sampling'.*'shuffle'"):
         lockstep_eligible(model, "sgd", "shuffle")
     settings = FederationSettings(n_rounds=1, batch_size=10, local_steps=1, eps=5.0, sampling="poisson")
@@ -598,3 +599,28 @@ def test_the_check_is_not_fooled_by_a_record_that_overflows(first):
     stack.load({"weight": _ClientZeroForAll().weight.detach()})
     with pytest.raises(ValueError, match="client 1's forward"):
         stack.verify(_sum_loss, clients)
+
+
+@pytest.mark.parametrize("kind", ["spdnet", "tangent", "pca-grassmann"])
+@pytest.mark.parametrize("sampling", ["fixed", "poisson"])
+def test_subjects_giving_k_records_a_round_run_in_lockstep_as_one_by_one(kind, sampling):
+    """Each client draws its subjects' k records of the round from its own stream, as alone; then the steps are the
+    record-level lockstep's: the same submissions, the same streams afterwards."""
+    model, loss, clients, bitwise = _case(kind)
+    clients = [(*data, torch.arange(data[0].shape[0]) % 5) for data in clients]  # 5 subjects a client
+    theta = {name: p.detach().clone() for name, p in model.named_parameters()}
+    instructions = _instructions(sampling=sampling, batch_size=6, privacy_unit="subject", records_per_subject=4)
+    runs = []
+    for lockstep in (False, True):
+        recipe = ClientRecipe(copy.deepcopy(model), loss, "sgd", True, lockstep, "subject", 4)
+        states = [ClientState.fresh(np.random.SeedSequence([7, i])) for i in range(len(clients))]
+        selected = list(range(len(clients)))
+        for _ in range(2):
+            replies = run_clients(recipe, theta, clients, states, selected, {i: instructions for i in selected})
+        runs.append((replies, [s.to_bytes() for s in states]))
+    (serial, serial_states), (stacked, stacked_states) = runs
+    tolerance = dict(rtol=1e-13, atol=1e-14) if bitwise else dict(rtol=1e-5, atol=1e-6)
+    for i in serial:
+        for name, value in serial[i][0].items():
+            torch.testing.assert_close(stacked[i][0][name], value, **tolerance)
+    assert serial_states == stacked_states
