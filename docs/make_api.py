@@ -21,8 +21,6 @@ SECTIONS = [
     ("Privacy units", "skfedriem.privacy.units", "What a step protects: a record, or a subject with all its records."),
     ("Accounting of the subsampled Gaussian", "skfedriem.privacy.subsampled_gaussian",
      "The step's privacy-loss distributions, their grid, calibration."),
-    ("Groups of records", "skfedriem.privacy.record_groups",
-     "A record-level Poisson run seen from a group of k records (a person's participation)."),
     ("Chaining guarantees", "skfedriem.privacy.chaining",
      "Guarantees for datasets several neighbour steps apart (group privacy)."),
     ("Reading privacy curves", "skfedriem.privacy.pld_reading",

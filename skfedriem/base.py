@@ -352,31 +352,28 @@ class FederatedEstimatorMixin(_EstimatorParameters):
         """This estimator's settings for a run targeting ``eps``, with what its model plans in place of "auto"."""
         return self._plan_run(input_shape, _Clients(client_sizes, None), eps)[0]
 
-    def epsilon_for_group(self, group_size: int, *, relation: str = "substitute") -> float:
+    def epsilon_for_group(self, group_size: int) -> float:
         """The fitted run's certified ε at ``delta_`` for any group of ``group_size`` of its privacy units.
 
         For a record-level fit, what it guarantees a subject with that many
-        trials (:func:`~skfedriem.privacy.group_epsilon`: substituting them
+        trials (:func:`~skfedriem.privacy.group_epsilon`: substituting them,
         by group privacy, which grows about k-fold and is inf where nothing is
-        certified; or, for a fit of ``sampling="poisson"``, adding or removing
-        them, by the tight sampled-group accountant); a subject-level fit's
-        ``epsilon_`` is already each subject's. Post-processing of ``ledger_``.
+        certified); a subject-level fit's ``epsilon_`` is already each
+        subject's. Post-processing of ``ledger_``.
 
         Parameters
         ----------
         group_size : int
             k, e.g. the most trials one subject contributed.
-        relation : {"substitute", "add_or_remove"}, default="substitute"
-            See :func:`~skfedriem.privacy.group_epsilon`.
 
         Returns
         -------
         float
         """
         check_is_fitted(self, "ledger_")
-        if group_size == 1 and relation == "substitute":
+        if group_size == 1:
             return self.epsilon_
-        return group_epsilon(self.ledger_, group_size, self.delta_, relation=relation)
+        return group_epsilon(self.ledger_, group_size, self.delta_)
 
     def set_fitted(self, trainer: FederatedTrainer, *, input_shape: tuple[int, ...], classes=None):
         """Set the fitted attributes from a finished run; returns self.

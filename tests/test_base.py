@@ -322,18 +322,14 @@ def test_pca_refuses_batch_size_none_as_before():
         FederatedPCA(batch_size=None).fit(X, groups=groups)
 
 
-def test_a_fits_guarantee_for_a_group_is_its_ledgers_for_either_relation(spd):
+def test_a_fits_guarantee_for_a_group_is_its_ledgers(spd):
     """``epsilon_for_group`` reads the fitted ledger: its own ε for one record, group privacy for k substituted
-    records, the sampled-group accountant for k added or removed (Poisson fits only)."""
+    records (no relation argument: participation is not certified)."""
     from skfedriem.privacy import group_epsilon
 
     X, y, groups = spd
     clf = FederatedSPDNetClassifier(eps=4.0, sampling="poisson", **SPD).fit(X, y, groups=groups)
     assert clf.epsilon_for_group(1) == clf.epsilon_
-    substitute = clf.epsilon_for_group(3)
-    participation = clf.epsilon_for_group(3, relation="add_or_remove")
-    assert substitute == group_epsilon(clf.ledger_, 3, clf.delta_) > clf.epsilon_
-    assert participation == group_epsilon(clf.ledger_, 3, clf.delta_, relation="add_or_remove")
-    fixed = FederatedSPDNetClassifier(eps=4.0, **SPD).fit(X, y, groups=groups)
-    with pytest.raises(ValueError, match="add_or_remove"):
-        fixed.epsilon_for_group(3, relation="add_or_remove")
+    assert clf.epsilon_for_group(3) == group_epsilon(clf.ledger_, 3, clf.delta_) > clf.epsilon_
+    with pytest.raises(TypeError, match="relation"):
+        clf.epsilon_for_group(3, relation="add_or_remove")

@@ -94,7 +94,7 @@ def test_subject_level_clients_run_one_by_one_and_the_plan_is_for_subjects(feder
     assert not trainer.client_recipe(simulated=True).lockstep
     trainer.plan([4, 4, 4], [0, 1, 2])
     assert trainer.client_instructions(0, 0.1).privacy_unit == "subject"
-    assert trainer.plan_.batch_size == 4  # "auto": at most the smallest client's 4 subjects
+    assert trainer.plan_.batch_size == 2  # "auto": half of the smallest client's 4 subjects
 
 
 def test_pipelines_cross_validation_and_grid_search_route_groups_and_subjects(federation):
@@ -282,3 +282,15 @@ def test_k_trials_per_subject_run_in_lockstep_as_one_by_one(federation):
         clf.fit(X, y, groups=groups, subjects=subjects)
     assert fits[0].epsilon_ == fits[1].epsilon_
     np.testing.assert_allclose(fits[1].predict_proba(X), fits[0].predict_proba(X), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("records_per_subject, planned", [(None, 2), (3, 6)])
+def test_a_subject_level_plan_samples_half_of_the_smallest_clients_units(federation, records_per_subject, planned):
+    """batch_size="auto" under subject-level privacy: half of the smallest client's 4 subjects (or 4 k slots), so
+    every step subsamples them; a record-level plan takes the model's B clamped to the client."""
+    X, y, groups, subjects = federation
+    clf = FederatedSPDNetClassifier(eps=4.0, privacy_unit="subject", records_per_subject=records_per_subject,
+                                    **FAST).fit(X, y, groups=groups, subjects=subjects)
+    assert clf.batch_size_ == planned and "half of the smallest client's units" in clf.plan_.reason
+    record = FederatedSPDNetClassifier(eps=4.0, **FAST).fit(X, y, groups=groups)
+    assert record.batch_size_ == 40 and "half" not in record.plan_.reason

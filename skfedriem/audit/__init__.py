@@ -12,6 +12,8 @@
   step against a server that sends θ off the manifold.
 * :func:`audit_scores`: the bounds (Clopper–Pearson, then the certified
   family and the assumption-free (ε, δ) bound) for any distinguisher's scores.
+* :func:`subject_pair_epsilon`: what one concrete pair of federations shows a
+  run sampling k records of each subject costs the subject (exact, no runs).
 * :mod:`skfedriem.audit.mutations`: broken mechanisms that an audit must catch.
 """
 
@@ -20,6 +22,7 @@ from .classifier import audit_spdnet_classifier, canary_trials
 from .client_rounds import TwoBlocks, audit_client_rounds
 from .pca import (audit_covariance_release, audit_federated_pca, audit_off_manifold_server, audit_subject_level,
                   canary_federation)
+from .subject_pair import subject_pair_epsilon
 
 __all__ = [
     "AuditResult",
@@ -36,4 +39,5 @@ __all__ = [
     "clopper_pearson_upper",
     "family_tradeoff",
     "mu0_lower_bound",
+    "subject_pair_epsilon",
 ]

@@ -12,7 +12,7 @@ The mechanism's own pieces (clip factors, the noisy mean) live in
 
 from .accounting_methods import RunAccounting, WholeRunAccounting, accounting_names, get_accounting, register_accounting
 from .budget import PrivacyBudget
-from .group import GROUP_RELATIONS, calibrate_group_mu0, group_epsilon
+from .group import calibrate_group_mu0, group_epsilon
 from .layerwise import layerwise_per_sample_gradients
 from .ledger import PrivacyAccountant, RunningEpsilon
 from .mechanism import DenseGradients, PerRecordGradients, clipped_gradient_diameter, private_gradient, record_norms
@@ -49,7 +49,6 @@ __all__ = [
     "clipped_gradient_diameter",
     "epsilon_spent",
     "gdp_epsilon",
-    "GROUP_RELATIONS",
     "group_epsilon",
     "gdp_mu",
     "gdp_mu_for_epsilon",

@@ -1,32 +1,22 @@
-"""What a record-level run guarantees for a group of k records, e.g. a subject's k trials (docs: what is protected).
+"""What a run guarantees a group of k of its units, e.g. a subject's k trials in a record-level run (docs: what is
+protected).
 
-Two relations, two bounds:
+A run is f-DP for the tradeoff function f of its ledger (the composition its
+accountant certifies); by group privacy (Dong, Roth & Su 2022, Gaussian
+differential privacy, Theorem 2.14) it is then g_k = 1 − (1 − f)^{∘k}-DP for
+any two federations that differ by substituting k records, whatever those
+records are and wherever they sit (:func:`~skfedriem.privacy.chaining.chained_epsilon`:
+tests compare it with the exact k μ of a Gaussian mechanism, within ln 1.03 up
+to k μ ≈ 3). For a μ-GDP run this is (k μ)-GDP: a subject with 288 trials at
+μ = 0.5 is protected as a single trial at μ = 144 would be, that is, not at
+all. For Poisson steps it is close to a concrete pair of datasets
+(:func:`~skfedriem.audit.subject_pair_epsilon`; ``benchmarks/group_charge.py``).
 
-``relation="substitute"`` (the relation of every other guarantee of the library)
-    A record-level run is f-DP for the tradeoff function f of its ledger (the
-    composition its accountant certifies); by group privacy (Dong, Roth & Su
-    2022, Gaussian differential privacy, Theorem 2.14) it is then
-    g_k = 1 − (1 − f)^{∘k}-DP for any two federations that differ in k
-    records, whatever those records are and wherever they sit
-    (:func:`~skfedriem.privacy.chaining.chained_epsilon`: tests compare it with
-    the exact k μ of a Gaussian mechanism, within ln 1.03 up to k μ ≈ 3). For a
-    μ-GDP run this is (k μ)-GDP: a subject with 288 trials at μ = 0.5 is
-    protected as a single trial at μ = 144 would be, that is, not at all.
-``relation="add_or_remove"`` (whether a person took part at all; Poisson ledgers)
-    Each Poisson step samples each of the group's records independently, so
-    adding or removing the group moves it by the number it sampled, not by k:
-    the tight example-level-sampling accountant of Charles et al. (2024)
-    (:mod:`~skfedriem.privacy.record_groups`). It holds for a run whose rate q
-    and expected batch B stay as they were charged, the client's size with the
-    group being public.
-
-The sampled-group bound also gives a substitution bound, as two links
-(remove the group, add the other), but that was above group privacy at all
-17 (μ0, q, steps, k) tried (e.g. μ0 = 0.5, q = 0.0005, 1000 steps, k = 288:
-12.3 against 12.0), so substitution uses group privacy alone. Fixed-size
-batches sample a group's records without replacement and change size with
-the dataset: they have no add-or-remove bound here. To protect a person for
-what they are, train with ``privacy_unit="subject"``.
+Whether a person took part at all (adding or removing their records) is not
+certified: a client's sampling rate q = B / m follows its own size, so a
+federation without the person samples everyone else at another rate, and an
+accountant of a fixed rate understates what that reveals. To protect a
+person, train with ``privacy_unit="subject"``.
 """
 
 from __future__ import annotations
@@ -38,51 +28,40 @@ from numbers import Integral, Real
 from .._utils.compat import Interval, StrOptions, validate_params
 from .chaining import chained_epsilon
 from .ledger import PrivacyAccountant, _steps_pld
-from .record_groups import group_removal_pld
 from .subsampled_gaussian import DISCRETIZATION, MAX_EPSILON, MIN_DELTA, calibrate_mu0, grid_interval
 
-__all__ = ["GROUP_RELATIONS", "calibrate_group_mu0", "group_epsilon"]
-
-#: The relations :func:`group_epsilon` certifies a group for.
-GROUP_RELATIONS = ("substitute", "add_or_remove")
+__all__ = ["calibrate_group_mu0", "group_epsilon"]
 
 
 @validate_params(
     {"ledger": [PrivacyAccountant], "group_size": [Interval(Integral, 1, None, closed="left")],
-     "delta": [Interval(Real, MIN_DELTA, 1, closed="neither")], "relation": [StrOptions(set(GROUP_RELATIONS))]},
+     "delta": [Interval(Real, MIN_DELTA, 1, closed="left")]},
     prefer_skip_nested_validation=True,
 )
-def group_epsilon(ledger: PrivacyAccountant, group_size: int, delta: float, *, relation: str = "substitute") -> float:
-    """Certified ε at ``delta`` of a record-level run's ledger for any group of ``group_size`` records.
+def group_epsilon(ledger: PrivacyAccountant, group_size: int, delta: float) -> float:
+    """Certified ε at ``delta`` of a run's ledger for any group of ``group_size`` of its units, substituted.
 
     Parameters
     ----------
     ledger : PrivacyAccountant
         What the run charged (a fitted estimator's ``ledger_``).
     group_size : int
-        k, e.g. the most trials one subject contributed to the run.
+        k, e.g. the most trials one subject contributed to a record-level run.
+        A ledger whose steps already hold groups (``group_size`` of its
+        entries, a run of ``records_per_subject``) is chained over k times its
+        largest group.
     delta : float
-    relation : {"substitute", "add_or_remove"}, default="substitute"
-        Two federations that differ in k records (the library's relation,
-        by group privacy), or one with and one without the k records (a
-        person's participation; ledgers of ``sampling="poisson"`` only, by the
-        tight sampled-group accountant). See the module docstring.
 
     Returns
     -------
     float
-        An upper bound on ε; for k = 1 and ``"substitute"``, the ledger's own
-        ε. inf for a run that was not private, and where the ledger's
-        certified curve (followed down to its rounding error, δ ≈ 1e-14, where
-        a composition's curve stops meaning anything) cannot certify the group
-        at ``delta``: for a subject of
-        hundreds of trials at a record-level ε of a few units, nothing is
-        certified by group privacy, and (k μ-GDP) nothing meaningful holds.
-
-    Raises
-    ------
-    ValueError
-        ``relation="add_or_remove"`` for a ledger with fixed-size steps.
+        An upper bound on ε; for k = 1, the ledger's own ε. inf for a run
+        that was not private, and where the ledger's certified curve (followed
+        down to its rounding error, δ ≈ 1e-14, where a composition's curve
+        stops meaning anything) cannot certify the group at ``delta``: for a
+        subject of hundreds of trials at a record-level ε of a few units,
+        nothing is certified by group privacy, and (k μ-GDP) nothing
+        meaningful holds.
 
     Examples
     --------
@@ -90,24 +69,18 @@ def group_epsilon(ledger: PrivacyAccountant, group_size: int, delta: float, *, r
     >>> ledger.step(mu0=0.5, sample_rate=1.0, num_steps=1)  # a 0.5-GDP release
     >>> round(group_epsilon(ledger, 1, 1e-5), 2), round(group_epsilon(ledger, 4, 1e-5), 2)
     (1.99, 10.02)
-    >>> sampled = PrivacyAccountant()
-    >>> sampled.step(mu0=0.5, sample_rate=0.001, num_steps=200, sampling="poisson")
-    >>> round(group_epsilon(sampled, 20, 1e-5), 2), round(group_epsilon(sampled, 20, 1e-5, relation="add_or_remove"), 2)
-    (0.51, 0.25)
     """
     if not ledger.private:
         return math.inf
     if not ledger.history:
         return 0.0
-    if relation == "add_or_remove":
-        return _sampled_group_epsilon(ledger, group_size, delta)
     if group_size == 1:
         return ledger.get_epsilon(delta)
-    return chained_epsilon(_composed(ledger), group_size, delta)
+    return chained_epsilon(_composed(ledger), group_size * ledger.group_size, delta)
 
 
 @validate_params(
-    {"eps": [Interval(Real, 0, MAX_EPSILON, closed="right")], "delta": [Interval(Real, MIN_DELTA, 1, closed="neither")],
+    {"eps": [Interval(Real, 0, MAX_EPSILON, closed="right")], "delta": [Interval(Real, MIN_DELTA, 1, closed="left")],
      "sample_rate": [Interval(Real, 0, 1, closed="right")], "steps": [Interval(Integral, 1, None, closed="left")],
      "group_size": [Interval(Integral, 1, None, closed="left")], "sampling": [StrOptions({"fixed", "poisson"})]},
     prefer_skip_nested_validation=True,
@@ -209,20 +182,6 @@ def _calibrate_group(eps: float, delta: float, sample_rate: float, steps: int, g
         else:
             hi = middle
     return math.exp(lo)
-
-
-def _sampled_group_epsilon(ledger: PrivacyAccountant, group_size: int, delta: float) -> float:
-    """ε at ``delta`` for adding or removing k records: the composition of the entries'
-    :func:`~skfedriem.privacy.record_groups.group_removal_pld`."""
-    fixed = sorted({entry.sampling for entry in ledger.history} - {"poisson"})
-    if fixed:
-        raise ValueError(f"relation='add_or_remove' is certified for Poisson-sampled steps only (their rate does not "
-                         f"change with the dataset); this ledger holds {fixed} ones. Use relation='substitute'.")
-    composed = None
-    for entry in ledger.history:
-        pld = group_removal_pld(entry.mu0, entry.sample_rate, group_size, entry.steps)
-        composed = pld if composed is None else composed.compose(pld)
-    return float(composed.get_epsilon_for_delta(delta))
 
 
 def _composed(ledger: PrivacyAccountant):

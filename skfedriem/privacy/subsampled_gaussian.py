@@ -331,12 +331,24 @@ def calibrate_mu0(
     -------
     mu0 : float
 
+    Raises
+    ------
+    ValueError
+        When ``delta`` is at least the chance that a record is ever sampled,
+        1 − (1 − q)^steps: no noise is then needed for (ε, δ), which
+        certifies nothing.
+
     Examples
     --------
     >>> mu0 = calibrate_mu0(1.0, 1e-5, 0.1, 2000)
     >>> epsilon_spent(mu0, 0.1, 2000, 1e-5) <= 1.0
     True
     """
+    ever_sampled = 1.0 if sample_rate >= 1 else -math.expm1(steps * math.log1p(-sample_rate))  # 1 − (1 − q)^steps
+    if delta >= ever_sampled:
+        raise ValueError(f"delta={delta!r} is at least the chance that a record is sampled at all in {steps} steps at "
+                         f"rate {sample_rate:.3g}: every noise level certifies eps=0 at that delta (a record may be "
+                         "released in the clear with that probability). Ask for a much smaller delta.")
     return _calibrate(float(eps), float(delta), float(sample_rate), int(steps), sampling, float(rtol),
                       float(discretization))
 

@@ -129,34 +129,16 @@ def test_the_group_calibration_certifies_its_target_for_the_group(eps, q, steps,
     assert one_more.get_epsilon(DELTA) > eps  # the largest μ0, to 1 %
 
 
-def _pair_epsilon(mu0: float, weights: np.ndarray, steps: int) -> float:
-    """A lower bound on ε of substituting a subject whose j sampled records (weights: P(J = j)) each move a step by
-    ±μ0 / 2: the pair Σ_j w_j N(j μ0 / 2, 1) against Σ_j w_j N(−j μ0 / 2, 1), binned (post-processing) and read
-    by dp-accounting's optimistic distribution, composed over the steps."""
-    from dp_accounting.pld import privacy_loss_distribution as pld_lib
-    from scipy.stats import norm
-
-    shifts = np.arange(len(weights)) * mu0 / 2
-    edges = np.concatenate([[-np.inf], np.arange(-shifts[-1] - 14, shifts[-1] + 14, 0.004), [np.inf]])
-    upper = sum(w * np.diff(norm.cdf(edges - s)) for w, s in zip(weights, shifts))
-    lower = sum(w * np.diff(norm.cdf(edges + s)) for w, s in zip(weights, shifts))
-    keep = np.flatnonzero((upper > 0) & (lower > 0))
-    pld = pld_lib.from_two_probability_mass_functions(
-        {int(i): math.log(lower[i]) for i in keep}, {int(i): math.log(upper[i]) for i in keep},
-        pessimistic_estimate=False, value_discretization_interval=1e-3)
-    return float(pld.self_compose(steps).get_epsilon_for_delta(DELTA))
-
-
 @pytest.mark.parametrize("mu0, q, steps, k", [(2.0, 0.2, 10, 20), (0.5, 0.2, 10, 5), (1.0, 0.5, 5, 3)])
 def test_a_group_is_never_certified_below_a_concrete_pair_of_its_datasets(mu0, q, steps, k):
     """Subject A's k sampled records all at +C, B's at −C (Poisson: J ~ Binomial(k, q) of them in a step): the
     ledger's ε for groups of k is at least that pair's. Far along the composed curve the FFT's rounding made δ
     negative, and a line at δ = 0 there certified (2.0, 0.2, 10, 20) at 62 against the pair's 227."""
-    from scipy.stats import binom
+    from skfedriem.audit import subject_pair_epsilon
 
     ledger = PrivacyAccountant()
     ledger.step(mu0=mu0, sample_rate=q, num_steps=steps, sampling="poisson", group_size=k)
-    assert ledger.get_epsilon(DELTA) >= _pair_epsilon(mu0, binom.pmf(np.arange(k + 1), k, q), steps)
+    assert ledger.get_epsilon(DELTA) >= subject_pair_epsilon(mu0, q, steps, k, DELTA)
 
 
 def test_a_groups_epsilon_never_falls_as_the_noise_falls():
@@ -166,3 +148,13 @@ def test_a_groups_epsilon_never_falls_as_the_noise_falls():
         ledger.step(mu0=float(mu0), sample_rate=0.02, num_steps=400, sampling="poisson", group_size=10)
         values.append(ledger.get_epsilon(DELTA))
     assert all(a <= b for a, b in zip(values, values[1:])) and math.isfinite(values[0])
+
+
+def test_a_group_of_subjects_of_k_records_each_is_a_group_of_their_records():
+    """A ledger charged for groups of 3 (3 records a subject): two subjects are six records."""
+    grouped, records = PrivacyAccountant(), PrivacyAccountant()
+    grouped.step(mu0=0.2, sample_rate=0.1, num_steps=50, group_size=3)
+    records.step(mu0=0.2, sample_rate=0.1, num_steps=50)
+    assert group_epsilon(grouped, 1, DELTA) == grouped.get_epsilon(DELTA) == group_epsilon(records, 3, DELTA)
+    assert group_epsilon(grouped, 2, DELTA) == group_epsilon(records, 6, DELTA)
+    assert group_epsilon(records, 2, 1e-12) > group_epsilon(records, 2, 1e-5)  # the smallest δ is accepted

@@ -252,3 +252,10 @@ def test_steps_of_very_different_mu0_share_one_grid_in_every_composition():
     assert first < last and wide_alone <= both
     assert math.isclose(last, ledger.get_epsilon(DELTA, discretization=10 * DISCRETIZATION), rel_tol=1e-9)
     assert group_epsilon(ledger, 2, DELTA) > both
+
+
+@pytest.mark.parametrize("delta, q, steps", [(1e-2, 1e-3, 1), (0.5, 0.1, 5), (1e-5, 1e-6, 5)])
+def test_a_delta_above_the_chance_a_record_is_sampled_is_refused(delta, q, steps):
+    """Every μ0 certifies ε = 0 at such a δ: the search for the largest one doubled μ0 until it ran out of memory."""
+    with pytest.raises(ValueError, match="chance that a record is sampled"):
+        calibrate_mu0(1.0, delta, q, steps)
