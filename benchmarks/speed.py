@@ -57,7 +57,6 @@ EEGMMIDB = ROOT.parent / "shared" / "data" / "eegmmidb"
 #: lockstep against one by one are issue 33's; peak memory is in MB (it does not vary with the machine's speed).
 TARGETS = {
     "bnci_lockstep_over_eigh_floor": 2.5,
-    "bnci_lockstep_over_one_by_one": 0.45,
     "bnci_n_jobs_2_over_n_jobs_1": 0.6,
     "bnci_busy_over_idle": 1.3,
     "bnci_n_jobs_2_busy_over_idle": 1.3,
@@ -282,7 +281,6 @@ def main() -> None:
     floor = bnci[1]["eigh_floor"]
     figures = {
         "bnci_lockstep_over_eigh_floor": bnci[1]["rounds_seconds"] / floor["floor_s"],
-        "bnci_lockstep_over_one_by_one": bnci[1]["seconds"] / bnci_one_by_one[1]["seconds"],
         "bnci_n_jobs_2_over_n_jobs_1": bnci[2]["seconds"] / bnci[1]["seconds"],
         "bnci_busy_over_idle": bnci_busy[1]["seconds"] / bnci[1]["seconds"],
         "bnci_n_jobs_2_busy_over_idle": bnci_busy[2]["seconds"] / bnci[2]["seconds"],
