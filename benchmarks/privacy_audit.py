@@ -1,6 +1,7 @@
 """Empirical privacy audits: lower bounds on ε beside the certified ε, and the broken mechanisms they catch.
 
     python benchmarks/privacy_audit.py [--runs 2000] [--runs-subsampled 1000] [--runs-fits 1000] [--jobs 2]
+                                       [--kinds subject client ...]
 
 Rows: whole FederatedPCA runs of the Riemannian solver at ε ∈ {1, 4, 10}, both
 sampling modes, full batches (q = 1, where the audit is tight) and subsampled
@@ -8,11 +9,12 @@ sampling modes, full batches (q = 1, where the audit is tight) and subsampled
 FederatedSPDNetClassifier fits; a client's rounds on a two-block model against
 a static and an adaptive server (θ and clip changed between rounds); FederatedPCA
 fits whose neighbours differ in a whole subject of 5 trials, subject-level (must
-hold) and RECORD-LEVEL at the same ε (must fail the subject-level claim). Then the
+hold, from each subject's clipped mean or from 5 records of each subject charged by
+group privacy) and RECORD-LEVEL at the same ε (must fail the subject-level claim). Then the
 broken mechanisms an audit must catch: no noise, half the noise the accountant
 charges, the one-shot release calibrated to C instead of its √2 C, per-block
 clipping, a noise stream restarted every round, the old step against a server
-off the manifold, a subject's trials clipped one by one. Every fit draws fresh OS entropy (random_state=None) except
+off the manifold, a subject's trials clipped one by one, a subject's 5 records charged as one. Every fit draws fresh OS entropy (random_state=None) except
 the classifier's, seeded per fit so that the auditor can rebuild its public
 initial network. Prints a table and one JSON line; the baseline of each row is
 the certified ε of the same runs.
@@ -34,12 +36,14 @@ from contextlib import nullcontext
 from skfedriem.audit import (audit_client_rounds, audit_covariance_release, audit_federated_pca,
                              audit_off_manifold_server, audit_spdnet_classifier, audit_subject_level)
 from skfedriem.audit.mutations import (noise_projected_alone, noise_scaled, noise_stream_restarted,
-                                       per_block_clipping, subjects_clipped_by_record)
+                                       per_block_clipping, subjects_charged_as_records,
+                                       subjects_clipped_by_record)
 
 AUDITS = {"pca": audit_federated_pca, "covariance": audit_covariance_release, "spdnet": audit_spdnet_classifier,
           "client": audit_client_rounds, "server": audit_off_manifold_server, "subject": audit_subject_level}
 MUTATIONS = {"noise": noise_scaled, "old_step": noise_projected_alone, "restart": noise_stream_restarted,
-             "per_block": per_block_clipping, "by_record": subjects_clipped_by_record}
+             "per_block": per_block_clipping, "by_record": subjects_clipped_by_record,
+             "as_records": subjects_charged_as_records}
 
 
 def _task(task: dict) -> dict:
@@ -80,10 +84,14 @@ def tasks(runs: int, runs_subsampled: int, runs_fits: int) -> list[dict]:
                         mutation=("restart",), n_runs=runs))
     for eps in (1.0, 4.0, 10.0):
         out.append(dict(kind="subject", label="subject-level, a 5-trial subject", eps=eps, n_runs=runs))
+        out.append(dict(kind="subject", label="subject-level, 5 records a subject", eps=eps, records_per_subject=5,
+                        n_runs=runs))
         out.append(dict(kind="subject", label="RECORD-LEVEL run, a 5-trial subject", eps=eps, privacy_unit="record",
                         n_runs=runs))
     out.append(dict(kind="subject", label="BROKEN: subject's trials clipped alone", eps=4.0, mutation=("by_record",),
                     n_runs=runs))
+    out.append(dict(kind="subject", label="BROKEN: 5 records charged as one", eps=4.0, records_per_subject=5,
+                    mutation=("as_records",), n_runs=runs))
     out.append(dict(kind="server", label="off-manifold server, current step", n_runs=runs))
     out.append(dict(kind="server", label="BROKEN: off-manifold server, old step", mutation=("old_step",),
                     n_runs=runs))
@@ -96,10 +104,13 @@ def main() -> None:
     parser.add_argument("--runs-subsampled", type=int, default=1000, help="runs per side at q = 0.2")
     parser.add_argument("--runs-fits", type=int, default=1000, help="runs per side of the classifier fits")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes (one torch thread each)")
+    parser.add_argument("--kinds", nargs="+", choices=sorted(AUDITS), default=sorted(AUDITS),
+                        help="the audits to run (default: all)")
     args = parser.parse_args()
     started = time.perf_counter()
+    chosen = [t for t in tasks(args.runs, args.runs_subsampled, args.runs_fits) if t["kind"] in args.kinds]
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        rows = list(pool.map(_task, tasks(args.runs, args.runs_subsampled, args.runs_fits)))
+        rows = list(pool.map(_task, chosen))
     print(f"{'runs':<40} {'q':>4} {'steps':>5} {'eps cert':>9} {'lower bd':>9} {'any-mech':>9} {'n/side':>7} "
           f"{'FPR':>6} {'FNR':>6} {'s':>6}  verdict")
     for r in rows:

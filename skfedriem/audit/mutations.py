@@ -26,7 +26,7 @@ from ..federated import client as client_module
 from ..federated.lockstep import rounds as lockstep_rounds
 from ..manifolds import manifold_of
 
-from ..privacy import PrivacyAccountant
+from ..privacy import PrivacyAccountant, WholeRunAccounting
 from ..privacy import mechanism as mechanism_module
 from ..privacy import optimizer as optimizer_module
 from ..privacy.per_sample import per_sample_gradients, trainable_parameters
@@ -34,7 +34,7 @@ from ..privacy.sampling import make_sampler
 
 __all__ = ["noise_projected_alone", "noise_scaled", "noise_stream_restarted", "per_block_clipping",
            "site_charges_the_servers_numbers", "site_drops_invalid_records", "site_ignores_the_planned_size",
-           "subjects_clipped_by_record"]
+           "subjects_charged_as_records", "subjects_clipped_by_record"]
 
 
 def _one_by_one(recipe, theta, clients, states, instructions):
@@ -252,4 +252,25 @@ def subjects_clipped_by_record() -> Iterator[None]:
         return honest(module, loss_fn, batch, segments=None, **kw)
 
     with _patched((optimizer_module, "private_gradient", by_record)):
+        yield
+
+
+@contextmanager
+def subjects_charged_as_records() -> Iterator[None]:
+    """Runs of k records a subject (``records_per_subject``) are calibrated and charged as if a subject were one record.
+
+    The step is the honest one: each subject still gives k records, each
+    clipped alone; but the noise is calibrated for one record and the ledger
+    forgets the group, so a subject whose k records are all sampled moves the
+    step by k clipped gradients while the run reports ε for one.
+    """
+    honest_step, honest_calibrate = PrivacyAccountant.step, WholeRunAccounting.calibrate
+
+    def step(self, *args, group_size: int = 1, **kw):
+        return honest_step(self, *args, **kw)
+
+    def calibrate(self, *args, group_size: int = 1, **kw):
+        return honest_calibrate(self, *args, **kw)
+
+    with _patched((PrivacyAccountant, "step", step), (WholeRunAccounting, "calibrate", calibrate)):
         yield

@@ -126,8 +126,8 @@ def _canary_scores(settings: dict, records, fit_params: dict, n_runs: int, rando
     return scores, est
 
 
-def audit_subject_level(eps: float, *, privacy_unit: str = "subject", n_trials: int = 5, delta: float = 1e-5,
-                        n_rounds: int = 10, n_runs: int = 200, clip: float = 1.0, lr: float = 1e-6,
+def audit_subject_level(eps: float, *, privacy_unit: str = "subject", records_per_subject: int | None = None,
+                        n_trials: int = 5, delta: float = 1e-5, n_rounds: int = 10, n_runs: int = 200, clip: float = 1.0, lr: float = 1e-6,
                         random_state: int | None = None, confidence: float = 0.95) -> AuditResult:
     """Audit FederatedPCA fits against a subject-level claim: D and D' differ in one whole subject of ``n_trials``.
 
@@ -142,12 +142,19 @@ def audit_subject_level(eps: float, *, privacy_unit: str = "subject", n_trials: 
     run is calibrated for one trial, and each of the subject's trials moves
     every step by its own clipped gradient: the audit's lower bound for the
     subject then exceeds the run's ε (a record-level ε is not a subject's).
+    With ``records_per_subject`` k (subject-level) each subject gives k
+    records a step, each clipped alone, and the run is charged by group
+    privacy over k: the subject's ``n_trials`` trials (k of them) must hold
+    the run's ε for one subject.
 
     Parameters
     ----------
     eps : float
         The target each fit is calibrated to.
     privacy_unit : {"subject", "record"}, default="subject"
+    records_per_subject : int, optional
+        k records of each subject a step (subject-level only); None: each
+        subject's clipped mean.
     n_trials : int, default=5
         The canary subject's trials.
     delta : float, default=1e-5
@@ -165,9 +172,11 @@ def audit_subject_level(eps: float, *, privacy_unit: str = "subject", n_trials: 
     AuditResult
         ``epsilon_certified`` is the run's ε (for one subject, or one trial).
     """
-    batch = 2 if privacy_unit == "subject" else n_trials + 1
+    # every unit of the client a step (q = 1): 2 subjects, their 2 k slots, or the n_trials + 1 records
+    batch = n_trials + 1 if privacy_unit == "record" else 2 * (records_per_subject or 1)
     settings = dict(n_components=1, eps=eps, delta=delta, clip=clip, n_rounds=n_rounds, local_steps=1,
-                    batch_size=batch, lr=lr, init=[[1.0, 0.0]], solver="riemannian", privacy_unit=privacy_unit)
+                    batch_size=batch, lr=lr, init=[[1.0, 0.0]], solver="riemannian", privacy_unit=privacy_unit,
+                    records_per_subject=records_per_subject)
 
     def records(side: int) -> np.ndarray:
         X = np.zeros((n_trials + 1, 2))
@@ -178,7 +187,9 @@ def audit_subject_level(eps: float, *, privacy_unit: str = "subject", n_trials: 
     fit_params = {"subjects": np.array([0] * n_trials + [1])} if privacy_unit == "subject" else {}
     started = time.perf_counter()
     scores, est = _canary_scores(settings, records, fit_params, n_runs, random_state)
-    return audit_scores(scores[1], scores[-1], mu0=est.mu0_, sample_rate=1.0, steps=n_rounds, sampling="fixed",
+    # at q = 1 a subject's k slots are all in every step: its release is a Gaussian of k μ0 (a record's μ0 is est.mu0_)
+    mu0 = est.mu0_ * (records_per_subject or 1)
+    return audit_scores(scores[1], scores[-1], mu0=mu0, sample_rate=1.0, steps=n_rounds, sampling="fixed",
                         delta=delta, epsilon_certified=est.epsilon_, confidence=confidence, threshold=0.0,
                         seconds=time.perf_counter() - started)
 

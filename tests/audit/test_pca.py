@@ -3,7 +3,8 @@
 import pytest
 
 from skfedriem.audit import audit_federated_pca, audit_off_manifold_server, audit_subject_level
-from skfedriem.audit.mutations import noise_projected_alone, noise_scaled, subjects_clipped_by_record
+from skfedriem.audit.mutations import (noise_projected_alone, noise_scaled, subjects_charged_as_records,
+                                       subjects_clipped_by_record)
 
 RUNS = 150
 
@@ -69,3 +70,16 @@ def test_clipping_a_subjects_trials_one_by_one_is_caught():
     with subjects_clipped_by_record():
         result = audit_subject_level(4.0, n_trials=5, n_runs=RUNS, random_state=0)
     assert result.violated and result.epsilon_lower_bound > 2 * result.epsilon_certified
+
+
+@pytest.mark.slow
+def test_k_records_of_each_subject_hold_the_subject_level_epsilon_and_charging_them_as_one_is_caught():
+    """records_per_subject=5: a subject's 5 trials are its 5 records of every step, each clipped alone and charged by
+    group privacy over 5 (at q = 1 that is tight: a Gaussian of 5 μ0); calibrated and charged as one record, the same
+    subject is distinguished far beyond the ε the run reports."""
+    honest = audit_subject_level(4.0, records_per_subject=5, n_trials=5, n_runs=RUNS, random_state=0)
+    assert honest.epsilon_certified <= 4.0 and not honest.violated
+    assert honest.epsilon_lower_bound > 0.25 * honest.epsilon_certified
+    with subjects_charged_as_records():
+        broken = audit_subject_level(4.0, records_per_subject=5, n_trials=5, n_runs=RUNS, random_state=0)
+    assert broken.violated and broken.epsilon_lower_bound > 2 * broken.epsilon_certified
