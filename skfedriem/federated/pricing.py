@@ -169,8 +169,9 @@ class RoundPricing:
         the server chooses and sees it). Steps without noise cost infinite loss.
         """
         unit, k = self.settings.privacy_unit, self.settings.records_per_subject
-        cost = round_release(step_plan(self.client_instructions(i, lr, clip), size, self.module, unit, k)
-                             for i, size in enumerate(self.client_sizes))
+        # each distinct (instructions, size) once: the round's envelope is a maximum over the clients' plans
+        pairs = dict.fromkeys((self.client_instructions(i, lr, clip), size) for i, size in enumerate(self.client_sizes))
+        cost = round_release(step_plan(instructions, size, self.module, unit, k) for instructions, size in pairs)
         if clip is None or clip == self.plan_.clip:
             return cost
         # adaptive clipping: the round as planned (at C_0) dominates it, step for step; charging that keeps
