@@ -170,7 +170,10 @@ def audit_subject_level(eps: float, *, privacy_unit: str = "subject", records_pe
     Returns
     -------
     AuditResult
-        ``epsilon_certified`` is the run's ε (for one subject, or one trial).
+        ``epsilon_certified`` is the run's ε (for one subject, or one trial);
+        ``mu0_certified`` is the per-step μ0 of the unit the run protects
+        (with ``records_per_subject`` k, k times a record's: at q = 1 a
+        subject's k records are in every step).
     """
     # every unit of the client a step (q = 1): 2 subjects, their 2 k slots, or the n_trials + 1 records
     batch = n_trials + 1 if privacy_unit == "record" else 2 * (records_per_subject or 1)
