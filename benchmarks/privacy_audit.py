@@ -14,9 +14,10 @@ group privacy) and RECORD-LEVEL at the same ε (must fail the subject-level clai
 broken mechanisms an audit must catch: no noise, half the noise the accountant
 charges, the one-shot release calibrated to C instead of its √2 C, per-block
 clipping, a noise stream restarted every round, the old step against a server
-off the manifold, a subject's trials clipped one by one, a subject's 5 records charged as one. Every fit draws fresh OS entropy (random_state=None) except
-the classifier's, seeded per fit so that the auditor can rebuild its public
-initial network. Prints a table and one JSON line; the baseline of each row is
+off the manifold, a subject's trials clipped one by one, a subject's 5 records
+charged as one. Every fit draws fresh OS entropy (random_state=None) except the
+classifier's, seeded per fit so that the auditor can rebuild its public initial
+network. Prints a table and one JSON line; the baseline of each row is
 the certified ε of the same runs.
 """
 

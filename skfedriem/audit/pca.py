@@ -127,8 +127,9 @@ def _canary_scores(settings: dict, records, fit_params: dict, n_runs: int, rando
 
 
 def audit_subject_level(eps: float, *, privacy_unit: str = "subject", records_per_subject: int | None = None,
-                        n_trials: int = 5, delta: float = 1e-5, n_rounds: int = 10, n_runs: int = 200, clip: float = 1.0, lr: float = 1e-6,
-                        random_state: int | None = None, confidence: float = 0.95) -> AuditResult:
+                        n_trials: int = 5, delta: float = 1e-5, n_rounds: int = 10, n_runs: int = 200,
+                        clip: float = 1.0, lr: float = 1e-6, random_state: int | None = None,
+                        confidence: float = 0.95) -> AuditResult:
     """Audit FederatedPCA fits against a subject-level claim: D and D' differ in one whole subject of ``n_trials``.
 
     One client holds two subjects: the canary subject, all of whose
@@ -190,7 +191,7 @@ def audit_subject_level(eps: float, *, privacy_unit: str = "subject", records_pe
     fit_params = {"subjects": np.array([0] * n_trials + [1])} if privacy_unit == "subject" else {}
     started = time.perf_counter()
     scores, est = _canary_scores(settings, records, fit_params, n_runs, random_state)
-    # at q = 1 a subject's k slots are all in every step: its release is a Gaussian of k μ0 (a record's μ0 is est.mu0_)
+    # at q = 1 a subject's k slots are all in every step: a Gaussian of k μ0 (est.mu0_ is a record's μ0)
     mu0 = est.mu0_ * (records_per_subject or 1)
     return audit_scores(scores[1], scores[-1], mu0=mu0, sample_rate=1.0, steps=n_rounds, sampling="fixed",
                         delta=delta, epsilon_certified=est.epsilon_, confidence=confidence, threshold=0.0,
