@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from ..manifolds import ManifoldParameter, Stiefel
+from .spdnet_gradients import LossFn, spdnet_tangent_gradients
 from .spectral import log_eig, log_re_eig, re_eig
 
 __all__ = ["BiMap", "LogEig", "LogReEig", "ReEig", "SPDNet", "TraceNormalize", "Vech"]
@@ -233,3 +234,30 @@ class SPDNet(nn.Module):
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         """Logits, shape (n_matrices, n_classes), for X of shape (n_matrices, C, C)."""
         return self.classifier(self.features(X))
+
+    def per_record_tangent_gradients(self, loss_fn: LossFn, batch: tuple[torch.Tensor, ...], *, record_dims: int = 1,
+                                     parameters: dict[str, torch.Tensor] | None = None
+                                     ) -> dict[str, torch.Tensor] | None:
+        """Every record's tangent gradient of ``loss_fn``, in closed form; None where it does not apply.
+
+        The private step's route for this model
+        (:func:`~skfedriem.models.spdnet_gradients.spdnet_tangent_gradients`):
+        the same per-record gradients as the layer-wise rules, projected, at
+        about half their cost beyond the eigendecompositions.
+
+        Parameters
+        ----------
+        loss_fn : callable
+            ``loss_fn(logits, *targets)`` -> per-record losses.
+        batch : tuple of torch.Tensor
+            ``(inputs, *targets)``, inputs ``(*records, C, C)``.
+        record_dims : int, default=1
+            Leading axes that index records (2 for clients in lockstep).
+        parameters : dict of str to torch.Tensor, optional
+            Values instead of this model's own (K clients' stacked blocks).
+
+        Returns
+        -------
+        dict of str to torch.Tensor or None
+        """
+        return spdnet_tangent_gradients(self, loss_fn, batch, record_dims=record_dims, parameters=parameters)

@@ -61,15 +61,15 @@ def loewner_matrix(kind: str, eigenvalues: torch.Tensor, floor: float = 0.0) -> 
     L : torch.Tensor, shape (..., n, n)
     """
     values = _values(kind, eigenvalues, floor)
-    slopes = _derivatives(kind, eigenvalues, floor)
+    # each n x n array is one pass over memory, so what can be is formed on the n eigenvalues first: the tolerance
+    # (100 ε |λ| then the larger of two, the same bits as 100 ε times the larger) and the half slopes
+    tolerance = 100 * torch.finfo(eigenvalues.dtype).eps * eigenvalues.abs()
+    half_slopes = _derivatives(kind, eigenvalues, floor) / 2
     gap = eigenvalues.unsqueeze(-1) - eigenvalues.unsqueeze(-2)
-    rise = values.unsqueeze(-1) - values.unsqueeze(-2)
-    scale = eigenvalues.abs().unsqueeze(-1).maximum(eigenvalues.abs().unsqueeze(-2))
-    # equal to working precision: the quotient would be 0/0 or cancellation noise
-    close = gap.abs() <= 100 * torch.finfo(eigenvalues.dtype).eps * scale
-    mean_slope = (slopes.unsqueeze(-1) + slopes.unsqueeze(-2)) / 2
-    quotient = rise / torch.where(close, torch.ones_like(gap), gap)
-    return torch.where(close, mean_slope, quotient)
+    # equal to working precision: the quotient would be 0/0 or cancellation noise, and is not taken
+    close = gap.abs() <= tolerance.unsqueeze(-1).maximum(tolerance.unsqueeze(-2))
+    quotient = (values.unsqueeze(-1) - values.unsqueeze(-2)) / gap
+    return torch.where(close, half_slopes.unsqueeze(-1) + half_slopes.unsqueeze(-2), quotient)
 
 
 class _SpectralFunction(torch.autograd.Function):

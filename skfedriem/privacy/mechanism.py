@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -69,23 +70,48 @@ def project_per_sample(
     return {name: manifold_of(params[name]).proju(params[name].detach(), g) for name, g in grads.items()}
 
 
-def record_norms(rows: torch.Tensor) -> torch.Tensor:
-    """The Euclidean norm of every row, without underflow: each row is divided by its largest entry first.
+def record_norms(rows: torch.Tensor | Sequence[torch.Tensor]) -> torch.Tensor:
+    """The Euclidean norm of every row, without underflow or overflow of its squares.
 
     ``torch.linalg.vector_norm`` squares the entries as they are: a gradient
     whose entries are all below √(smallest normal) (1e-19 in float32) comes
-    out with norm 0 and would escape clipping. Scaling first gives its true
-    norm (a row with an inf or NaN entry still gets a non-finite norm).
+    out with norm 0 and would escape clipping, and one above √(largest)
+    with norm inf. So a row's plain norm is kept only where it is finite and
+    large enough that squares lost to underflow (each below the smallest
+    normal) cannot move it by more than rounding (‖g‖² ≥ 4 D · tiny / ε for D
+    entries); every other row is computed again with its entries divided by
+    its largest first, which gives its true norm (a row with an inf or NaN
+    entry still gets a non-finite norm). The usual row costs one pass over
+    memory.
 
     Parameters
     ----------
-    rows : torch.Tensor of shape (..., B, D)
-        Any leading axes (e.g. clients in lockstep) are kept.
+    rows : torch.Tensor of shape (..., B, D), or a sequence of them
+        Any leading axes (e.g. clients in lockstep) are kept. A sequence is
+        the blocks of each row, ``(..., B, D_b)``, as if concatenated along the
+        last axis (per-record gradients of several parameters), without the copy.
 
     Returns
     -------
     torch.Tensor of shape (..., B)
     """
+    blocks = [rows] if torch.is_tensor(rows) else list(rows)
+    squares = None
+    for block in blocks:
+        square = torch.linalg.vector_norm(block, dim=-1).square()
+        squares = square if squares is None else squares + square
+    norms = squares.sqrt()
+    info = torch.finfo(norms.dtype)
+    width = sum(block.shape[-1] for block in blocks)
+    trusted = torch.isfinite(norms) & (norms >= math.sqrt(4 * width * info.tiny / info.eps))
+    if not bool(trusted.all()):
+        redo = ~trusted
+        norms[redo] = _scaled_norms(torch.cat([block[redo] for block in blocks], -1))
+    return norms
+
+
+def _scaled_norms(rows: torch.Tensor) -> torch.Tensor:
+    """‖row‖ computed on the row divided by its largest entry (no square underflows or overflows)."""
     scale = rows.abs().amax(dim=-1)
     safe = torch.where(scale > 0, scale, torch.ones_like(scale))
     return torch.linalg.vector_norm(rows / safe.unsqueeze(-1), dim=-1) * scale
@@ -122,7 +148,7 @@ class DenseGradients(PerRecordGradients):
         self.grads = grads
 
     def norms(self) -> torch.Tensor:
-        return record_norms(torch.cat([g.flatten(start_dim=1) for g in self.grads.values()], 1))
+        return record_norms([g.flatten(start_dim=1) for g in self.grads.values()])
 
     def weighted_sum(self, weights: torch.Tensor) -> dict[str, torch.Tensor]:
         grads = self.grads
@@ -306,7 +332,9 @@ def per_record_gradients(module: nn.Module, loss_fn: LossFn, batch: tuple[torch.
     """Every record's tangent gradient P_θ ∇f(θ; z) of a batch, by the route :func:`private_gradient` takes.
 
     In order of preference: the module's closed form
-    ``per_sample_tangent_gradients(*batch)``; per-layer rules after one
+    ``per_sample_tangent_gradients(*batch)``; its closed form for a loss,
+    ``per_record_tangent_gradients(loss_fn, batch)`` (SPDNet), where that
+    returns gradients; per-layer rules after one
     backward pass (:func:`~skfedriem.privacy.layerwise_per_sample_gradients`);
     ``torch.func.vmap`` for any other module.
 
@@ -325,6 +353,10 @@ def per_record_gradients(module: nn.Module, loss_fn: LossFn, batch: tuple[torch.
     closed_form = getattr(module, "per_sample_tangent_gradients", None)
     if callable(closed_form):
         return closed_form(*batch)
+    of_loss = getattr(module, "per_record_tangent_gradients", None)
+    tangent = of_loss(loss_fn, batch) if callable(of_loss) and batch[0].shape[0] > 0 else None
+    if tangent is not None:
+        return DenseGradients(tangent)
     ambient = None if batch[0].shape[0] == 0 else layerwise_per_sample_gradients(module, loss_fn, batch)
     if ambient is None:
         ambient = per_sample_gradients(module, loss_fn, batch)

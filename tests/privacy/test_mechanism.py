@@ -254,3 +254,29 @@ def test_a_clip_or_noise_below_the_models_dtype_is_refused():
     with pytest.raises(InvalidInstructionsError, match="'noise_std'"):
         step_plan(RoundInstructions(**base, clip=1.0, noise_std=5e-324), 20, module)
     assert step_plan(RoundInstructions(**base, clip=1e-30, noise_std=2e-30), 20, module.double()).private
+
+
+def test_gradients_whose_squares_overflow_get_their_finite_norm():
+    from skfedriem.privacy.mechanism import clip_factors, record_norms
+
+    rows = torch.full((2, 4), 1e20, dtype=torch.float32)
+    assert torch.isinf(torch.linalg.vector_norm(rows, dim=1)).all()  # what torch computes
+    norms = record_norms(rows)
+    assert torch.allclose(norms, torch.full((2,), 2e20), rtol=1e-6)
+    assert torch.allclose(clip_factors(norms, 1.0), torch.full((2,), 0.5e-20), rtol=1e-6)  # clipped, not dropped
+
+
+def test_record_norms_of_blocks_are_those_of_the_rows_and_each_row_is_its_own():
+    """Blocks are the rows cut in pieces; a row recomputed (underflow, NaN) leaves the others' bits alone."""
+    from skfedriem.privacy.mechanism import record_norms
+
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(5, 7, generator=g), torch.randn(5, 3, generator=g)
+    torch.testing.assert_close(record_norms([a, b]), record_norms(torch.cat([a, b], 1)), rtol=1e-6, atol=0)
+    alone = record_norms([a, b])
+    a2, b2 = a.clone(), b.clone()
+    a2[1], b2[1] = 1e-30, 1e-30  # underflows: recomputed scaled
+    a2[3, 0] = float("nan")
+    mixed = record_norms([a2, b2])
+    assert torch.equal(mixed[[0, 2, 4]], alone[[0, 2, 4]])
+    assert torch.isclose(mixed[1], torch.tensor(1e-30 * 10 ** 0.5), rtol=1e-5) and torch.isnan(mixed[3])

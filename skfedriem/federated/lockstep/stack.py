@@ -70,7 +70,7 @@ class StackedDenseGradients(PerRecordGradients):
 
     def norms(self) -> torch.Tensor:
         """‖g_z‖ over all blocks, shape (K, B)."""
-        return record_norms(torch.cat([g.flatten(start_dim=2) for g in self.grads.values()], -1))
+        return record_norms([g.flatten(start_dim=2) for g in self.grads.values()])
 
     def weighted_sum(self, weights: torch.Tensor) -> dict[str, torch.Tensor]:
         """Σ_z w_kz g_kz per client, shape ``(K, *shape)``: client k's sum is the lone client's sum of its records."""
@@ -324,6 +324,10 @@ class ClientStack:
             closed_form = getattr(self.twin, "per_sample_tangent_gradients", None)
             if callable(closed_form):
                 return closed_form(*batch)
+            of_loss = getattr(self.module, "per_record_tangent_gradients", None)
+            tangent = of_loss(loss_fn, batch, record_dims=2, parameters=self.blocks) if callable(of_loss) else None
+            if tangent is not None:
+                return StackedDenseGradients(tangent)
             ambient = layerwise_per_sample_gradients(self.twin, _stacked_losses(loss_fn), batch, record_dims=2)
             if ambient is not None:
                 return StackedDenseGradients(self._tangent(ambient, 1))

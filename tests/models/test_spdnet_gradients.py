@@ -1,0 +1,129 @@
+"""SPDNet's per-record tangent gradients in closed form: the generic routes' gradients, and only where they apply."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from skfedriem.datasets import make_spd_classification
+from skfedriem.federated.lockstep import ClientStack
+from skfedriem.models import SPDNet
+from skfedriem.models.spdnet_gradients import spdnet_tangent_gradients
+from skfedriem.privacy import DenseGradients, layerwise_per_sample_gradients, per_sample_gradients
+from skfedriem.privacy.mechanism import per_record_gradients, project_per_sample
+from skfedriem.privacy.per_sample import trainable_parameters
+
+
+def cross_entropy(output, target):
+    return F.cross_entropy(output, target, reduction="none")
+
+
+def spd_batch(n=12, channels=8, classes=3, seed=0):
+    X, y, _ = make_spd_classification(1, n, channels, n_classes=classes, scale=1e-10, random_state=seed)
+    return torch.as_tensor(X), torch.as_tensor(y)
+
+
+def net(dims=(5,), normalize=True, seed=0):
+    return SPDNet(8, 3, dims=dims, normalize=normalize, generator=torch.Generator().manual_seed(seed),
+                  dtype=torch.float64)
+
+
+def reference(model, batch):
+    """torch.func's per-sample gradients, projected onto each block's tangent space."""
+    return project_per_sample(per_sample_gradients(model, cross_entropy, batch), trainable_parameters(model))
+
+
+@pytest.mark.parametrize("dims, normalize, frozen", [
+    ((5,), True, None), ((6, 4), True, None), ((6, 4), False, "features.0.weight"),
+    ((6, 4), True, "features.3.weight"), ((5,), True, "classifier.bias"), ((5,), True, "classifier.weight")])
+def test_the_closed_form_is_torch_funcs_tangent_gradient(dims, normalize, frozen):
+    model = net(dims, normalize)
+    if frozen:
+        dict(model.named_parameters())[frozen].requires_grad_(False)
+    X, y = spd_batch()
+    batch = (X if normalize else 1e10 * X, y)
+    ours, ref = model.per_record_tangent_gradients(cross_entropy, batch), reference(model, batch)
+    assert list(ours) == list(ref) and frozen not in ours
+    for name in ref:
+        torch.testing.assert_close(ours[name], ref[name], rtol=1e-9, atol=1e-12)
+
+
+def test_the_stiefel_gradient_of_every_record_is_tangent():
+    model = net((6, 4))
+    grads = model.per_record_tangent_gradients(cross_entropy, spd_batch())
+    for name in ("features.1.weight", "features.3.weight"):
+        W = dict(model.named_parameters())[name].detach()
+        skew = W.T @ grads[name]
+        assert float((skew + skew.mT).abs().max()) < 1e-12 * float(grads[name].abs().max())
+        assert float(grads[name].abs().max()) > 0
+
+
+def test_clients_stacked_get_each_their_own_gradients():
+    """Three clients' parameters and records in one call: client k's rows are a lone copy's at its parameters."""
+    model, X, y = net((6, 4)), *spd_batch(18)
+    g = torch.Generator().manual_seed(3)
+    stack = ClientStack(model, 3)
+    with torch.no_grad():
+        for name, block in stack.blocks.items():
+            block.add_(0.01 * torch.randn(block.shape, generator=g, dtype=block.dtype))
+        stack.project_()
+    stacked = model.per_record_tangent_gradients(cross_entropy, (X.view(3, 6, 8, 8), y.view(3, 6)), record_dims=2,
+                                                 parameters=stack.blocks)
+    for k in range(3):
+        lone = net((6, 4))
+        with torch.no_grad():
+            for name, p in lone.named_parameters():
+                p.copy_(stack.blocks[name][k])
+        alone = lone.per_record_tangent_gradients(cross_entropy, (X[6 * k:6 * (k + 1)], y[6 * k:6 * (k + 1)]))
+        for name in alone:
+            torch.testing.assert_close(stacked[name][k], alone[name], rtol=1e-10, atol=1e-13)
+
+
+class Subclass(SPDNet):
+    def forward(self, X):
+        return 2 * super().forward(X)
+
+
+def hooked():
+    model = net()
+    model.features[1].register_forward_hook(lambda *args: None)
+    return model
+
+
+def extended():
+    model = net()
+    model.classifier = nn.Sequential(nn.Linear(15, 15).double(), nn.Linear(15, 3).double())
+    return model
+
+
+def without_vech():
+    model = net()
+    model.features = model.features[:-1]
+    return model
+
+
+@pytest.mark.parametrize("make", [lambda: Subclass(8, 3, (5,), generator=torch.Generator().manual_seed(0)), hooked, extended, without_vech],
+                         ids=["subclass", "hooks", "another classifier", "another layer list"])
+def test_anything_but_an_spdnet_as_built_takes_the_generic_route(make):
+    model = make()
+    assert spdnet_tangent_gradients(model, cross_entropy, spd_batch()) is None
+
+
+def test_inputs_of_another_shape_and_a_loss_not_per_record_take_the_generic_route():
+    model = net()
+    X, y = spd_batch()
+    assert model.per_record_tangent_gradients(cross_entropy, (X[:, None], y)) is None  # a filter-bank axis
+    assert model.per_record_tangent_gradients(lambda out, t: F.cross_entropy(out, t), (X, y)) is None  # a mean
+
+
+def test_the_private_step_takes_the_closed_form_and_a_subclass_the_layer_rules():
+    batch = spd_batch()
+    model = net()
+    taken = per_record_gradients(model, cross_entropy, batch)
+    closed = model.per_record_tangent_gradients(cross_entropy, batch)
+    assert all(torch.equal(taken.grads[name], closed[name]) for name in closed)
+    sub = Subclass(8, 3, (5,), generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    rules = project_per_sample(layerwise_per_sample_gradients(sub, cross_entropy, batch), trainable_parameters(sub))
+    taken = per_record_gradients(sub, cross_entropy, batch)
+    assert isinstance(taken, DenseGradients)
+    assert all(torch.equal(taken.grads[name], rules[name]) for name in rules)
