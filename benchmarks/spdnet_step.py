@@ -4,8 +4,11 @@
     float32, same batch, medians of repeated steps, ratios to the non-private step:
 
     * non_private: one backward pass of the mean loss, projection, optimiser, Π;
-    * private (ours): per-sample gradients from the same single backward pass by
-      per-layer rules (skfedriem.privacy.layerwise), projection, clipping, noise;
+    * private (ours): per-sample tangent gradients in closed form
+      (skfedriem.models.spdnet_gradients), clipping, noise: what the private step runs;
+    * private_layer_rules: per-sample gradients from one backward pass by per-layer
+      rules (skfedriem.privacy.layerwise), projection, clipping, noise (the route
+      before the closed form, still that of a model without one);
     * private_vmap: per-sample gradients by torch.func vmap (the generic path);
     * private_loop: B separate backward passes (what vectorisation replaces).
 
@@ -31,7 +34,8 @@ from _shared import timed
 from skfedriem import FederatedSPDNetClassifier
 from skfedriem.datasets import make_spd_classification
 from skfedriem.models import SPDNet
-from skfedriem.privacy import DenseGradients, PrivateManifoldOptimizer, SeededRandomness, per_sample_gradients
+from skfedriem.privacy import (DenseGradients, PrivateManifoldOptimizer, SeededRandomness, layerwise_per_sample_gradients,
+                               per_sample_gradients)
 from skfedriem.privacy.mechanism import clip_factors, noisy_mean, project_per_sample
 from skfedriem.privacy.per_sample import trainable_parameters
 
@@ -47,6 +51,10 @@ def generic_private_gradient(model, batch, per_sample, randomness, clip=1.0, noi
     grads = DenseGradients(project_per_sample(per_sample(model, batch), params))
     sums = grads.weighted_sum(clip_factors(grads.norms(), clip))
     return noisy_mean(sums, params, denominator=B, noise_std=noise_std, randomness=randomness)
+
+
+def layer_rule_gradients(model, batch):
+    return layerwise_per_sample_gradients(model, loss_fn, batch)
 
 
 def vmap_gradients(model, batch):
@@ -72,6 +80,8 @@ def step_costs(repeats: int) -> dict:
                                        clip=clip, noise_std=sigma, randomness=g)
         ms[label] = 1e3 * timed(lambda: opt.step(batch, denominator=B), repeats)
     model = SPDNet(N_CH, K, (D,), generator=torch.Generator().manual_seed(1))
+    ms["private_layer_rules"] = 1e3 * timed(lambda: generic_private_gradient(model, batch, layer_rule_gradients, g),
+                                            repeats)
     ms["private_vmap"] = 1e3 * timed(lambda: generic_private_gradient(model, batch, vmap_gradients, g), repeats)
     ms["private_loop"] = 1e3 * timed(lambda: generic_private_gradient(model, batch, loop_gradients, g),
                                      max(3, repeats // 10), warmup=1)
@@ -99,9 +109,9 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     ms = step_costs(args.repeats)
     print(f"(a) SPDNet {N_CH}->{D}->{K}, B={B}, float32, {args.threads} threads; median ms per step")
-    print(f"{'variant':14} {'ms/step':>9} {'x non-private':>14}")
+    print(f"{'variant':19} {'ms/step':>9} {'x non-private':>14}")
     for label, value in ms.items():
-        print(f"{label:14} {value:9.3f} {value / ms['non_private']:14.2f}")
+        print(f"{label:19} {value:9.3f} {value / ms['non_private']:14.2f}")
     run = full_run(args.rounds)
     print(f"(b) 3 clients x 1300 trials, 22 ch, 4 classes, T={run['rounds']}, 1 local epoch, B={B}, eps=10: "
           f"{run['seconds']:.1f} s, peak RSS {run['peak_rss_mb']:.0f} MB, certified eps {run['epsilon']:.3f}")

@@ -31,6 +31,8 @@ SECTIONS = [
     ("Poisson stacks", "skfedriem.federated.lockstep.widths",
      "The public width of a stack of clients that sample by Poisson, and their batches laid out in it."),
     ("Models", "skfedriem.models", "Torch modules: SPDNet and its layers, EEGNet, the PCA objective."),
+    ("SPDNet per-record gradients", "skfedriem.models.spdnet_gradients",
+     "The private step's closed form for SPDNet: every record's tangent gradient, one forward, one written backward."),
     ("Datasets", "skfedriem.datasets", "Synthetic federations and MOABB helpers."),
     ("Metrics", "skfedriem.metrics", "Measures for experiments (on data someone holds in full: not private)."),
     ("Baselines", "skfedriem.baselines", "PriRFed's accounting and noise."),

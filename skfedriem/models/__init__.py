@@ -4,7 +4,6 @@ from .eegnet import EEGNet, TrialStandardize
 from .pca import PCAProjector
 from .second_moment import SecondMoment
 from .spdnet import BiMap, LogEig, LogReEig, ReEig, SPDNet, TraceNormalize, Vech
-from .spdnet_gradients import spdnet_tangent_gradients
 from .spectral import log_eig, log_re_eig, re_eig, spectral_function
 from .tangent_space import LinearOnFeatures, TangentMean, TangentSpace, TangentSpaceLogistic, reference_from_mean
 
@@ -28,6 +27,5 @@ __all__ = [
     "log_re_eig",
     "re_eig",
     "reference_from_mean",
-    "spdnet_tangent_gradients",
     "spectral_function",
 ]

@@ -10,13 +10,11 @@ per-sample gradient rule for :mod:`skfedriem.privacy.layerwise`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import lru_cache
-
 import torch
 from torch import nn
 
-from ..manifolds import ManifoldParameter, Stiefel
-from .spdnet_gradients import LossFn, spdnet_tangent_gradients
+from ..manifolds import ManifoldParameter, Stiefel, manifold_of
+from .spdnet_gradients import LossFn, bire_tangent_gradients, upper_triangle
 from .spectral import log_eig, log_re_eig, re_eig
 
 __all__ = ["BiMap", "LogEig", "LogReEig", "ReEig", "SPDNet", "TraceNormalize", "Vech"]
@@ -129,13 +127,6 @@ class LogReEig(nn.Module):
         return f"eps={self.eps}"
 
 
-@lru_cache(maxsize=32)
-def _upper_triangle(n: int, device: torch.device) -> torch.Tensor:
-    """Flat indices of the upper triangle of an n×n matrix, row by row."""
-    rows, cols = torch.triu_indices(n, n, device=device)
-    return rows * n + cols
-
-
 class Vech(nn.Module):
     """Upper triangle (diagonal included) of each matrix, row by row: n(n+1)/2 values.
 
@@ -147,7 +138,7 @@ class Vech(nn.Module):
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         # index_select on the flattened matrices: 5 µs where X[..., rows, cols] takes 35 (64 matrices of 16×16),
         # and its backward is an index_add rather than an index_put
-        return X.flatten(start_dim=-2).index_select(-1, _upper_triangle(X.shape[-1], X.device))
+        return X.flatten(start_dim=-2).index_select(-1, upper_triangle(X.shape[-1], X.device))
 
 
 class TraceNormalize(nn.Module):
@@ -241,9 +232,15 @@ class SPDNet(nn.Module):
         """Every record's tangent gradient of ``loss_fn``, in closed form; None where it does not apply.
 
         The private step's route for this model
-        (:func:`~skfedriem.models.spdnet_gradients.spdnet_tangent_gradients`):
-        the same per-record gradients as the layer-wise rules, projected, at
-        about half their cost beyond the eigendecompositions.
+        (:func:`~skfedriem.models.spdnet_gradients.bire_tangent_gradients`): the
+        same per-record gradients as the layer rules, projected onto the tangent
+        space, with one forward pass and a hand-written backward. It applies to an
+        SPDNet as built: this class itself, not a subclass; ``features`` a plain
+        Sequential of its layers in their order, each once; a Linear classifier
+        with a bias; no hooks, no forward set on an instance, and no trainable
+        parameter but the BiMaps' W and the classifier's. Anything else, inputs
+        other than ``(*records, C, C)``, or a loss that is not one value per
+        record, returns None (the layer rules or ``torch.func`` then run).
 
         Parameters
         ----------
@@ -254,10 +251,56 @@ class SPDNet(nn.Module):
         record_dims : int, default=1
             Leading axes that index records (2 for clients in lockstep).
         parameters : dict of str to torch.Tensor, optional
-            Values instead of this model's own (K clients' stacked blocks).
+            Values instead of this model's own, by name (K clients' stacked
+            blocks, ``(K, *shape)``).
 
         Returns
         -------
         dict of str to torch.Tensor or None
+            ``(*records, *shape)`` per trainable parameter, in the order of
+            ``named_parameters()``.
         """
-        return spdnet_tangent_gradients(self, loss_fn, batch, record_dims=record_dims, parameters=parameters)
+        layout = self._closed_form_layout()
+        if layout is None:
+            return None
+        normalize, blocks = layout
+        values = {name: p.detach() for name, p in self.named_parameters()}
+        values.update({name: p.detach() for name, p in (parameters or {}).items()})
+        trained = [name for name, p in self.named_parameters() if p.requires_grad]
+        return bire_tangent_gradients(loss_fn, batch, normalize=normalize, blocks=blocks, values=values,
+                                      trained=trained, record_dims=record_dims)
+
+    def _closed_form_layout(self) -> tuple[bool, list[tuple[str, str, float]]] | None:
+        """(normalize, [(BiMap's weight name, spectral kind, floor)]) of an SPDNet as built, else None."""
+        if type(self) is not SPDNet or type(self.features) is not nn.Sequential:
+            return None
+        if type(self.classifier) is not nn.Linear or self.classifier.bias is None:
+            return None
+        if any(_hooked(sub) or "forward" in vars(sub) for sub in self.modules()):
+            return None
+        layers = list(self.features._modules.items())  # as the Sequential runs them: a layer listed twice runs twice
+        if len({id(layer) for _, layer in layers}) != len(layers):
+            return None
+        normalize = bool(layers) and type(layers[0][1]) is TraceNormalize
+        layers = layers[1:] if normalize else layers
+        if len(layers) < 3 or len(layers) % 2 != 1 or type(layers[-1][1]) is not Vech:
+            return None
+        blocks = []
+        for position, ((name, bimap), (_, spectral)) in enumerate(zip(layers[:-1:2], layers[1:-1:2])):
+            last = position == len(layers) // 2 - 1
+            if type(bimap) is not BiMap or type(spectral) is not (LogReEig if last else ReEig):
+                return None
+            if not isinstance(manifold_of(bimap.weight), Stiefel):
+                return None
+            blocks.append((f"features.{name}.weight", "log_reeig" if last else "reeig", spectral))
+        if any(getattr(p, "manifold", None) is not None for p in self.classifier.parameters()):
+            return None
+        covered = {name for name, _, _ in blocks} | {"classifier.weight", "classifier.bias"}
+        if any(p.requires_grad and name not in covered for name, p in self.named_parameters()):
+            return None
+        return normalize, [(name, kind, float(spectral.eps)) for name, kind, spectral in blocks]
+
+
+def _hooked(module: nn.Module) -> bool:
+    return any(getattr(module, name, None) for name in (
+        "_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"))

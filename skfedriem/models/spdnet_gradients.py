@@ -21,23 +21,21 @@ records and clients:
   forward's Y_z = Wᵀ T_z, 16 × 16 products instead of W's 22 × 16 once per record.
 
 It is the same function as the layer-wise route up to rounding (tests check
-both against ``torch.func``). It applies to an :class:`~skfedriem.models.SPDNet`
-exactly as built (its own class, its own layers in their order, no hooks, W
-on the Stiefel manifold, square inputs); anything else returns None and the
-private step takes the generic route.
+both against ``torch.func``). This module is the arithmetic only;
+:meth:`~skfedriem.models.SPDNet.per_record_tangent_gradients` decides whether a
+model is an SPDNet as built (anything else takes the generic route) and calls it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from functools import lru_cache
 
 import torch
-from torch import nn
 
-from ..manifolds import Stiefel, manifold_of
 from .spectral import _values, loewner_matrix
 
-__all__ = ["spdnet_tangent_gradients"]
+__all__ = ["bire_tangent_gradients", "upper_triangle"]
 
 LossFn = Callable[..., torch.Tensor]
 
@@ -62,81 +60,65 @@ def _stiefel_tangent(W: torch.Tensor, T: torch.Tensor, Y: torch.Tensor, G: torch
     return 2 * (T @ G) - _per_client(W, records) @ (M + M.transpose(-1, -2))
 
 
-def _structure(net: nn.Module):
-    """(normalize, [(BiMap's name, spectral kind, floor)], Vech) of an SPDNet as built, else None."""
-    from .spdnet import SPDNet, BiMap, LogReEig, ReEig, TraceNormalize, Vech
-
-    if type(net) is not SPDNet or type(net.classifier) is not nn.Linear or net.classifier.bias is None:
-        return None
-    if any(_hooked(sub) for sub in net.modules()):
-        return None
-    layers = list(net.features.named_children())
-    normalize = bool(layers) and type(layers[0][1]) is TraceNormalize
-    layers = layers[1:] if normalize else layers
-    if len(layers) < 3 or len(layers) % 2 != 1 or type(layers[-1][1]) is not Vech:
-        return None
-    blocks = []
-    for position, ((name, bimap), (_, spectral)) in enumerate(zip(layers[:-1:2], layers[1:-1:2])):
-        last = position == len(layers) // 2 - 1
-        if type(bimap) is not BiMap or type(spectral) is not (LogReEig if last else ReEig):
-            return None
-        if not isinstance(manifold_of(bimap.weight), Stiefel):
-            return None
-        blocks.append((f"features.{name}.weight", "log_reeig" if last else "reeig", float(spectral.eps)))
-    if any(getattr(p, "manifold", None) is not None for p in net.classifier.parameters()):
-        return None
-    return normalize, blocks, layers[-1][1]
-
-
-def _hooked(module: nn.Module) -> bool:
-    return any(getattr(module, name, None) for name in (
-        "_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"))
-
-
 def _logits(features: torch.Tensor, A: torch.Tensor, b: torch.Tensor, records: int) -> torch.Tensor:
     """v_z Aᵀ + b for every record, with A and b each one client's or stacked over clients."""
     out = torch.bmm(features, A.transpose(-1, -2)) if A.dim() == 3 else features @ A.transpose(-1, -2)
     return out + (b.view(b.shape[0], *[1] * (records - 1), b.shape[1]) if b.dim() == 2 else b)
 
 
-def spdnet_tangent_gradients(net: nn.Module, loss_fn: LossFn, batch: tuple[torch.Tensor, ...], *,
-                             record_dims: int = 1,
-                             parameters: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor] | None:
-    """Every record's tangent gradient P_θ ∇ℓ(θ; z) of an SPDNet, in closed form (module docstring).
+@lru_cache(maxsize=32)
+def upper_triangle(n: int, device: torch.device) -> torch.Tensor:
+    """Flat indices of the upper triangle of an n×n matrix, row by row (what :class:`~skfedriem.models.Vech` keeps).
 
     Parameters
     ----------
-    net : SPDNet
-        The model: its layers, and which of its parameters are trained.
+    n : int
+    device : torch.device
+
+    Returns
+    -------
+    torch.Tensor of int64, shape (n (n + 1) / 2,)
+    """
+    rows, cols = torch.triu_indices(n, n, device=device)
+    return rows * n + cols
+
+
+def bire_tangent_gradients(loss_fn: LossFn, batch: tuple[torch.Tensor, ...], *, normalize: bool,
+                           blocks: Sequence[tuple[str, str, float]], values: dict[str, torch.Tensor],
+                           trained: Sequence[str], record_dims: int = 1) -> dict[str, torch.Tensor] | None:
+    """Every record's tangent gradient of [TraceNormalize] (BiMap → spectral)ᴸ → Vech → Linear (module docstring).
+
+    Parameters
+    ----------
     loss_fn : callable
         ``loss_fn(logits, *targets)`` -> the per-record losses, for logits of
         shape ``(n_records, n_classes)``.
     batch : tuple of torch.Tensor
         ``(inputs, *targets)``; inputs ``(*records, C, C)``.
+    normalize : bool
+        Whether each input is first divided by its trace / C.
+    blocks : sequence of (str, str, float)
+        Each BiMap's weight name, then its spectral layer's kind
+        (``"reeig"``, or ``"log_reeig"`` for the last) and floor ε_R.
+    values : dict of str to torch.Tensor
+        Every parameter by name (the blocks' W on the Stiefel manifold,
+        ``"classifier.weight"`` and ``"classifier.bias"``), one model's or K
+        clients' stacked along a leading axis, ``(K, *shape)``.
+    trained : sequence of str
+        The names to return a gradient for, in order.
     record_dims : int, default=1
         How many leading axes index the records (2 for clients in lockstep:
         ``(K, B, C, C)``).
-    parameters : dict of str to torch.Tensor, optional
-        Values to use instead of ``net``'s own, by name; K clients' stacked
-        blocks have shape ``(K, *shape)`` (:mod:`skfedriem.federated.lockstep`).
 
     Returns
     -------
     dict of str to torch.Tensor or None
-        ``(*records, *shape)`` per trainable block, in the order of
-        ``net.named_parameters()``; None when ``net`` is not an SPDNet as built,
-        its inputs are not ``(*records, C, C)`` or the loss is not one value per record.
+        ``(*records, *shape)`` per name of ``trained``; None when the inputs are
+        not ``(*records, C, C)`` or the loss is not one value per record.
     """
-    from .spdnet import _upper_triangle
-
-    structure = _structure(net)
     X, targets = batch[0], batch[1:]
-    if structure is None or X.dim() != record_dims + 2 or X.shape[-1] != X.shape[-2]:
+    if X.dim() != record_dims + 2 or X.shape[-1] != X.shape[-2]:
         return None
-    normalize, blocks, vech = structure
-    values = {name: p.detach() for name, p in net.named_parameters()}
-    values.update({name: p.detach() for name, p in (parameters or {}).items()})
-    trained = {name for name, p in net.named_parameters() if p.requires_grad}
     records = X.shape[:record_dims]
     with torch.no_grad():
         if normalize:
@@ -149,7 +131,7 @@ def spdnet_tangent_gradients(net: nn.Module, loss_fn: LossFn, batch: tuple[torch
             eigenvalues, U = torch.linalg.eigh(Y)
             kept.append((W, T, Y, eigenvalues, U))
             X = (U * _values(kind, eigenvalues, floor).unsqueeze(-2)) @ U.transpose(-1, -2)
-        features = vech(X)
+        features = X.flatten(start_dim=-2).index_select(-1, upper_triangle(X.shape[-1], X.device))  # Vech
         A, b = values["classifier.weight"], values["classifier.bias"]
         logits = _logits(features, A, b, record_dims)
     logits.requires_grad_(True)
@@ -167,7 +149,7 @@ def spdnet_tangent_gradients(net: nn.Module, loss_fn: LossFn, batch: tuple[torch
         G = torch.bmm(g, A) if A.dim() == 3 else g @ A  # ∂ℓ_z/∂v_z
         n = X.shape[-1]
         G = torch.zeros(*records, n * n, dtype=G.dtype, device=G.device).index_copy_(
-            -1, _upper_triangle(n, G.device), G).view(*records, n, n)  # Vech's backward
+            -1, upper_triangle(n, G.device), G).view(*records, n, n)  # Vech's backward
         for position in reversed(range(len(blocks))):
             name, kind, floor = blocks[position]
             W, T, Y, eigenvalues, U = kept[position]
@@ -178,4 +160,4 @@ def spdnet_tangent_gradients(net: nn.Module, loss_fn: LossFn, batch: tuple[torch
             if position > 0:
                 Wk = _per_client(W, record_dims)
                 G = Wk @ G @ Wk.transpose(-1, -2)
-    return {name: grads[name] for name in values if name in trained}
+    return {name: grads[name] for name in trained}

@@ -21,6 +21,7 @@ record cannot make a release NaN.
 
 from __future__ import annotations
 
+import functools
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -96,6 +97,10 @@ def record_norms(rows: torch.Tensor | Sequence[torch.Tensor]) -> torch.Tensor:
     torch.Tensor of shape (..., B)
     """
     blocks = [rows] if torch.is_tensor(rows) else list(rows)
+    # blocks of several dtypes are squared in the widest (exact casts): a narrower block's squares would underflow
+    # below the threshold the widest dtype's rows are checked against
+    dtype = functools.reduce(torch.promote_types, (block.dtype for block in blocks))
+    blocks = [block.to(dtype) for block in blocks]
     squares = None
     for block in blocks:
         square = torch.linalg.vector_norm(block, dim=-1).square()
@@ -156,7 +161,15 @@ class DenseGradients(PerRecordGradients):
         if not bool(kept.all()):
             weights = weights[kept]
             grads = {name: g[kept] for name, g in grads.items()}
-        return {name: (weights.to(g.dtype) @ g.flatten(start_dim=1)).view(g.shape[1:]) for name, g in grads.items()}
+        return {name: (_weights_in(weights, g.dtype) @ g.flatten(start_dim=1)).view(g.shape[1:])
+                for name, g in grads.items()}
+
+
+def _weights_in(weights: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``weights`` in a block's dtype, a weight that would be subnormal there 0 (a clip factor from norms of a wider
+    dtype, cast to a narrower block's, must not become a few-bit subnormal: see :func:`clip_factors`)."""
+    cast = weights.to(dtype)
+    return torch.where(cast.abs() < torch.finfo(dtype).tiny, 0.0, cast) if dtype.is_floating_point else cast
 
 
 def subject_means(grads: PerRecordGradients, segments: torch.Tensor, n_subjects: int) -> DenseGradients:
@@ -221,6 +234,10 @@ def clipped_gradient_diameter(module: nn.Module) -> float:
 def clip_factors(norms: torch.Tensor, clip: float) -> torch.Tensor:
     """min(1, C / ‖g_z‖) per record (clip_C(g) = g · min(1, C / ‖g‖)), and 0 where ‖g_z‖ is not finite.
 
+    A factor that would be subnormal (‖g_z‖ > C / the smallest normal) is 0 too:
+    a subnormal keeps only a few significant bits, and rounding could scale
+    g_z to nearly 2C.
+
     Parameters
     ----------
     norms : torch.Tensor of shape (B,)
@@ -235,8 +252,10 @@ def clip_factors(norms: torch.Tensor, clip: float) -> torch.Tensor:
     finite = torch.isfinite(norms)
     if math.isinf(clip):
         return finite.to(norms.dtype)
-    factors = torch.where(norms > clip, clip / norms.clamp_min(torch.finfo(norms.dtype).tiny), 1.0)
-    return torch.where(finite, factors, 0.0)
+    tiny = torch.finfo(norms.dtype).tiny
+    factors = torch.where(norms > clip, clip / norms.clamp_min(tiny), 1.0)
+    # C / ‖g‖ below the smallest normal is subnormal, a few bits wide: rounded up, it could scale g to twice C
+    return torch.where(finite & (factors >= tiny), factors, 0.0)
 
 
 def check_count(count_noise_std: float, clip: float) -> None:
@@ -416,9 +435,10 @@ def private_gradient(
     -----
     Per-record gradients come from :func:`per_record_gradients`: the module's
     ``per_sample_tangent_gradients(*batch) -> PerRecordGradients`` (closed
-    form, e.g. the PCA loss); per-layer rules after one backward pass
-    (:func:`~skfedriem.privacy.layerwise_per_sample_gradients`, e.g. SPDNet);
-    ``torch.func.vmap`` for any other module.
+    form, e.g. the PCA loss); ``per_record_tangent_gradients(loss_fn, batch)``
+    (closed form for the given loss, SPDNet); per-layer rules after one backward
+    pass (:func:`~skfedriem.privacy.layerwise_per_sample_gradients`, e.g. a
+    Linear network); ``torch.func.vmap`` for any other module.
 
     Without clipping and noise (``clip=inf``, ``noise_std=0``) per-sample
     gradients are not needed: the projected gradient of the summed loss is

@@ -8,7 +8,6 @@ from torch import nn
 from skfedriem.datasets import make_spd_classification
 from skfedriem.federated.lockstep import ClientStack
 from skfedriem.models import SPDNet
-from skfedriem.models.spdnet_gradients import spdnet_tangent_gradients
 from skfedriem.privacy import DenseGradients, layerwise_per_sample_gradients, per_sample_gradients
 from skfedriem.privacy.mechanism import per_record_gradients, project_per_sample
 from skfedriem.privacy.per_sample import trainable_parameters
@@ -23,9 +22,9 @@ def spd_batch(n=12, channels=8, classes=3, seed=0):
     return torch.as_tensor(X), torch.as_tensor(y)
 
 
-def net(dims=(5,), normalize=True, seed=0):
-    return SPDNet(8, 3, dims=dims, normalize=normalize, generator=torch.Generator().manual_seed(seed),
-                  dtype=torch.float64)
+def net(dims=(5,), normalize=True, seed=0, reeig_eps=1e-4):
+    return SPDNet(8, 3, dims=dims, reeig_eps=reeig_eps, normalize=normalize,
+                  generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
 
 
 def reference(model, batch):
@@ -33,15 +32,21 @@ def reference(model, batch):
     return project_per_sample(per_sample_gradients(model, cross_entropy, batch), trainable_parameters(model))
 
 
-@pytest.mark.parametrize("dims, normalize, frozen", [
-    ((5,), True, None), ((6, 4), True, None), ((6, 4), False, "features.0.weight"),
-    ((6, 4), True, "features.3.weight"), ((5,), True, "classifier.bias"), ((5,), True, "classifier.weight")])
-def test_the_closed_form_is_torch_funcs_tangent_gradient(dims, normalize, frozen):
-    model = net(dims, normalize)
+@pytest.mark.parametrize("dims, normalize, frozen, reeig_eps", [
+    ((5,), True, None, 1e-4), ((6, 4), True, None, 1e-4), ((6, 4), False, "features.0.weight", 1e-4),
+    ((6, 4), True, "features.3.weight", 1e-4), ((5,), True, "classifier.bias", 1e-4),
+    ((5,), True, "classifier.weight", 1e-4), ((6, 4), True, None, 0.8)],
+    ids=["one block", "two blocks", "raw inputs, first W frozen", "second W frozen", "bias frozen",
+         "weight frozen", "ReEig floor active"])
+def test_the_closed_form_is_torch_funcs_tangent_gradient(dims, normalize, frozen, reeig_eps):
+    model = net(dims, normalize, reeig_eps=reeig_eps)
     if frozen:
         dict(model.named_parameters())[frozen].requires_grad_(False)
     X, y = spd_batch()
     batch = (X if normalize else 1e10 * X, y)
+    if reeig_eps > 0.5:  # the floor clamps eigenvalues of every record (equal eigenvalues: the mean-slope branch)
+        Y = model.features[1](model.features[0](X))
+        assert bool((torch.linalg.eigvalsh(Y)[:, 0] < reeig_eps).all())
     ours, ref = model.per_record_tangent_gradients(cross_entropy, batch), reference(model, batch)
     assert list(ours) == list(ref) and frozen not in ours
     for name in ref:
@@ -79,6 +84,15 @@ def test_clients_stacked_get_each_their_own_gradients():
             torch.testing.assert_close(stacked[name][k], alone[name], rtol=1e-10, atol=1e-13)
 
 
+def test_the_lockstep_stack_takes_the_closed_form():
+    model, X, y = net((6, 4)), *spd_batch(18)
+    stack = ClientStack(model, 3)
+    batch = (X.view(3, 6, 8, 8), y.view(3, 6))
+    taken = stack.per_record_gradients(cross_entropy, batch)
+    closed = model.per_record_tangent_gradients(cross_entropy, batch, record_dims=2, parameters=stack.blocks)
+    assert list(taken.grads) == list(closed) and all(torch.equal(taken.grads[n], closed[n]) for n in closed)
+
+
 class Subclass(SPDNet):
     def forward(self, X):
         return 2 * super().forward(X)
@@ -102,11 +116,52 @@ def without_vech():
     return model
 
 
-@pytest.mark.parametrize("make", [lambda: Subclass(8, 3, (5,), generator=torch.Generator().manual_seed(0)), hooked, extended, without_vech],
-                         ids=["subclass", "hooks", "another classifier", "another layer list"])
+def repeated_block():
+    """A BiRe block listed twice runs twice (named_children would list it once)."""
+    model = net((6, 4))
+    layers = list(model.features)
+    model.features = nn.Sequential(*layers[:3], *layers[1:3], *layers[3:])
+    return model
+
+
+class Pipeline(nn.Sequential):
+    def forward(self, X):
+        return super().forward(X) * 2
+
+
+def another_sequential():
+    model = net()
+    model.features = Pipeline(*model.features)
+    return model
+
+
+def patched_forward():
+    model = net()
+    bimap = model.features[1]
+    bimap.forward = lambda X: 2 * type(bimap).forward(bimap, X)
+    return model
+
+
+def extra_parameter():
+    model = net()
+    model.register_parameter("extra", nn.Parameter(torch.ones(3, dtype=torch.float64)))
+    return model
+
+
+def trainable_floor():
+    model = net()
+    model.features[2].eps = nn.Parameter(torch.tensor(1e-4, dtype=torch.float64))
+    return model
+
+
+@pytest.mark.parametrize("make", [
+    lambda: Subclass(8, 3, (5,), generator=torch.Generator().manual_seed(0)), hooked, extended, without_vech,
+    repeated_block, another_sequential, patched_forward, extra_parameter, trainable_floor],
+    ids=["subclass", "hooks", "another classifier", "another layer list", "a layer twice", "a Sequential subclass",
+         "a forward set on the instance", "an extra parameter", "a trainable floor"])
 def test_anything_but_an_spdnet_as_built_takes_the_generic_route(make):
     model = make()
-    assert spdnet_tangent_gradients(model, cross_entropy, spd_batch()) is None
+    assert model.per_record_tangent_gradients(cross_entropy, spd_batch()) is None
 
 
 def test_inputs_of_another_shape_and_a_loss_not_per_record_take_the_generic_route():

@@ -280,3 +280,34 @@ def test_record_norms_of_blocks_are_those_of_the_rows_and_each_row_is_its_own():
     mixed = record_norms([a2, b2])
     assert torch.equal(mixed[[0, 2, 4]], alone[[0, 2, 4]])
     assert torch.isclose(mixed[1], torch.tensor(1e-30 * 10 ** 0.5), rtol=1e-5) and torch.isnan(mixed[3])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_clip_factor_that_would_be_subnormal_drops_the_record(dtype):
+    """Review finding: C / ‖g‖ just above half the smallest subnormal rounds up to it, which scaled g to 1.96 C."""
+    from skfedriem.privacy.mechanism import DenseGradients, clip_factors, record_norms
+
+    info = torch.finfo(dtype)
+    clip = math.sqrt(info.tiny)  # the smallest clip a step accepts
+    smallest_subnormal = torch.tensor(0.0, dtype=dtype).nextafter(torch.tensor(1.0, dtype=dtype))
+    grads = DenseGradients({"w": torch.tensor([[clip / (0.51 * float(smallest_subnormal))]], dtype=dtype)})
+    assert torch.isfinite(grads.grads["w"]).all()
+    factors = clip_factors(grads.norms(), clip)
+    clipped = grads.weighted_sum(factors)["w"]
+    assert float(record_norms(clipped.reshape(1, -1))[0]) <= clip * (1 + 1e-6)
+    assert float(factors[0]) == 0.0
+
+
+def test_blocks_of_two_dtypes_are_normed_in_the_wider_and_weighted_without_subnormals():
+    """Review finding: float32 squares underflowed unseen next to a float64 block, and a float64 clip factor cast
+    to a float32 block became a few-bit subnormal."""
+    from skfedriem.privacy.mechanism import DenseGradients, clip_factors, record_norms
+
+    wide = torch.full((1, 10), 1e-140, dtype=torch.float64)
+    narrow = torch.full((1, 1000), 2.5e-23, dtype=torch.float32)
+    true = math.sqrt(10 * 1e-280 + 1000 * float(torch.tensor(2.5e-23, dtype=torch.float32)) ** 2)
+    assert math.isclose(float(record_norms([wide, narrow])[0]), true, rel_tol=1e-6)
+    grads = DenseGradients({"a": torch.ones(1, 2, dtype=torch.float64), "b": torch.full((1, 2), 1e30)})
+    factors = clip_factors(grads.norms(), 1e-16)  # ≈ 7e-47 in float64: a subnormal in float32
+    sums = grads.weighted_sum(factors)
+    assert float(sums["b"].abs().max()) == 0.0 and float(sums["a"].abs().max()) > 0
