@@ -4,11 +4,14 @@
     float32, same batch, medians of repeated steps, ratios to the non-private step:
 
     * non_private: one backward pass of the mean loss, projection, optimiser, Π;
-    * private (ours): per-sample tangent gradients in closed form
-      (skfedriem.models.spdnet_gradients), clipping, noise: what the private step runs;
-    * private_layer_rules: per-sample gradients from one backward pass by per-layer
-      rules (skfedriem.privacy.layerwise), projection, clipping, noise (the route
-      before the closed form, still that of a model without one);
+    * private (ours): the private step as it runs: per-sample tangent gradients in
+      closed form (skfedriem.models.spdnet_gradients), clipping, noise, optimiser, Π;
+
+    and the per-record routes alone (gradients, projection, clipping and noise, no optimiser):
+
+    * private_closed_form: the closed form;
+    * private_layer_rules: one backward pass and per-layer rules (skfedriem.privacy.layerwise,
+      the route before the closed form, still that of a model without one);
     * private_vmap: per-sample gradients by torch.func vmap (the generic path);
     * private_loop: B separate backward passes (what vectorisation replaces).
 
@@ -46,11 +49,16 @@ def loss_fn(output, target):
     return F.cross_entropy(output, target, reduction="none")
 
 
-def generic_private_gradient(model, batch, per_sample, randomness, clip=1.0, noise_std=0.05):
+def generic_private_gradient(model, batch, per_sample, randomness, clip=1.0, noise_std=0.05, tangent=False):
     params = trainable_parameters(model)
-    grads = DenseGradients(project_per_sample(per_sample(model, batch), params))
+    grads = per_sample(model, batch)
+    grads = DenseGradients(grads if tangent else project_per_sample(grads, params))
     sums = grads.weighted_sum(clip_factors(grads.norms(), clip))
     return noisy_mean(sums, params, denominator=B, noise_std=noise_std, randomness=randomness)
+
+
+def closed_form_gradients(model, batch):
+    return model.per_record_tangent_gradients(loss_fn, batch)
 
 
 def layer_rule_gradients(model, batch):
@@ -80,6 +88,8 @@ def step_costs(repeats: int) -> dict:
                                        clip=clip, noise_std=sigma, randomness=g)
         ms[label] = 1e3 * timed(lambda: opt.step(batch, denominator=B), repeats)
     model = SPDNet(N_CH, K, (D,), generator=torch.Generator().manual_seed(1))
+    ms["private_closed_form"] = 1e3 * timed(
+        lambda: generic_private_gradient(model, batch, closed_form_gradients, g, tangent=True), repeats)
     ms["private_layer_rules"] = 1e3 * timed(lambda: generic_private_gradient(model, batch, layer_rule_gradients, g),
                                             repeats)
     ms["private_vmap"] = 1e3 * timed(lambda: generic_private_gradient(model, batch, vmap_gradients, g), repeats)

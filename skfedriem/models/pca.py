@@ -123,6 +123,11 @@ class _PCAGradients(PerRecordGradients):
         if not bool(kept.all()):  # a dropped record may hold inf or NaN
             weights, left, right = weights[kept], left[kept], right[kept]
         weighted = left * weights.to(left.dtype).unsqueeze(1)
+        # a product w·a_i that is subnormal keeps a few bits; times a huge b it could carry the record to nearly 2C:
+        # such a record weighs 0 (inside the clip ball: the sensitivity only shrinks)
+        subnormal = ((weighted != 0) & (weighted.abs() < torch.finfo(weighted.dtype).tiny)).any(dim=1)
+        if bool(subnormal.any()):
+            weighted = torch.where(subnormal.unsqueeze(1), 0.0, weighted)
         if self.kind == "grassmann":
             ab = weighted.T @ right
             return {"weight": -(ab + ab.T)}

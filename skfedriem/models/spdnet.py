@@ -237,8 +237,9 @@ class SPDNet(nn.Module):
         space, with one forward pass and a hand-written backward. It applies to an
         SPDNet as built: this class itself, not a subclass; ``features`` a plain
         Sequential of its layers in their order, each once; a Linear classifier
-        with a bias; no hooks, no forward set on an instance, and no trainable
-        parameter but the BiMaps' W and the classifier's. Anything else, inputs
+        with a bias; no hooks (a module's or global ones), no forward set on an
+        instance, no parameter shared by two layers, and no trainable parameter
+        but the BiMaps' W and the classifier's. Anything else, inputs
         other than ``(*records, C, C)``, or a loss that is not one value per
         record, returns None (the layer rules or ``torch.func`` then run).
 
@@ -276,7 +277,7 @@ class SPDNet(nn.Module):
             return None
         if type(self.classifier) is not nn.Linear or self.classifier.bias is None:
             return None
-        if any(_hooked(sub) or "forward" in vars(sub) for sub in self.modules()):
+        if _global_hooks() or any(_hooked(sub) or "forward" in vars(sub) for sub in self.modules()):
             return None
         layers = list(self.features._modules.items())  # as the Sequential runs them: a layer listed twice runs twice
         if len({id(layer) for _, layer in layers}) != len(layers):
@@ -296,7 +297,8 @@ class SPDNet(nn.Module):
         if any(getattr(p, "manifold", None) is not None for p in self.classifier.parameters()):
             return None
         covered = {name for name, _, _ in blocks} | {"classifier.weight", "classifier.bias"}
-        if any(p.requires_grad and name not in covered for name, p in self.named_parameters()):
+        named = dict(self.named_parameters())  # a parameter shared by two layers is named once
+        if not covered <= set(named) or any(p.requires_grad and name not in covered for name, p in named.items()):
             return None
         return normalize, [(name, kind, float(spectral.eps)) for name, kind, spectral in blocks]
 
@@ -304,3 +306,11 @@ class SPDNet(nn.Module):
 def _hooked(module: nn.Module) -> bool:
     return any(getattr(module, name, None) for name in (
         "_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"))
+
+
+def _global_hooks() -> bool:
+    """Whether hooks registered for every module (``torch.nn.modules.module.register_module_forward_hook``...) are
+    set: they change what each layer computes. Torch keeps them in private module globals; absent, none is assumed."""
+    module = torch.nn.modules.module
+    return any(getattr(module, name, None) for name in (
+        "_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks", "_global_backward_pre_hooks"))

@@ -44,11 +44,21 @@ def test_the_closed_form_is_torch_funcs_tangent_gradient(dims, normalize, frozen
         dict(model.named_parameters())[frozen].requires_grad_(False)
     X, y = spd_batch()
     batch = (X if normalize else 1e10 * X, y)
-    if reeig_eps > 0.5:  # the floor clamps eigenvalues of every record (equal eigenvalues: the mean-slope branch)
+    if reeig_eps > 0.5:  # the floor clamps eigenvalues of every record (equal values f(λ), the quotient's 0 rise)
         Y = model.features[1](model.features[0](X))
         assert bool((torch.linalg.eigvalsh(Y)[:, 0] < reeig_eps).all())
     ours, ref = model.per_record_tangent_gradients(cross_entropy, batch), reference(model, batch)
     assert list(ours) == list(ref) and frozen not in ours
+    for name in ref:
+        torch.testing.assert_close(ours[name], ref[name], rtol=1e-9, atol=1e-12)
+
+
+def test_records_with_equal_eigenvalues_take_the_mean_slope_and_stay_torch_funcs():
+    """Identity records: WᵀIW = I on the Stiefel manifold, every eigenvalue 1 (the Loewner matrix's mean slopes)."""
+    model = net((6, 4))
+    X, y = spd_batch()
+    X[::3] = torch.eye(8, dtype=X.dtype)
+    ours, ref = model.per_record_tangent_gradients(cross_entropy, (X, y)), reference(model, (X, y))
     for name in ref:
         torch.testing.assert_close(ours[name], ref[name], rtol=1e-9, atol=1e-12)
 
@@ -118,10 +128,30 @@ def without_vech():
 
 def repeated_block():
     """A BiRe block listed twice runs twice (named_children would list it once)."""
-    model = net((6, 4))
+    model = net((8, 8))
     layers = list(model.features)
     model.features = nn.Sequential(*layers[:3], *layers[1:3], *layers[3:])
+    assert model(spd_batch()[0]).shape == (12, 3)  # a model that runs
     return model
+
+
+def tied_weights():
+    model = net((8, 8))
+    model.features[3].weight = model.features[1].weight
+    return model
+
+
+def hook_of(kind):
+    def make():
+        model = net()
+        layer = model.classifier
+        if kind == "pre":
+            layer.register_forward_pre_hook(lambda *args: None)
+        else:
+            layer.register_full_backward_hook(lambda *args: None)
+        return model
+
+    return make
 
 
 class Pipeline(nn.Sequential):
@@ -156,12 +186,23 @@ def trainable_floor():
 
 @pytest.mark.parametrize("make", [
     lambda: Subclass(8, 3, (5,), generator=torch.Generator().manual_seed(0)), hooked, extended, without_vech,
-    repeated_block, another_sequential, patched_forward, extra_parameter, trainable_floor],
-    ids=["subclass", "hooks", "another classifier", "another layer list", "a layer twice", "a Sequential subclass",
-         "a forward set on the instance", "an extra parameter", "a trainable floor"])
+    repeated_block, tied_weights, hook_of("pre"), hook_of("backward"), another_sequential, patched_forward,
+    extra_parameter, trainable_floor],
+    ids=["subclass", "hooks", "another classifier", "another layer list", "a layer twice", "tied weights",
+         "a pre-hook", "a backward hook", "a Sequential subclass", "a forward set on the instance",
+         "an extra parameter", "a trainable floor"])
 def test_anything_but_an_spdnet_as_built_takes_the_generic_route(make):
     model = make()
     assert model.per_record_tangent_gradients(cross_entropy, spd_batch()) is None
+
+
+def test_a_hook_on_every_module_takes_the_generic_route():
+    handle = torch.nn.modules.module.register_module_forward_hook(lambda module, inputs, output: output)
+    try:
+        assert net().per_record_tangent_gradients(cross_entropy, spd_batch()) is None
+    finally:
+        handle.remove()
+    assert net().per_record_tangent_gradients(cross_entropy, spd_batch()) is not None
 
 
 def test_inputs_of_another_shape_and_a_loss_not_per_record_take_the_generic_route():
