@@ -37,8 +37,8 @@ from _shared import timed
 from skfedriem import FederatedSPDNetClassifier
 from skfedriem.datasets import make_spd_classification
 from skfedriem.models import SPDNet
-from skfedriem.privacy import (DenseGradients, PrivateManifoldOptimizer, SeededRandomness, layerwise_per_sample_gradients,
-                               per_sample_gradients)
+from skfedriem.privacy import (DenseGradients, PrivateManifoldOptimizer, SeededRandomness,
+                               layerwise_per_sample_gradients, per_sample_gradients)
 from skfedriem.privacy.mechanism import clip_factors, noisy_mean, project_per_sample
 from skfedriem.privacy.per_sample import trainable_parameters
 

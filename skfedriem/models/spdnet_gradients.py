@@ -1,4 +1,4 @@
-"""Every record's tangent gradient of an SPDNet in closed form: one forward, one hand-written backward, no autograd graph.
+"""Every record's tangent gradient of an SPDNet in closed form: one forward, a hand-written backward, no autograd graph.
 
 The private step needs each record's gradient, not their sum. The layer-wise
 route (:mod:`skfedriem.privacy.layerwise`) gets them from one autograd pass

@@ -20,7 +20,8 @@ def test_a_weighted_factor_that_would_be_subnormal_drops_the_record(kind, dtype)
     basis[0, 0] = 1.0
     model = PCAProjector(2, 1, manifold=kind, dtype=dtype, basis=basis)
     small = 0.51 * smallest_subnormal / info.tiny / 2  # the clip factor is then 2 tiny: normal
-    big = clip / (2 * 0.51 * smallest_subnormal) if kind == "stiefel" else clip / (math.sqrt(2) * 0.51 * smallest_subnormal)
+    rounded_up = 0.51 * smallest_subnormal  # w·a_i, rounded to the smallest subnormal: 1.96 times its value
+    big = clip / (2 * rounded_up) if kind == "stiefel" else clip / (math.sqrt(2) * rounded_up)
     X = torch.tensor([[big, small]] if kind == "stiefel" else [[small, big]], dtype=dtype)
     gradients = model.per_sample_tangent_gradients(X)
     factors = clip_factors(gradients.norms(), clip)
