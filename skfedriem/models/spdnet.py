@@ -14,7 +14,8 @@ import torch
 from torch import nn
 
 from ..manifolds import ManifoldParameter, Stiefel, manifold_of
-from .spdnet_gradients import LossFn, bire_tangent_gradients, upper_triangle
+from ..privacy.per_sample import LossFn
+from .spdnet_gradients import bire_tangent_gradients, upper_triangle
 from .spectral import log_eig, log_re_eig, re_eig
 
 __all__ = ["BiMap", "LogEig", "LogReEig", "ReEig", "SPDNet", "TraceNormalize", "Vech"]
@@ -261,18 +262,21 @@ class SPDNet(nn.Module):
             ``(*records, *shape)`` per trainable parameter, in the order of
             ``named_parameters()``.
         """
-        layout = self._closed_form_layout()
+        named = dict(self.named_parameters())  # a parameter shared by two layers is named once
+        layout = self._closed_form_layout(named)
         if layout is None:
             return None
         normalize, blocks = layout
-        values = {name: p.detach() for name, p in self.named_parameters()}
-        values.update({name: p.detach() for name, p in (parameters or {}).items()})
-        trained = [name for name, p in self.named_parameters() if p.requires_grad]
+        values = {name: p.detach() for name, p in {**named, **(parameters or {})}.items()}
+        trained = [name for name, p in named.items() if p.requires_grad]
         return bire_tangent_gradients(loss_fn, batch, normalize=normalize, blocks=blocks, values=values,
                                       trained=trained, record_dims=record_dims)
 
-    def _closed_form_layout(self) -> tuple[bool, list[tuple[str, str, float]]] | None:
-        """(normalize, [(BiMap's weight name, spectral kind, floor)]) of an SPDNet as built, else None."""
+    def _closed_form_layout(self, named: dict[str, nn.Parameter]) -> tuple[bool, list[tuple[str, str, float]]] | None:
+        """(normalize, [(BiMap's weight name, spectral kind, floor)]) of an SPDNet as built, else None.
+
+        ``named`` is ``dict(self.named_parameters())``.
+        """
         if type(self) is not SPDNet or type(self.features) is not nn.Sequential:
             return None
         if type(self.classifier) is not nn.Linear or self.classifier.bias is None:
@@ -297,7 +301,6 @@ class SPDNet(nn.Module):
         if any(getattr(p, "manifold", None) is not None for p in self.classifier.parameters()):
             return None
         covered = {name for name, _, _ in blocks} | {"classifier.weight", "classifier.bias"}
-        named = dict(self.named_parameters())  # a parameter shared by two layers is named once
         if not covered <= set(named) or any(p.requires_grad and name not in covered for name, p in named.items()):
             return None
         return normalize, [(name, kind, float(spectral.eps)) for name, kind, spectral in blocks]

@@ -28,16 +28,15 @@ model is an SPDNet as built (anything else takes the generic route) and calls it
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import lru_cache
 
 import torch
 
+from ..privacy.per_sample import LossFn
 from .spectral import _values, loewner_matrix
 
 __all__ = ["bire_tangent_gradients", "upper_triangle"]
-
-LossFn = Callable[..., torch.Tensor]
 
 
 def _per_client(W: torch.Tensor, records: int) -> torch.Tensor:
