@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-__all__ = ["InvalidInstructionsError", "InvalidIterateError", "NoiseSwampsSignalWarning", "PositionalClientsWarning",
-           "PrivacyBudgetExceeded", "SeededNoiseWarning"]
+__all__ = ["InvalidInstructionsError", "InvalidIterateError", "NoiseSwampsSignalWarning", "OneByOneClientsWarning",
+           "PositionalClientsWarning", "PrivacyBudgetExceeded", "SeededNoiseWarning"]
 
 
 class SeededNoiseWarning(UserWarning):
@@ -37,6 +37,17 @@ class NoiseSwampsSignalWarning(UserWarning):
     whole run, the clipped means summed along any direction reach at most
     T τ C while the summed noise has std σ √(T τ) there: when σ > √(T τ) C the
     fit is a random walk (:func:`skfedriem.federated.noise_swamps_signal`).
+    """
+
+
+class OneByOneClientsWarning(UserWarning):
+    """``lockstep=True`` asked for, but the model's simulated clients run one by one: a layer declares no stacking.
+
+    The fit, its noise and its ε are the same; only slower. The warning names
+    the layer (or the hooks, or the tied parameter) once per process; declare
+    the layer's :class:`~skfedriem.privacy.ModelCapabilities` (or
+    :func:`~skfedriem.privacy.register_capabilities` for a class one cannot
+    edit) to run its clients in lockstep.
     """
 
 

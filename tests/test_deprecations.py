@@ -41,26 +41,6 @@ def test_register_deployable_takes_name_and_kind_with_a_warning():
         register_deployable(FederatedSPDNetClassifier)
 
 
-@pytest.mark.parametrize("old", ["skfedriem.privacy.stacked", "skfedriem.privacy.stacking"])
-def test_the_lockstep_modules_moved_from_privacy_still_import_with_a_warning(old):
-    from skfedriem.federated import lockstep
-
-    sys.modules.pop(old, None)
-    with pytest.warns(FutureWarning, match="moved to skfedriem.federated.lockstep"):
-        module = importlib.import_module(old)
-    assert module.__all__ and all(getattr(module, name) is getattr(lockstep, name) for name in module.__all__)
-
-
-def test_the_lockstep_names_privacy_exported_still_resolve_with_a_warning():
-    import skfedriem.privacy as privacy
-    from skfedriem.federated import lockstep
-
-    with pytest.warns(FutureWarning, match="skfedriem.federated.lockstep.ClientStack"):
-        assert privacy.ClientStack is lockstep.ClientStack
-    assert "ClientStack" not in privacy.__all__
-    with pytest.raises(AttributeError):
-        privacy.NoSuchName
-
 
 def test_the_parameters_decorator_of_earlier_versions_still_builds_an_estimator_with_a_warning():
     """Both forms it took: a subclass changing a default, and an ``__init__(self, *, own, **shared)``."""

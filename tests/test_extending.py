@@ -20,7 +20,8 @@ from skfedriem.federated import FederatedTrainer, FederationSettings
 from skfedriem.flower.deployment.run_config import ESTIMATORS, estimator_from_run_config, register_deployable
 from skfedriem.manifolds import ManifoldParameter, manifold_of
 from skfedriem.privacy import SeededRandomness
-from skfedriem.privacy.mechanism import noisy_mean
+from skfedriem.privacy import LoneClient
+from skfedriem.privacy.mechanism import noisy_release
 from skfedriem.privacy.per_sample import trainable_parameters
 
 from .classification.contract import check_contract_on_spd_input
@@ -138,8 +139,8 @@ def test_a_new_manifolds_noise_is_tangent(oblique):
     module = CosineClassifier(manifold, torch.Generator().manual_seed(0))
     params = trainable_parameters(module)
     zeros = {name: torch.zeros_like(p) for name, p in params.items()}
-    noise = noisy_mean(zeros, params, denominator=1.0, noise_std=1.0,
-                       randomness=SeededRandomness(np.random.SeedSequence(0)))["W"]
+    noise = noisy_release(LoneClient(module), {name: z.unsqueeze(0) for name, z in zeros.items()}, denominator=1.0,
+                          noise_std=1.0, randomness=[SeededRandomness(np.random.SeedSequence(0))])["W"][0]
     assert float(noise.norm()) > 1
     torch.testing.assert_close(manifold.proju(module.W.detach(), noise), noise, rtol=0, atol=1e-12)
 

@@ -27,7 +27,8 @@ import torch
 from ..classification import FederatedSPDNetClassifier
 from ..exceptions import SeededNoiseWarning
 from ..privacy import per_sample_gradients
-from ..privacy.mechanism import clip_factors, project_per_sample
+from ..privacy.gradients import project_per_sample
+from ..privacy.mechanism import clip_factors
 from ..privacy.per_sample import trainable_parameters
 from .bounds import AuditResult, audit_scores
 

@@ -35,7 +35,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..federated.client import ClientRecipe, ClientState, RoundInstructions
+from ..federated.client import ClientRecipe, ClientState
+from ..federated import client_round
+from ..federated.instructions import RoundInstructions
 from ..manifolds import ManifoldParameter, Stiefel
 from ..privacy import epsilon_spent
 from .bounds import AuditResult, audit_scores
@@ -120,7 +122,7 @@ def audit_client_rounds(mu0: float = 1.0, *, server: str = "static", n_rounds: i
                 sigma = 2 * c / (2 * mu0)
                 instructions = RoundInstructions(lr=lr, local_steps=1, batch_size=2, clip=c, noise_std=sigma,
                                                  sampling="fixed", aggregation="rlavg")
-                submission, _ = client.run_round(_point(axis), records, state, instructions)
+                [(submission, _)] = client_round.run_round(client, _point(axis), [records], [state], instructions)
                 along.append(-_along_n(submission) / lr / sigma)  # ⟨g̃, n⟩ / σ
             score = sum(along) if server == "static" else along[0] - along[1]
             scores[side].append(-score)  # D's canary pulls the release against n

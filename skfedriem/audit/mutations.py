@@ -5,10 +5,10 @@ private step in the ways a bug or an attack would, *while the server and the
 accountant still believe the run is private*; an audit run inside them must
 report a lower bound above the certified ε. They patch skfedriem's own
 modules for the duration of the ``with`` block only and are not thread-safe:
-never use them outside an audit. They break the one-client step, so while one
-is active simulated clients run one by one, never in lockstep (the lockstep
-step draws and releases what the one-client step does, up to rounding; its
-tests show it).
+never use them outside an audit. They break the one private step
+(:func:`~skfedriem.privacy.mechanism.private_step`) or the one round routine
+(:func:`~skfedriem.federated.client_round.run_round`), which lone clients,
+clients in lockstep and deployed sites all run.
 """
 
 from __future__ import annotations
@@ -22,14 +22,11 @@ from unittest import mock
 import numpy as np
 import torch
 
-from ..federated import client as client_module
-from ..federated.lockstep import rounds as lockstep_rounds
-from ..manifolds import manifold_of
-
+from ..federated import client_round as round_module
+from ..federated.client import ClientState
 from ..privacy import PrivacyAccountant, WholeRunAccounting
 from ..privacy import mechanism as mechanism_module
-from ..privacy import optimizer as optimizer_module
-from ..privacy.per_sample import per_sample_gradients, trainable_parameters
+from ..privacy.gradients import StackedDenseGradients, record_norms
 from ..privacy.sampling import make_sampler
 
 __all__ = ["noise_projected_alone", "noise_scaled", "noise_stream_restarted", "per_block_clipping",
@@ -37,16 +34,10 @@ __all__ = ["noise_projected_alone", "noise_scaled", "noise_stream_restarted", "p
            "subjects_charged_as_records", "subjects_clipped_by_record"]
 
 
-def _one_by_one(recipe, theta, clients, states, instructions):
-    """``run_lockstep``'s stand-in while a mutation is active: the clients one by one, through the mutated step."""
-    return [recipe.run_round(theta, data, state, instructions) for data, state in zip(clients, states)]
-
-
 @contextmanager
 def _patched(*patches) -> Iterator[None]:
-    """Every ``(target, name, value)`` patched, and simulated clients one by one, inside the block."""
+    """Every ``(target, name, value)`` patched inside the block."""
     with contextlib.ExitStack() as stack:
-        stack.enter_context(mock.patch.object(lockstep_rounds, "run_lockstep", _one_by_one))
         for target, name, value in patches:
             stack.enter_context(mock.patch.object(target, name, value))
         yield
@@ -55,8 +46,6 @@ def _patched(*patches) -> Iterator[None]:
 @contextmanager
 def noise_scaled(factor: float) -> Iterator[None]:
     """Clients add ``factor`` × σ of noise while the server and the accountant charge σ (0: no noise).
-
-    In-process clients only (``backend="local"``).
 
     Parameters
     ----------
@@ -68,25 +57,24 @@ def noise_scaled(factor: float) -> Iterator[None]:
     None
         Inside the ``with`` block the mutation is active.
     """
-    honest = client_module.run_client_round
+    honest = mechanism_module.draw_noise
 
-    def miscalibrated(module, theta, data, state, instructions, **kw):
-        return honest(module, theta, data, state,
-                      dataclasses.replace(instructions, noise_std=factor * instructions.noise_std), **kw)
+    def miscalibrated(randomness, points):
+        return {name: factor * noise for name, noise in honest(randomness, points).items()}
 
-    with _patched((client_module, "run_client_round", miscalibrated)):
+    with _patched((mechanism_module, "draw_noise", miscalibrated)):
         yield
 
 
-def _old_noisy_mean(sums, params, *, denominator, noise_std, randomness):
-    out = {}
-    for name, total in sums.items():
-        param = params[name].detach()
-        released = total / denominator
-        if noise_std > 0:
-            noise = noise_std * randomness.standard_normal(tuple(param.shape), param.dtype)
-            released = released + manifold_of(params[name]).proju(param, noise)
-        out[name] = released
+def _old_noisy_release(copies, sums, *, denominator, noise_std, randomness):
+    points = copies.points()
+    out = {name: total / denominator for name, total in sums.items()}
+    if noise_std > 0:
+        drawn = [mechanism_module.draw_noise(source, {name: point[k] for name, point in points.items()})
+                 for k, source in enumerate(randomness)]
+        out = {name: mean + copies.manifolds[name].proju(
+            points[name], noise_std * torch.stack([d[name] for d in drawn]).to(mean.device))
+            for name, mean in out.items()}
     return out
 
 
@@ -98,7 +86,7 @@ def noise_projected_alone() -> Iterator[None]:
     θ off it, because P_θ can shrink the noise where a clipped gradient keeps
     its norm.
     """
-    with _patched((mechanism_module, "noisy_mean", _old_noisy_mean)):
+    with _patched((mechanism_module, "noisy_release", _old_noisy_release)):
         yield
 
 
@@ -114,6 +102,7 @@ class _ServersNumbers:
     sampling: str
 
     private = property(lambda self: self.noise_std > 0)
+    sample_rate = property(lambda self: min(1.0, self.batch_size / self.n_records))
     count_noise_std = property(lambda self: 0.0)  # the pre-fix client released no count
     privacy_unit = property(lambda self: "record")  # and protected records only
     records_per_subject = property(lambda self: None)
@@ -145,7 +134,7 @@ def site_charges_the_servers_numbers() -> Iterator[None]:
     """
     from ..flower.protocol import client_app as _client_app
 
-    with _patched((client_module, "step_plan", _servers_numbers), (_client_app, "step_plan", _servers_numbers)):
+    with _patched((round_module, "step_plan", _servers_numbers), (_client_app, "step_plan", _servers_numbers)):
         yield
 
 
@@ -184,13 +173,13 @@ def site_ignores_the_planned_size() -> Iterator[None]:
     """
     from ..flower.protocol import client_app as _client_app
 
-    honest = client_module.step_plan
+    honest = round_module.step_plan
 
     def ignoring(instructions, n_records, module, privacy_unit="record", records_per_subject=None):
         return honest(dataclasses.replace(instructions, planned_records=0), n_records, module, privacy_unit,
                       records_per_subject)
 
-    with _patched((client_module, "step_plan", ignoring), (_client_app, "step_plan", ignoring)):
+    with _patched((round_module, "step_plan", ignoring), (_client_app, "step_plan", ignoring)):
         yield
 
 
@@ -202,29 +191,34 @@ def noise_stream_restarted() -> Iterator[None]:
     changes θ or the clip between two rounds then sees the same noise twice and
     subtracts it. In-process clients only.
     """
-    honest = client_module.run_client_round
+    honest = round_module.run_round
 
-    def restarted(module, theta, data, state, instructions, **kw):
-        return honest(module, theta, data, client_module.ClientState.from_bytes(state.to_bytes()), instructions, **kw)
+    def restarted(recipe, theta, clients, states, instructions):
+        return honest(recipe, theta, clients, [ClientState.from_bytes(s.to_bytes()) for s in states], instructions)
 
-    with _patched((client_module, "run_client_round", restarted)):
+    with _patched((round_module, "run_round", restarted)):
         yield
 
 
-def _per_block_private_gradient(module, loss_fn, batch, *, clip, noise_std, denominator, randomness=None,
-                                count_noise_std=0.0, counts=None, segments=None):
-    if counts is not None or segments is not None:
-        raise ValueError("The per-block clipping mutation releases no count and clips records (adaptive clipping and "
-                         "subject-level steps are not audited here).")
-    params = trainable_parameters(module)
-    grads = mechanism_module.project_per_sample(per_sample_gradients(module, loss_fn, batch), params)
-    sums = {}
-    for name, g in grads.items():  # each block clipped to C on its own: the whole gradient reaches C √(blocks)
-        norms = torch.linalg.vector_norm(g.flatten(start_dim=1), dim=1)
-        sums[name] = mechanism_module.DenseGradients({name: g}).weighted_sum(
-            mechanism_module.clip_factors(norms, clip))[name]
-    return mechanism_module.noisy_mean(sums, params, denominator=denominator, noise_std=noise_std,
-                                       randomness=randomness)
+def _per_block_clipped_sums(copies, loss_fn, passes, clip, segments=None):
+    if segments is not None:
+        raise ValueError("The per-block clipping mutation clips records (subject-level steps are not audited here).")
+    totals, kept = None, [[] for _ in range(copies.n_clients)]
+    for batch, real in passes:
+        gradients = copies.per_record_gradients(loss_fn, batch)
+        if not isinstance(gradients, StackedDenseGradients):
+            raise ValueError("The per-block clipping mutation needs dense per-record gradients.")
+        sums = {}
+        for name, g in gradients.grads.items():  # each block clipped to C on its own: the whole reaches C √(blocks)
+            factors = mechanism_module.clip_factors(record_norms(g.flatten(2) if g.dim() > 2 else g.unsqueeze(-1)), clip)
+            if real is not None:
+                factors = torch.where(real, factors, 0.0)
+            sums[name] = StackedDenseGradients({name: g}).weighted_sum(factors)[name]
+        totals = sums if totals is None else {name: totals[name] + sums[name] for name in sums}
+        norms = gradients.norms()
+        for k in range(copies.n_clients):
+            kept[k].append(norms[k] if real is None else norms[k][real[k]])
+    return totals, [torch.cat(own) for own in kept]
 
 
 @contextmanager
@@ -234,7 +228,7 @@ def per_block_clipping() -> Iterator[None]:
     The accountant assumes the whole per-record gradient has norm at most C;
     with k blocks it reaches C√k, and the step's sensitivity grows with it.
     """
-    with _patched((optimizer_module, "private_gradient", _per_block_private_gradient)):
+    with _patched((mechanism_module, "clipped_sums", _per_block_clipped_sums)):
         yield
 
 
@@ -246,12 +240,12 @@ def subjects_clipped_by_record() -> Iterator[None]:
     subject-level, but a subject of k records then moves its clipped sum by up
     to 2kC, not 2C: its sensitivity grows with the subject's number of trials.
     """
-    honest = mechanism_module.private_gradient
+    honest = mechanism_module.clipped_sums
 
-    def by_record(module, loss_fn, batch, *, segments=None, **kw):
-        return honest(module, loss_fn, batch, segments=None, **kw)
+    def by_record(copies, loss_fn, passes, clip, segments=None):
+        return honest(copies, loss_fn, passes, clip, None)
 
-    with _patched((optimizer_module, "private_gradient", by_record)):
+    with _patched((mechanism_module, "clipped_sums", by_record)):
         yield
 
 

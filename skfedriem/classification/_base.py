@@ -29,7 +29,7 @@ from sklearn.utils.validation import check_array, check_is_fitted
 from .._utils.compat import HasMethods, StrOptions, _fit_context
 from .._utils.user_warnings import warn_user
 from ..base import FederatedEstimatorMixin, parameter, setting
-from ..federated.client import iterate_tolerance
+from ..federated.instructions import iterate_tolerance
 from ..privacy.accounting_methods import RunAccounting
 from ..manifolds import manifold_of
 from ..privacy.per_sample import trainable_parameters

@@ -3,10 +3,11 @@
 from .._utils.backends import BACKENDS, register_backend
 from .aggregation import AGGREGATIONS, Aggregation, get_aggregation, register_aggregation
 from .checkpoint import TrainingState
-from .client import ClientRecipe, ClientState, RoundInstructions, run_client_round
+from .client import ClientRecipe, ClientState
+from .client_round import lockstep_groups, run_client_round, run_clients, run_round
 from .engine import FederatedTrainer, resolve_device
 from .fixed_features import on_fixed_features
-from .lockstep import lockstep_groups, run_clients, run_lockstep
+from .instructions import RoundInstructions
 from .optimizers import OPTIMIZERS, OptimizerEntry, is_elementwise, register_optimizer
 from .parallel import THREADS_PER_JOB, ParallelTransport, effective_n_jobs, thread_budget
 from .plan import PrivacyPlan, noise_swamps_signal, plan_basis, plan_run
@@ -47,6 +48,6 @@ __all__ = [
     "resolve_device",
     "run_client_round",
     "run_clients",
-    "run_lockstep",
+    "run_round",
     "thread_budget",
 ]

@@ -22,16 +22,17 @@ from torch import nn
 
 from .._utils.backends import BACKENDS, register_backend
 from .._utils.user_warnings import warn_user
-from ..exceptions import NoiseSwampsSignalWarning
+from ..exceptions import NoiseSwampsSignalWarning, OneByOneClientsWarning
 from ..manifolds import manifold_of
 from ..privacy import PrivacyAccountant, PrivacyBudget
 from ..privacy.per_sample import LossFn, trainable_parameters
 from ..privacy.units import unit_count
 from .adaptive_clip import FRACTION_RANGE, next_clip
 from .checkpoint import TrainingState
-from .client import CLIPPED_FRACTION, ClientRecipe, ClientState, RoundInstructions
+from .client import ClientRecipe, ClientState
+from .instructions import CLIPPED_FRACTION, RoundInstructions
 from .fixed_features import on_fixed_features
-from .lockstep import lockstep_eligible
+from .lockstep import lockstep_eligible, stacking_obstacle
 from .optimizers import resolve_optimizer
 from .parallel import ParallelTransport, effective_n_jobs, thread_budget
 from .plan import PrivacyPlan, check_client_sizes, noise_swamps_signal
@@ -75,6 +76,19 @@ def resolve_device(device: str | torch.device) -> torch.device:
         raise ValueError(f"The 'device' parameter must be a 'cpu' or 'cuda' device. Got {device!r} instead.")
     return resolved
 
+
+
+_NAMED_ONE_BY_ONE: set[str] = set()
+
+
+def _name_one_by_one(module: nn.Module) -> None:
+    """Warn, once per process and reason, that ``lockstep=True`` cannot stack this model's clients, and why."""
+    obstacle = stacking_obstacle(module)
+    if obstacle is None or obstacle in _NAMED_ONE_BY_ONE:
+        return
+    _NAMED_ONE_BY_ONE.add(obstacle)
+    warn_user(f"lockstep=True, but {obstacle}: its simulated clients run one by one (the same fit and ε, slower).",
+              OneByOneClientsWarning)
 
 
 class FederatedTrainer:
@@ -265,6 +279,8 @@ class FederatedTrainer:
             lockstep = self.settings.lockstep and lockstep_eligible(module, optimizer, self.settings.sampling,
                                                                     self.settings.privacy_unit,
                                                                     self.settings.records_per_subject)
+            if self.settings.lockstep and not lockstep:
+                _name_one_by_one(module)
         return ClientRecipe(module, self.loss_fn, optimizer, self.settings.reset_optimizer, lockstep,
                             self.settings.privacy_unit, self.settings.records_per_subject)
 

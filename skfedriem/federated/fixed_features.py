@@ -2,11 +2,11 @@
 
 A model whose first layers hold no parameter and read nothing but public
 values (the tangent-space classifier's trace normalisation and tangent map at
-a public reference) declares them:
-
-* ``fixed_features(X)``: the features of the records ``X``;
-* ``on_features()``: the trained rest of the model, reading those features,
-  with the very parameters (same objects, same names) of the whole model.
+a public reference) declares them in its
+:class:`~skfedriem.privacy.ModelCapabilities`: ``fixed_features(model)``
+gives the map of each record's features, and the trained rest of the model,
+reading those features, with the very parameters (same objects, same names)
+of the whole model.
 
 The clients then map their records once, before the first round, and train
 the rest: every step's per-record gradients are those of the whole model at
@@ -23,6 +23,7 @@ from collections.abc import Sequence
 
 import torch
 
+from ..privacy.capabilities import capabilities_of
 from ..privacy.per_sample import trainable_parameters
 from .client import ClientRecipe
 from .lockstep import lockstep_eligible
@@ -59,13 +60,13 @@ def on_fixed_features(recipe: ClientRecipe, clients: Sequence[tuple[torch.Tensor
         When the trained part's parameters are not the whole model's.
     """
     module = recipe.module
-    mapping, rest = getattr(module, "fixed_features", None), getattr(module, "on_features", None)
-    if not (callable(mapping) and callable(rest)):
+    split = capabilities_of(module).fixed_features
+    if split is None:
         return recipe, list(clients)
-    head = rest()
+    mapping, head = split(module)
     whole, trained = trainable_parameters(module), trainable_parameters(head)
     if set(whole) != set(trained) or any(whole[name] is not trained[name] for name in whole):
-        raise TypeError(f"{type(module).__name__}.on_features() must return a module training every parameter of "
+        raise TypeError(f"{type(module).__name__}'s fixed_features must give a head training every parameter of "
                         f"the whole model under the same names; it trains {sorted(trained)} of {sorted(whole)}.")
     with torch.no_grad():
         mapped = [(torch.cat([mapping(x.unsqueeze(0)) for x in records[0]]), *records[1:]) for records in clients]

@@ -43,8 +43,9 @@ import torch
 from loky import ProcessPoolExecutor
 from threadpoolctl import threadpool_limits
 
-from .client import ClientRecipe, ClientState, RoundInstructions
-from .lockstep import run_clients
+from .client import ClientRecipe, ClientState
+from .client_round import run_clients
+from .instructions import RoundInstructions
 from .transport import Replies
 
 __all__ = ["THREADS_PER_JOB", "ParallelTransport", "effective_n_jobs", "thread_budget"]

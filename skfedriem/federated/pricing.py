@@ -23,7 +23,7 @@ from ..privacy.step_plan import round_release
 from ..privacy.subsampled_gaussian import DISCRETIZATION
 from ..privacy.units import step_diameter
 from .aggregation import get_aggregation
-from .client import RoundInstructions, step_plan
+from .instructions import RoundInstructions, step_plan
 from .plan import PrivacyPlan, plan_basis, plan_run
 from .settings import FederationSettings
 

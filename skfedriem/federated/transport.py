@@ -13,8 +13,9 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-from .client import ClientRecipe, ClientState, RoundInstructions
-from .lockstep import run_clients
+from .client import ClientRecipe, ClientState
+from .client_round import run_clients
+from .instructions import RoundInstructions
 
 __all__ = ["LocalTransport", "Transport"]
 

@@ -6,8 +6,8 @@ import torch
 from torch import nn
 
 from ..manifolds import Grassmann, ManifoldParameter, Stiefel
-from ..privacy import PerRecordGradients
-from ..privacy.mechanism import record_norms
+from ..privacy.capabilities import ModelCapabilities
+from ..privacy.gradients import PerRecordGradients, record_norms
 
 __all__ = ["PCAProjector"]
 
@@ -37,7 +37,6 @@ class PCAProjector(nn.Module):
         orthonormal basis is used).
     """
 
-    supports_client_stacking = True
 
     def __init__(
         self,
@@ -81,6 +80,15 @@ class PCAProjector(nn.Module):
         of projecting B dense matrices.
         """
         return _PCAGradients(self.kind, X, self.weight.detach())
+
+    def _tangent_gradients(self, loss_fn, batch: tuple[torch.Tensor, ...], *, record_dims: int = 1,
+                           parameters: dict[str, torch.Tensor] | None = None) -> PerRecordGradients:
+        """The closed form as the private step reads it: records ``(*records, n)``, W its own or ``parameters``'."""
+        W = (parameters or {}).get("weight", self.weight).detach()
+        return _PCAGradients(self.kind, batch[0], W)
+
+    #: Stacks (client k's point on its records), with every record's tangent gradient in closed form.
+    capabilities = ModelCapabilities(tangent_gradients=_tangent_gradients, stacks=True)
 
     def components(self) -> torch.Tensor:
         """Orthonormal basis of the learnt subspace, shape (n_components, n_features)."""

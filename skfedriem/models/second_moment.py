@@ -18,7 +18,7 @@ clipping each record to norm √C: a clipped record's gradient is −z zᵀ with
 with equality for orthogonal records of squared norm C (a dropped, non-finite
 record contributes 0, at distance ‖z‖² <= C): the sensitivity of the clipped
 mean is √2 C / m, not the 2C / m of gradients that may point anywhere, and
-:attr:`SecondMoment.clipped_gradient_diameter` says so to the mechanism. The
+its :class:`~skfedriem.privacy.ModelCapabilities` (``diameter``) say so to the mechanism. The
 noise is drawn on all d² entries of the ambient matrix, and the symmetric
 part is kept. The server averages the clients' A_i; the principal subspace
 is the top eigenvectors of that average (post-processing).
@@ -31,8 +31,8 @@ import math
 import torch
 from torch import nn
 
-from ..privacy import PerRecordGradients
-from ..privacy.mechanism import record_norms
+from ..privacy.capabilities import ModelCapabilities
+from ..privacy.gradients import PerRecordGradients, record_norms
 
 __all__ = ["SecondMoment"]
 
@@ -57,8 +57,6 @@ class SecondMoment(nn.Module):
             [0., 0., 1.]], dtype=torch.float64)
     """
 
-    #: Clipped records' gradients −z zᵀ (‖z‖² <= C) are at most √2 C apart (module docstring).
-    clipped_gradient_diameter = math.sqrt(2.0)
 
     def __init__(self, n_features: int, *, dtype: torch.dtype = torch.float64) -> None:
         super().__init__()
@@ -74,6 +72,11 @@ class SecondMoment(nn.Module):
         would take 5 GB).
         """
         return _OuterProducts(X)
+
+    #: Clipped records' gradients −z zᵀ (‖z‖² <= C) are at most √2 C apart (module docstring); their sums are
+    #: formed without the B dense d×d gradients.
+    capabilities = ModelCapabilities(diameter=math.sqrt(2.0),
+                                     tangent_gradients=lambda model, loss_fn, batch, **_: _OuterProducts(batch[0]))
 
     def eigenvalues(self):
         """The eigenvalues of sym(A), decreasing.

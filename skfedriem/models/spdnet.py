@@ -14,6 +14,9 @@ import torch
 from torch import nn
 
 from ..manifolds import ManifoldParameter, Stiefel, manifold_of
+from ..privacy.capabilities import ModelCapabilities
+from ..privacy.gradients import DenseGradients, PerRecordGradients, StackedDenseGradients
+from ..privacy.hooks import has_hooks
 from ..privacy.per_sample import LossFn
 from .spdnet_gradients import bire_tangent_gradients, upper_triangle
 from .spectral import log_eig, log_re_eig, re_eig
@@ -49,10 +52,6 @@ class BiMap(nn.Module):
         manifold = Stiefel(n_in, n_out)
         self.weight = ManifoldParameter(manifold.random_point(generator=generator, dtype=dtype), manifold)
 
-    supports_client_stacking = True
-    #: The per-record rule is for inputs ``(*records, n_in, n_in)``; other shapes take the vmap route.
-    rule_input_dims = 2
-
     def _weight(self, X: torch.Tensor) -> torch.Tensor:
         """W, or its stack over clients (K, n_in, n_out) viewed to meet inputs (K, B, ..., n_in, n_in) per client."""
         W = self.weight
@@ -66,6 +65,10 @@ class BiMap(nn.Module):
         """∂ℓ_z/∂W = X_z W (G_z + G_zᵀ) for each record z, G_z = ∂ℓ_z/∂Y_z (X_z symmetric)."""
         G = grad_output + grad_output.transpose(-1, -2)
         return {"weight": X @ (self._weight(X).detach() @ G)}
+
+    #: Stacks (K clients' W on their records); its per-record rule is for inputs ``(*records, n_in, n_in)``, other
+    #: shapes take the vmap route.
+    capabilities = ModelCapabilities(per_record_rule=per_sample_parameter_gradients, rule_input_dims=2, stacks=True)
 
     def extra_repr(self) -> str:
         n_in, n_out = self.weight.shape
@@ -81,7 +84,7 @@ class ReEig(nn.Module):
         ε_R, the eigenvalue floor.
     """
 
-    supports_client_stacking = True
+    capabilities = ModelCapabilities(stacks=True)
 
     def __init__(self, eps: float = 1e-4) -> None:
         super().__init__()
@@ -100,7 +103,7 @@ class LogEig(nn.Module):
     No parameters.
     """
 
-    supports_client_stacking = True
+    capabilities = ModelCapabilities(stacks=True)
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         return log_eig(X)
@@ -115,7 +118,7 @@ class LogReEig(nn.Module):
         ε_R, the eigenvalue floor.
     """
 
-    supports_client_stacking = True
+    capabilities = ModelCapabilities(stacks=True)
 
     def __init__(self, eps: float = 1e-4) -> None:
         super().__init__()
@@ -134,7 +137,7 @@ class Vech(nn.Module):
     No parameters.
     """
 
-    supports_client_stacking = True
+    capabilities = ModelCapabilities(stacks=True)
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         # index_select on the flattened matrices: 5 µs where X[..., rows, cols] takes 35 (64 matrices of 16×16),
@@ -151,7 +154,7 @@ class TraceNormalize(nn.Module):
     would not). No parameters.
     """
 
-    supports_client_stacking = True
+    capabilities = ModelCapabilities(stacks=True)
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         trace = X.diagonal(dim1=-2, dim2=-1).sum(-1)
@@ -186,8 +189,6 @@ class SPDNet(nn.Module):
     >>> sum(p.numel() for p in net.parameters())
     900
     """
-
-    supports_client_stacking = True
 
     def __init__(
         self,
@@ -277,43 +278,58 @@ class SPDNet(nn.Module):
 
         ``named`` is ``dict(self.named_parameters())``.
         """
-        if type(self) is not SPDNet or type(self.features) is not nn.Sequential:
-            return None
-        if type(self.classifier) is not nn.Linear or self.classifier.bias is None:
-            return None
-        if _global_hooks() or any(_hooked(sub) or "forward" in vars(sub) for sub in self.modules()):
+        if not _built_as_declared(self):
             return None
         layers = list(self.features._modules.items())  # as the Sequential runs them: a layer listed twice runs twice
-        if len({id(layer) for _, layer in layers}) != len(layers):
-            return None
         normalize = bool(layers) and type(layers[0][1]) is TraceNormalize
-        layers = layers[1:] if normalize else layers
-        if len(layers) < 3 or len(layers) % 2 != 1 or type(layers[-1][1]) is not Vech:
-            return None
-        blocks = []
-        for position, ((name, bimap), (_, spectral)) in enumerate(zip(layers[:-1:2], layers[1:-1:2])):
-            last = position == len(layers) // 2 - 1
-            if type(bimap) is not BiMap or type(spectral) is not (LogReEig if last else ReEig):
-                return None
-            if not isinstance(manifold_of(bimap.weight), Stiefel):
-                return None
-            blocks.append((f"features.{name}.weight", "log_reeig" if last else "reeig", spectral))
-        if any(getattr(p, "manifold", None) is not None for p in self.classifier.parameters()):
+        blocks = _bire_blocks(layers[1:] if normalize else layers)
+        if blocks is None:
             return None
         covered = {name for name, _, _ in blocks} | {"classifier.weight", "classifier.bias"}
         if not covered <= set(named) or any(p.requires_grad and name not in covered for name, p in named.items()):
             return None
-        return normalize, [(name, kind, float(spectral.eps)) for name, kind, spectral in blocks]
+        return normalize, blocks
+
+    def _tangent_gradients(self, loss_fn: LossFn, batch: tuple[torch.Tensor, ...], *, record_dims: int = 1,
+                           parameters: dict[str, torch.Tensor] | None = None) -> PerRecordGradients | None:
+        """:meth:`per_record_tangent_gradients` as the private step reads them (its capabilities' closed form)."""
+        grads = self.per_record_tangent_gradients(loss_fn, batch, record_dims=record_dims, parameters=parameters)
+        if grads is None:
+            return None
+        return DenseGradients(grads) if record_dims == 1 else StackedDenseGradients(grads)
+
+    #: Stacks (client k's W on its records), with every record's tangent gradient in closed form.
+    capabilities = ModelCapabilities(tangent_gradients=_tangent_gradients, stacks=True)
 
 
-def _hooked(module: nn.Module) -> bool:
-    return any(getattr(module, name, None) for name in (
-        "_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"))
+def _built_as_declared(net: SPDNet) -> bool:
+    """Whether ``net`` computes what SPDNet's layers declare: the class itself, a plain Sequential of layers each
+    listed once, a Linear classifier with a bias, no hook, no forward set on an instance."""
+    if type(net) is not SPDNet or type(net.features) is not nn.Sequential:
+        return False
+    if type(net.classifier) is not nn.Linear or net.classifier.bias is None:
+        return False
+    if any(getattr(p, "manifold", None) is not None for p in net.classifier.parameters()):
+        return False
+    if has_hooks(net) or any("forward" in vars(sub) for sub in net.modules()):
+        return False
+    layers = list(net.features._modules.values())
+    return len({id(layer) for layer in layers}) == len(layers)
 
 
-def _global_hooks() -> bool:
-    """Whether hooks registered for every module (``torch.nn.modules.module.register_module_forward_hook``...) are
-    set: they change what each layer computes. Torch keeps them in private module globals; absent, none is assumed."""
-    module = torch.nn.modules.module
-    return any(getattr(module, name, None) for name in (
-        "_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks", "_global_backward_pre_hooks"))
+def _bire_blocks(layers: list[tuple[str, nn.Module]]) -> list[tuple[str, str, float]] | None:
+    """(BiMap weight's name, spectral kind, floor) of each BiRe block of ``layers`` (BiMap, ReEig)..., BiMap,
+    LogReEig, Vech; None for any other list."""
+    if len(layers) < 3 or len(layers) % 2 != 1 or type(layers[-1][1]) is not Vech:
+        return None
+    pairs = list(zip(layers[:-1:2], layers[1:-1:2]))
+    blocks = []
+    for position, ((name, bimap), (_, spectral)) in enumerate(pairs):
+        last = position == len(pairs) - 1
+        if type(bimap) is not BiMap or type(spectral) is not (LogReEig if last else ReEig):
+            return None
+        if not isinstance(manifold_of(bimap.weight), Stiefel):
+            return None
+        floor = spectral.eps.detach() if torch.is_tensor(spectral.eps) else spectral.eps
+        blocks.append((f"features.{name}.weight", "log_reeig" if last else "reeig", float(floor)))
+    return blocks

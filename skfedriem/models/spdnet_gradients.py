@@ -34,7 +34,7 @@ from functools import lru_cache
 import torch
 
 from ..privacy.per_sample import LossFn
-from .spectral import _values, loewner_matrix
+from .spectral import _values, finite_eigh, loewner_matrix
 
 __all__ = ["bire_tangent_gradients", "upper_triangle"]
 
@@ -127,7 +127,7 @@ def bire_tangent_gradients(loss_fn: LossFn, batch: tuple[torch.Tensor, ...], *, 
             W = values[name]
             T = _times_weight(X, W, record_dims)
             Y = _per_client(W, record_dims).transpose(-1, -2) @ T
-            eigenvalues, U = torch.linalg.eigh(Y)
+            eigenvalues, U = finite_eigh(Y)
             kept.append((W, T, Y, eigenvalues, U))
             X = (U * _values(kind, eigenvalues, floor).unsqueeze(-2)) @ U.transpose(-1, -2)
         features = X.flatten(start_dim=-2).index_select(-1, upper_triangle(X.shape[-1], X.device))  # Vech

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["log_eig", "log_re_eig", "re_eig", "spectral_function"]
+__all__ = ["finite_eigh", "log_eig", "log_re_eig", "re_eig", "spectral_function"]
 
 
 _KINDS = ("log", "reeig", "log_reeig")
@@ -72,12 +72,40 @@ def loewner_matrix(kind: str, eigenvalues: torch.Tensor, floor: float = 0.0) -> 
     return torch.where(close, half_slopes.unsqueeze(-1) + half_slopes.unsqueeze(-2), quotient)
 
 
+def finite_eigh(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``torch.linalg.eigh`` of every matrix; one with a non-finite entry gets NaN eigenvalues and eigenvectors.
+
+    ``eigh`` fails for the whole batch when one matrix holds an inf or a NaN
+    (an input of 1e38 whose BiMap overflowed, say): one record would then
+    fail every client's step. Here such a record's output is NaN, so its
+    gradient is not finite and the private step clips it to zero, as it does
+    any record whose gradient overflows.
+
+    Parameters
+    ----------
+    X : torch.Tensor, shape (..., n, n)
+        Symmetric matrices.
+
+    Returns
+    -------
+    eigenvalues : torch.Tensor, shape (..., n)
+    eigenvectors : torch.Tensor, shape (..., n, n)
+    """
+    finite = torch.isfinite(X).all(-1).all(-1)
+    if not _functorch_active() and bool(finite.all()):  # the usual batch: eigh alone (no data-dependent branch
+        return torch.linalg.eigh(X)  # under torch.func, which always takes the masked form)
+    eye = torch.eye(X.shape[-1], dtype=X.dtype, device=X.device)
+    eigenvalues, U = torch.linalg.eigh(torch.where(finite[..., None, None], X, eye))
+    return (torch.where(finite[..., None], eigenvalues, torch.nan),
+            torch.where(finite[..., None, None], U, torch.nan))
+
+
 class _SpectralFunction(torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
     def forward(X: torch.Tensor, kind: str, floor: float):  # type: ignore[override]
-        eigenvalues, U = torch.linalg.eigh(X)
+        eigenvalues, U = finite_eigh(X)
         output = (U * _values(kind, eigenvalues, floor).unsqueeze(-2)) @ U.transpose(-1, -2)
         return output, eigenvalues, U
 

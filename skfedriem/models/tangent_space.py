@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..privacy.capabilities import ModelCapabilities
 from .spdnet import TraceNormalize
 
 __all__ = ["LinearOnFeatures", "TangentMean", "TangentSpace", "TangentSpaceLogistic", "reference_from_mean"]
@@ -77,7 +78,7 @@ class TangentSpace(nn.Module):
     0.0
     """
 
-    supports_client_stacking = True
+    capabilities = ModelCapabilities(stacks=True)
 
     def __init__(self, reference: torch.Tensor) -> None:
         super().__init__()
@@ -116,8 +117,6 @@ class TangentSpaceLogistic(nn.Module):
     >>> sum(p.numel() for p in net.parameters())
     1016
     """
-
-    supports_client_stacking = True
 
     def __init__(self, n_channels: int, n_classes: int, reference: torch.Tensor | None = None, *,
                  normalize: bool = True, dtype: torch.dtype = torch.float32) -> None:
@@ -163,6 +162,10 @@ class TangentSpaceLogistic(nn.Module):
         """The linear layer alone, reading :meth:`fixed_features`' output (its parameters are this model's)."""
         return LinearOnFeatures(self.classifier)
 
+    #: Stacks; its feature map holds no parameter and reads nothing but the public reference.
+    capabilities = ModelCapabilities(stacks=True,
+                                     fixed_features=lambda model: (model.fixed_features, model.on_features()))
+
 
 class LinearOnFeatures(nn.Module):
     """The linear layer of a :class:`TangentSpaceLogistic`, applied to tangent vectors computed beforehand.
@@ -173,7 +176,7 @@ class LinearOnFeatures(nn.Module):
         The model's own layer (shared, not copied: training this module trains the model).
     """
 
-    supports_client_stacking = True
+    capabilities = ModelCapabilities(stacks=True)
 
     def __init__(self, classifier: nn.Linear) -> None:
         super().__init__()
@@ -210,7 +213,7 @@ class TangentMean(nn.Module):
     torch.Size([1])
     """
 
-    supports_client_stacking = True
+    capabilities = ModelCapabilities(stacks=True)
 
     def __init__(self, n_channels: int, *, dtype: torch.dtype = torch.float32) -> None:
         super().__init__()

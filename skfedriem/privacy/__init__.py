@@ -1,21 +1,26 @@
 """Record-level differential privacy: the private local step and its accounting.
 
-The step (:func:`private_gradient`, :class:`PrivateManifoldOptimizer`) and
-what it is built from that a model may extend (:class:`PerRecordGradients`,
-:func:`record_norms`, :func:`clipped_gradient_diameter`, the per-sample
+The step (:func:`private_step` for K clients' :class:`ClientCopies`, a
+lone client's :func:`private_gradient` and :class:`PrivateManifoldOptimizer`)
+and what a model declares to it (:class:`ModelCapabilities`) or may extend
+(:class:`PerRecordGradients`, :func:`record_norms`, the per-sample
 gradients); a client's :class:`StepPlan`, its samplers and secret randomness;
 the accountant (:class:`PrivacyAccountant`, :func:`calibrate_mu0`,
 :func:`epsilon_spent`), the accounting methods and :class:`PrivacyBudget`.
-The mechanism's own pieces (clip factors, the noisy mean) live in
-:mod:`skfedriem.privacy.mechanism`.
+The mechanism's own pieces (clip factors, the noise, the release) live in
+:mod:`skfedriem.privacy.mechanism`; torch's own layers are declared in
+:mod:`skfedriem.privacy.torch_layers`.
 """
 
 from .accounting_methods import RunAccounting, WholeRunAccounting, accounting_names, get_accounting, register_accounting
 from .budget import PrivacyBudget
+from .capabilities import ModelCapabilities, capabilities_of, register_capabilities
+from .copies import ClientCopies, LoneClient
+from .gradients import DenseGradients, PerRecordGradients, StackedDenseGradients, record_norms
 from .group import calibrate_group_mu0, group_epsilon
 from .layerwise import layerwise_per_sample_gradients
 from .ledger import PrivacyAccountant, RunningEpsilon
-from .mechanism import DenseGradients, PerRecordGradients, clipped_gradient_diameter, private_gradient, record_norms
+from .mechanism import clipped_gradient_diameter, private_gradient, private_step
 from .optimizer import PrivateManifoldOptimizer
 from .per_sample import per_sample_gradients
 from .randomness import SecretRandomness, SecureRandomness, SeededRandomness
@@ -23,14 +28,18 @@ from .sampling import BatchSampler, FixedSizeSampler, PoissonSampler, make_sampl
 from .step_plan import StepPlan, round_release
 from .subsampled_gaussian import (DISCRETIZATION, MAX_EPSILON, MIN_DELTA, calibrate_mu0, epsilon_spent, gdp_epsilon,
                                   gdp_mu, gdp_mu_for_epsilon)
+from .torch_layers import StackedLinear
 
 __all__ = [
     "DISCRETIZATION",
     "MAX_EPSILON",
     "MIN_DELTA",
     "BatchSampler",
+    "ClientCopies",
     "DenseGradients",
     "FixedSizeSampler",
+    "LoneClient",
+    "ModelCapabilities",
     "PerRecordGradients",
     "PoissonSampler",
     "PrivacyAccountant",
@@ -41,10 +50,13 @@ __all__ = [
     "SecretRandomness",
     "SecureRandomness",
     "SeededRandomness",
+    "StackedDenseGradients",
+    "StackedLinear",
     "StepPlan",
     "WholeRunAccounting",
     "accounting_names",
     "calibrate_group_mu0",
+    "capabilities_of",
     "calibrate_mu0",
     "clipped_gradient_diameter",
     "epsilon_spent",
@@ -57,25 +69,9 @@ __all__ = [
     "make_sampler",
     "per_sample_gradients",
     "private_gradient",
+    "private_step",
     "record_norms",
+    "register_capabilities",
     "register_accounting",
     "round_release",
 ]
-
-#: The lockstep names this package exported until 0.2, now in :mod:`skfedriem.federated.lockstep`.
-_MOVED_TO_LOCKSTEP = ("ClientStack", "StackedDenseGradients", "StackedLinear", "stacked_gradients_available",
-                      "stacked_module", "supports_stacking")
-
-
-def __getattr__(name: str):
-    """The lockstep names of earlier versions, with a FutureWarning (removed in 0.3)."""
-    if name not in _MOVED_TO_LOCKSTEP:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import warnings
-
-    # from the two modules, not the lockstep package (which imports the clients, which import this package)
-    from ..federated.lockstep import modules, stack
-
-    warnings.warn(f"skfedriem.privacy.{name} moved to skfedriem.federated.lockstep.{name}; the old path is removed "
-                  "in 0.3.", FutureWarning, stacklevel=2)
-    return getattr(stack if hasattr(stack, name) else modules, name)

@@ -12,10 +12,14 @@ its GradSampleModule wraps the model in ways the federated engine does not
 need. ``torch.func.vmap`` remains the general fallback
 (:func:`skfedriem.privacy.per_sample_gradients`), and tests check the two agree.
 
-A module supports this path when it has a method
-``per_sample_parameter_gradients(X, grad_output) -> {local name: (B, *shape)}``,
-or is a :class:`torch.nn.Linear`. A layer whose rule holds only for inputs of
-shape ``(*records, features)`` says how many trailing axes it expects with ``rule_input_dims`` (Linear's 1 is implied; BiMap's is 2).
+A layer supports this path when its :class:`~skfedriem.privacy.ModelCapabilities`
+declare a ``per_record_rule(layer, X, grad_output) -> {local name: (B, *shape)}``
+(``nn.Linear``'s is registered; SPDNet's BiMap declares its own), and, for a
+rule that holds only for inputs of shape ``(*records, features)``, how many
+trailing axes it expects (``rule_input_dims``). The path stands aside (returns
+None, and ``torch.func`` runs) for a module with hooks, whose recorded outputs
+would not be what the next layer reads, and for a forward that changes a
+recorded output in place.
 """
 
 from __future__ import annotations
@@ -23,25 +27,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .capabilities import capabilities_of
+from .hooks import has_hooks
 from .per_sample import LossFn
 
 __all__ = ["layerwise_per_sample_gradients", "supports_layerwise"]
-
-
-def _linear_rule(layer: nn.Linear, X: torch.Tensor, grad_output: torch.Tensor) -> dict[str, torch.Tensor]:
-    grads = {"weight": grad_output.unsqueeze(-1) * X.unsqueeze(-2)}
-    if layer.bias is not None:
-        grads["bias"] = grad_output
-    return grads
-
-
-def _rule(layer: nn.Module):
-    custom = getattr(layer, "per_sample_parameter_gradients", None)
-    if callable(custom):
-        return custom
-    if type(layer) is nn.Linear:  # 2-D inputs are checked at call time
-        return lambda X, G: _linear_rule(layer, X, G)
-    return None
 
 
 def _owners(module: nn.Module) -> dict[str, nn.Module]:
@@ -66,7 +56,7 @@ def supports_layerwise(module: nn.Module) -> bool:
     -------
     bool
     """
-    return all(_rule(sub) is not None for sub in _owners(module).values())
+    return all(capabilities_of(sub).per_record_rule is not None for sub in _owners(module).values())
 
 
 def layerwise_per_sample_gradients(
@@ -96,14 +86,14 @@ def layerwise_per_sample_gradients(
         that are not (B, features).
     """
     owners = _owners(module)
-    rules = {prefix: _rule(sub) for prefix, sub in owners.items()}
-    if any(rule is None for rule in rules.values()):
+    capabilities = {prefix: capabilities_of(sub) for prefix, sub in owners.items()}
+    if any(c.per_record_rule is None for c in capabilities.values()) or has_hooks(module):
         return None
     calls: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {prefix: [] for prefix in owners}
 
     def recorder(prefix: str):
         def hook(_layer, inputs, output):
-            calls[prefix].append((inputs[0].detach(), output))
+            calls[prefix].append((inputs[0].detach(), output, output._version))
 
         return hook
 
@@ -116,10 +106,13 @@ def layerwise_per_sample_gradients(
     if any(len(c) != 1 for c in calls.values()):
         return None
     records = batch[0].shape[:record_dims]
-    for prefix, [(X, _)] in calls.items():
-        # a Linear's rule is for inputs (*records, features); on anything else the vmap path stands in
-        feature_dims = 1 if type(owners[prefix]) is nn.Linear else getattr(owners[prefix], "rule_input_dims", None)
+    for prefix, [(X, output, version)] in calls.items():
+        # a rule for inputs (*records, features) on anything else, or an output changed in place after the layer
+        # (an in-place activation): the vmap path stands in
+        feature_dims = capabilities[prefix].rule_input_dims
         if X.shape[:record_dims] != records or (feature_dims is not None and X.dim() != record_dims + feature_dims):
+            return None
+        if output._version != version:
             return None
     prefixes = list(calls)
     outputs_grads = torch.autograd.grad(loss, [calls[p][0][1] for p in prefixes])
@@ -127,7 +120,7 @@ def layerwise_per_sample_gradients(
     for prefix, G in zip(prefixes, outputs_grads):
         X = calls[prefix][0][0]
         local = {n for n, p in owners[prefix].named_parameters(recurse=False) if p.requires_grad}
-        for name, g in rules[prefix](X, G).items():
+        for name, g in capabilities[prefix].per_record_rule(owners[prefix], X, G).items():
             if name in local:
                 grads[f"{prefix}.{name}" if prefix else name] = g
     order = [name for name, p in module.named_parameters() if p.requires_grad]

@@ -8,19 +8,20 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..manifolds import project_parameters_
-from .mechanism import private_gradient
-from .per_sample import LossFn, trainable_parameters
+from .copies import LoneClient
+from .mechanism import private_step
+from .per_sample import LossFn
 from .randomness import SecretRandomness, SeededRandomness
 
-__all__ = ["PrivateManifoldOptimizer", "apply_gradients"]
+__all__ = ["PrivateManifoldOptimizer"]
 
 
 class PrivateManifoldOptimizer:
     """Wrap a ``torch.optim`` optimiser to take private steps on manifolds.
 
     One :meth:`step` computes the privatised tangent gradient g̃ of the batch
-    (:func:`~skfedriem.privacy.private_gradient`), writes it into ``.grad``,
+    (:func:`~skfedriem.privacy.private_step` of the module as a
+    :class:`~skfedriem.privacy.LoneClient`), writes it into ``.grad``,
     lets the wrapped optimiser (SGD, Adam, ... with any LR scheduler attached
     to :attr:`optimizer`) return its update u on the ambient tensors, and
     projects manifold blocks back: θ ← Π(θ − u). Euclidean blocks keep
@@ -86,6 +87,7 @@ class PrivateManifoldOptimizer:
         self.count_noise_std = float(count_noise_std)
         #: The noisy centred counts released so far (with ``count_noise_std > 0``).
         self.noisy_counts: list[float] = []
+        self._copies = LoneClient(module)
 
     def step(self, batch: tuple[torch.Tensor, ...], *, denominator: float,
              segments: torch.Tensor | None = None) -> None:
@@ -101,36 +103,9 @@ class PrivateManifoldOptimizer:
             Subject-level steps: each record's subject among the step's
             (:func:`~skfedriem.privacy.private_gradient`).
         """
-        grads = private_gradient(
-            self.module,
-            self.loss_fn,
-            batch,
-            clip=self.clip,
-            noise_std=self.noise_std,
-            denominator=denominator,
-            randomness=self.randomness,
-            count_noise_std=self.count_noise_std,
-            counts=self.noisy_counts if self.count_noise_std > 0 else None,
-            segments=segments,
-        )
-        apply_gradients(self.optimizer, trainable_parameters(self.module), grads)
-        project_parameters_(self.module)
-
-
-def apply_gradients(optimizer: torch.optim.Optimizer, params: dict[str, torch.Tensor],
-                    grads: dict[str, torch.Tensor]) -> None:
-    """One step of ``optimizer`` on the released gradients ``grads`` (by the names of ``params``), then zero them.
-
-    Parameters
-    ----------
-    optimizer : torch.optim.Optimizer
-        Built over ``params``.
-    params : dict of str to torch.Tensor
-    grads : dict of str to torch.Tensor
-        What the mechanism released, per parameter.
-    """
-    for name, param in params.items():
-        # contiguous: torch's fused Adam misreads a gradient whose strides differ from its parameter's
-        param.grad = grads[name].to(param.dtype).contiguous()
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
+        batch = tuple(x.unsqueeze(0) for x in batch)
+        released = private_step(self._copies, self.loss_fn, [(batch, None)], clip=self.clip, noise_std=self.noise_std,
+                                denominator=denominator, randomness=[self.randomness],
+                                count_noise_std=self.count_noise_std,
+                                counts=[self.noisy_counts] if self.count_noise_std > 0 else None, segments=segments)
+        self._copies.step_(self.optimizer, released)

@@ -156,7 +156,9 @@ def test_a_released_mean_is_charged_and_the_rounds_take_what_is_left(spd_data):
 def test_one_extreme_trial_moves_the_released_mean_by_at_most_its_sensitivity(clip):
     """The release is the ordinary private step: each trial's tangent vector clipped to C, so replacing one moves a
     client's mean by at most 2C / m (the unclipped variant, clip=inf, is shown to exceed it)."""
-    from skfedriem.federated.client import ClientState, RoundInstructions, run_client_round
+    from skfedriem.federated.client import ClientState
+    from skfedriem.federated.client_round import run_client_round
+    from skfedriem.federated.instructions import RoundInstructions
     from skfedriem.models import TangentMean
 
     X, _, _ = make_spd_classification(1, 20, 6, random_state=1)

@@ -147,7 +147,7 @@ def test_one_client_cannot_throw_the_clip_away():
     """A faulty or hostile reply (a huge, tiny or non-finite fraction) moves the clip by a bounded factor."""
     from skfedriem.federated import FederatedTrainer
     from skfedriem.federated.adaptive_clip import CLIP_LR, CLIP_RANGE, FRACTION_RANGE
-    from skfedriem.federated.client import CLIPPED_FRACTION
+    from skfedriem.federated.instructions import CLIPPED_FRACTION
 
     def replies(*values):
         return {i: ({CLIPPED_FRACTION: torch.tensor(v, dtype=torch.float64)}, 0.0) for i, v in enumerate(values)}

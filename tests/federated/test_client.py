@@ -7,7 +7,9 @@ import pytest
 import torch
 
 from skfedriem.exceptions import InvalidIterateError
-from skfedriem.federated.client import ClientState, RoundInstructions, check_iterate, run_client_round
+from skfedriem.federated.client import ClientState
+from skfedriem.federated.client_round import run_client_round
+from skfedriem.federated.instructions import RoundInstructions, check_iterate
 from skfedriem.models import SPDNet
 
 from ..privacy.models import StiefelNet, cross_entropy, make_data

@@ -7,6 +7,7 @@ from skfedriem import FederatedTangentSpaceClassifier
 from skfedriem.datasets import make_spd_classification
 from skfedriem.federated import ClientRecipe, on_fixed_features
 from skfedriem.models import LinearOnFeatures, TangentSpaceLogistic
+from skfedriem.privacy import ModelCapabilities
 
 
 def _fit(**kw):
@@ -18,7 +19,8 @@ def _fit(**kw):
 @pytest.mark.parametrize("settings", [{}, {"lockstep": False}, {"eps": None}, {"sampling": "poisson"}])
 def test_a_fit_on_features_computed_once_is_the_fit_that_maps_every_batch(monkeypatch, settings):
     cached, X = _fit(**settings)
-    monkeypatch.delattr(TangentSpaceLogistic, "fixed_features")  # forward then maps each batch at each step
+    # without the declared fixed features, forward maps each batch at each step
+    monkeypatch.setattr(TangentSpaceLogistic, "capabilities", ModelCapabilities(stacks=True))
     monkeypatch.setattr(TangentSpaceLogistic, "forward", lambda self, X: self.classifier(self.features(
         self.normalize(X))))
     mapped, _ = _fit(**settings)
@@ -44,6 +46,8 @@ class _Mixing(nn.Module):
 
     def on_features(self):
         return _Head(self.head)
+
+    capabilities = ModelCapabilities(fixed_features=lambda model: (model.fixed_features, model.on_features()))
 
 
 class _Head(nn.Module):
@@ -73,7 +77,9 @@ def test_the_trained_part_must_train_every_parameter_of_the_model():
             super().__init__()
             self.scale = nn.Parameter(torch.ones(3))
 
-    with pytest.raises(TypeError, match=r"on_features\(\) must return a module training every parameter.*scale"):
+        capabilities = _Mixing.capabilities
+
+    with pytest.raises(TypeError, match=r"fixed_features must give a head training every parameter.*scale"):
         on_fixed_features(ClientRecipe(Partial(), lambda out, t: out.sum(1)), [(torch.randn(4, 3), torch.zeros(4))])
 
 

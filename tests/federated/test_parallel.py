@@ -9,7 +9,8 @@ from skfedriem import FederatedSPDNetClassifier
 from skfedriem.datasets import make_spd_classification
 from skfedriem.exceptions import InvalidIterateError
 from skfedriem.federated import FederatedTrainer, FederationSettings, LocalTransport
-from skfedriem.federated.client import ClientState, RoundInstructions
+from skfedriem.federated.client import ClientState
+from skfedriem.federated.instructions import RoundInstructions
 from skfedriem.federated.parallel import ParallelTransport, effective_n_jobs, thread_budget
 
 from ..privacy.models import StiefelNet, cross_entropy

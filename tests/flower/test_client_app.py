@@ -12,7 +12,9 @@ from flwr.app import Context, Message, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
 from skfedriem.decomposition import identity_loss
-from skfedriem.federated.client import ClientRecipe, ClientState, RoundInstructions, run_client_round
+from skfedriem.federated.client import ClientRecipe, ClientState
+from skfedriem.federated.client_round import run_client_round
+from skfedriem.federated.instructions import RoundInstructions
 from skfedriem.flower import ClientSetup, SiteGuard, make_client_app
 from skfedriem.flower.protocol.client_app import _FAILED, _REFUSALS, DEFAULT_MAX_EPSILON, MU0_CEILING
 from skfedriem.flower.protocol.messages import decode_arrays, encode_arrays, encode_instructions
@@ -322,7 +324,7 @@ def test_a_repeated_request_gets_the_same_reply_and_costs_nothing(tmp_path):
 
 def test_a_site_charges_the_count_of_adaptive_clipping_and_returns_its_fraction(tmp_path):
     """count_noise_std > 0: the site's ledger charges μ0 = √(μ_g² + 1/σ_b²) and the reply carries the fraction."""
-    from skfedriem.federated.client import CLIPPED_FRACTION
+    from skfedriem.federated.instructions import CLIPPED_FRACTION
 
     client, app = setup(tmp_path / "ledger.json")
     theta = theta_of(client.recipe.module)
@@ -368,7 +370,7 @@ def test_a_sites_record_count_is_its_files_under_every_run_config(tmp_path, n_ba
 
 def test_a_record_the_run_cannot_compute_trains_as_a_zero_weight_record(tmp_path):
     from skfedriem.classification._base import IGNORED_TARGET
-    from skfedriem.privacy.mechanism import per_record_gradients
+    from skfedriem.privacy.gradients import per_record_gradients
 
     data = tmp_path / "site.npz"
     X = _trials_with_bad_ones(1)

@@ -47,17 +47,17 @@ from flwr.supercore.task_identity import TaskIdentity
 from skfedriem.audit.mutations import (noise_scaled, site_charges_the_servers_numbers, site_drops_invalid_records,
                                        site_ignores_the_planned_size)
 from skfedriem.decomposition import identity_loss
-from skfedriem.federated.client import ClientRecipe, RoundInstructions
+from skfedriem.federated.client import ClientRecipe
+from skfedriem.federated.instructions import RoundInstructions
 from skfedriem.flower import ClientSetup, SiteGuard, make_client_app
 from skfedriem.flower.protocol.client_app import _FAILED, _REFUSALS
 from skfedriem.flower.protocol.messages import decode_arrays, encode_arrays, encode_instructions
-from skfedriem.manifolds import manifold_of
 from skfedriem.models import PCAProjector, SecondMoment
 from skfedriem.models.pca import _PCAGradients
 from skfedriem.models.second_moment import _OuterProducts
 from skfedriem.privacy import PrivacyAccountant, PrivacyBudget
 from skfedriem.privacy import mechanism as mechanism_module
-from skfedriem.privacy.mechanism import DenseGradients, record_norms
+from skfedriem.privacy.gradients import DenseGradients, record_norms
 from skfedriem.privacy.randomness import SeededRandomness
 from skfedriem.privacy.sampling import BatchSampler, PoissonSampler
 
@@ -133,7 +133,7 @@ class Instruments:
     @contextmanager
     def installed(self):
         sample, uniform, normal = BatchSampler.sample, SeededRandomness.uniform, SeededRandomness.standard_normal
-        noisy_mean, noisy_count = mechanism_module.noisy_mean, mechanism_module.noisy_clipped_count
+        noisy_release, noisy_count = mechanism_module.noisy_release, mechanism_module.noisy_clipped_count
         sums = {cls: cls.weighted_sum for cls in (DenseGradients, _PCAGradients, _OuterProducts)}
         drawn: dict = {}
 
@@ -166,17 +166,19 @@ class Instruments:
             self.steps[-1].normals.append(value)
             return value
 
-        def watched_noisy_mean(total, params, *, denominator, noise_std, randomness):
+        def watched_noisy_release(copies, sums, *, denominator, noise_std, randomness):
             first = len(self.steps[-1].normals)
-            released = noisy_mean(total, params, denominator=denominator, noise_std=noise_std, randomness=randomness)
-            normals = self.steps[-1].normals[first:] or [torch.zeros_like(p) for p in params.values()]
+            released = noisy_release(copies, sums, denominator=denominator, noise_std=noise_std,
+                                     randomness=randomness)
+            points = copies.points()  # a deployed site is a lone client: client axis 0 of 1
+            normals = self.steps[-1].normals[first:] or [torch.zeros_like(p[0]) for p in points.values()]
             signal, noise, out = [], [], []
-            for (name, value), xi in zip(total.items(), normals):
-                project = manifold_of(params[name]).proju
-                point = params[name].detach().double()
-                signal.append(project(point, value.double()).reshape(-1))
+            for (name, value), xi in zip(sums.items(), normals):
+                project = copies.manifolds[name].proju
+                point = points[name][0].double()
+                signal.append(project(point, value[0].double()).reshape(-1))
                 noise.append(project(point, xi.double()).reshape(-1))
-                out.append(released[name].double().reshape(-1))
+                out.append(released[name][0].double().reshape(-1))
             design, observed = torch.stack([torch.cat(signal), torch.cat(noise)], dim=1), torch.cat(out)
             fit = torch.linalg.lstsq(design, observed.unsqueeze(1)).solution[:, 0]
             step = self.steps[-1]
@@ -203,7 +205,7 @@ class Instruments:
             patch.setattr(BatchSampler, "sample", watched_sample)
             patch.setattr(SeededRandomness, "uniform", watched_uniform)
             patch.setattr(SeededRandomness, "standard_normal", watched_normal)
-            patch.setattr(mechanism_module, "noisy_mean", watched_noisy_mean)
+            patch.setattr(mechanism_module, "noisy_release", watched_noisy_release)
             for cls in sums:
                 patch.setattr(cls, "weighted_sum", watched_sum(cls))
             yield self
@@ -428,7 +430,7 @@ def test_the_referee_measures_the_noise_the_site_really_added(kind, tmp_path_fac
 def test_the_referee_measures_the_clipping_the_site_really_applied(tmp_path_factory, monkeypatch):
     tight = [("round", {**PLAUSIBLE[0][1], "clip": 0.01, "noise_std": 0.005}, "on")]  # every record reaches C
     assert caught(("pca", tight), tmp_path_factory) is None
-    monkeypatch.setattr(mechanism_module, "clip_factors", lambda norms, clip: torch.ones_like(norms))
+    monkeypatch.setattr(mechanism_module, "clip_factors", lambda norms, clip, margin=0.0: torch.ones_like(norms))
     assert caught(("pca", tight), tmp_path_factory).startswith("charged mu0")
 
 

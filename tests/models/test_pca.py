@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from skfedriem.models import PCAProjector
-from skfedriem.privacy.mechanism import clip_factors, record_norms
+from skfedriem.privacy.gradients import record_norms
+from skfedriem.privacy.mechanism import clip_factors
 
 
 @pytest.mark.parametrize("kind", ["stiefel", "grassmann"])

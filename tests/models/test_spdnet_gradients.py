@@ -9,7 +9,7 @@ from skfedriem.datasets import make_spd_classification
 from skfedriem.federated.lockstep import ClientStack
 from skfedriem.models import SPDNet
 from skfedriem.privacy import DenseGradients, layerwise_per_sample_gradients, per_sample_gradients
-from skfedriem.privacy.mechanism import per_record_gradients, project_per_sample
+from skfedriem.privacy.gradients import per_record_gradients, project_per_sample
 from skfedriem.privacy.per_sample import trainable_parameters
 
 

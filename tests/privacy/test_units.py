@@ -8,7 +8,8 @@ import torch
 
 from skfedriem.audit.mutations import subjects_clipped_by_record
 from skfedriem.exceptions import InvalidInstructionsError
-from skfedriem.federated.client import ClientRecipe, RoundInstructions, step_plan
+from skfedriem.federated.client import ClientRecipe
+from skfedriem.federated.instructions import RoundInstructions, step_plan
 from skfedriem.privacy import PrivateManifoldOptimizer
 from skfedriem.privacy.mechanism import private_gradient
 from skfedriem.privacy.units import SubjectIndex, split_units, step_diameter, unit_count
@@ -173,7 +174,8 @@ def test_every_subject_gives_exactly_k_of_its_own_records_a_round():
 def _els_round(extreme: bool, n_target: int, k: int, seed: int = 0):
     """One noiseless full-batch step of a client whose steps sample k records of each subject; returns the step's
     mean (θ_1 = −mean from θ_0 = 0 at rate 1)."""
-    from skfedriem.federated.client import ClientState, run_client_round
+    from skfedriem.federated.client import ClientState
+    from skfedriem.federated.client_round import run_client_round
 
     X, segments, n_subjects = federation(n_target, extreme=extreme)
     instructions = RoundInstructions(lr=1.0, local_steps=1, batch_size=k * n_subjects, clip=CLIP, noise_std=0.0,

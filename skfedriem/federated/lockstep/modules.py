@@ -1,35 +1,33 @@
 """Which torch modules K clients can run as one, stacked along a client axis, and the stacked copy.
 
-A module can be stacked when every submodule is a container
-(``nn.Sequential``, ``nn.Identity``), an ``nn.Linear`` (replaced by
-:class:`StackedLinear`), or its class itself declares
-``supports_client_stacking = True`` (a subclass does not inherit the claim):
-its forward, and its per-record rule if it has one, apply parameters of shape
-``(K, *shape)`` to inputs of shape ``(K, B, ...)``; and no submodule has hooks.
-The claim is checked once per stack (:meth:`~skfedriem.federated.lockstep.ClientStack.verify`): each client's
-forward and per-record gradient norms must be those of a lone copy at that
-client's parameters. Per-record gradients then come from the model's closed
-form or its layers' rules, as for one client. Any other module (e.g. EEGNet's
-convolutions) is differentiated by ``torch.func``: a ``vmap`` over the clients
-of the ``vmap`` over the records that a lone client runs.
+A module can be stacked when every submodule's
+:class:`~skfedriem.privacy.ModelCapabilities` say it stacks (its forward, and
+its per-record rule if it has one, apply parameters of shape ``(K, *shape)``
+to inputs of shape ``(K, B, ...)``: torch's containers and element-wise
+activations, SPDNet's layers...) or give a stacked copy (``nn.Linear``'s
+:class:`~skfedriem.privacy.torch_layers.StackedLinear`), and nothing is hooked.
+The claim is checked once per stack (:func:`~skfedriem.federated.lockstep.check.check_stack`):
+each client's per-record gradients must be a lone copy's at that client's
+parameters. Any other module (e.g. EEGNet's convolutions) is differentiated by
+``torch.func``: a ``vmap`` over the clients of the ``vmap`` over the records
+that a lone client runs. :func:`stacking_obstacle` names what keeps a model's
+clients from running in lockstep, and the estimators say it once.
 """
 
 from __future__ import annotations
 
 import copy
 
-import torch
 from torch import nn
-from torch.nn import functional as F
 
 from ...manifolds import ManifoldParameter
+from ...privacy.capabilities import capabilities_of
+from ...privacy.hooks import has_hooks
 from ...privacy.layerwise import supports_layerwise
 from ..optimizers import is_elementwise
 
-__all__ = ["StackedLinear", "lockstep_eligible", "stacked_gradients_available", "stacked_module", "stacked_parameter",
-           "supports_stacking"]
-
-_CONTAINERS = (nn.Sequential, nn.Identity, nn.ModuleList, nn.ModuleDict)
+__all__ = ["lockstep_eligible", "stacked_gradients_available", "stacked_module", "stacked_parameter",
+           "stacking_obstacle", "supports_stacking"]
 
 
 def lockstep_eligible(module: nn.Module, optimizer, sampling: str, privacy_unit: str = "record",
@@ -66,6 +64,14 @@ def lockstep_eligible(module: nn.Module, optimizer, sampling: str, privacy_unit:
     return samples_records and is_elementwise(optimizer) and stacked_gradients_available(module)
 
 
+def _unstackable_layer(module: nn.Module) -> tuple[str, nn.Module] | None:
+    """The first submodule (name, layer) that neither stacks nor has a stacked copy; None when every one does."""
+    for name, sub in module.named_modules():
+        if not capabilities_of(sub).can_stack:
+            return name, sub
+    return None
+
+
 def supports_stacking(module: nn.Module) -> bool:
     """Whether every submodule of ``module`` applies stacked parameters to stacked records (module docstring).
 
@@ -77,14 +83,7 @@ def supports_stacking(module: nn.Module) -> bool:
     -------
     bool
     """
-    return all((type(sub) in _CONTAINERS or type(sub) is nn.Linear
-                or vars(type(sub)).get("supports_client_stacking", False)) and not _has_hooks(sub)
-               for sub in module.modules())
-
-
-def _has_hooks(module: nn.Module) -> bool:
-    return any(getattr(module, name, None) for name in (
-        "_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks", "_state_dict_hooks"))
+    return _unstackable_layer(module) is None and not has_hooks(module)
 
 
 def stacked_gradients_available(module: nn.Module) -> bool:
@@ -94,7 +93,7 @@ def stacked_gradients_available(module: nn.Module) -> bool:
     ``torch.func`` (no closed form, no complete set of layer rules): a
     module whose own per-record rules exist for a reason ``vmap`` may not
     share is never run another way. False for a module with tied parameters
-    (one parameter under two names) or with hooks on any submodule.
+    (one parameter under two names) or with hooks.
 
     Parameters
     ----------
@@ -104,56 +103,33 @@ def stacked_gradients_available(module: nn.Module) -> bool:
     -------
     bool
     """
-    if _tied(module) or any(_has_hooks(sub) for sub in module.modules()):  # run one by one, as before lockstep
-        return False
-    if supports_stacking(module):
-        return True
-    return not callable(getattr(module, "per_sample_tangent_gradients", None)) and not supports_layerwise(module)
+    return stacking_obstacle(module) is None
 
 
-def _tied(module: nn.Module) -> bool:
-    return len(list(module.named_parameters(remove_duplicate=False))) != len(list(module.named_parameters()))
-
-
-class StackedLinear(nn.Module):
-    """``nn.Linear``'s map for one weight ``(out, in)`` or K stacked weights ``(K, out, in)`` on ``(K, B, in)``.
-
-    Holds the same ``weight`` and ``bias`` parameters as the layer it replaces,
-    and the same per-record rule (∂ℓ_z/∂W = g_z x_zᵀ, ∂ℓ_z/∂b = g_z).
+def stacking_obstacle(module: nn.Module) -> str | None:
+    """Why the clients of ``module`` cannot run in lockstep, in words naming the layer; None when they can.
 
     Parameters
     ----------
-    linear : torch.nn.Linear
+    module : torch.nn.Module
+
+    Returns
+    -------
+    str or None
     """
-
-    supports_client_stacking = True
-    #: The per-record rule needs inputs of shape ``(*records, in_features)`` (else the layer-wise path stands aside).
-    rule_input_dims = 1
-
-    def __init__(self, linear: nn.Linear) -> None:
-        super().__init__()
-        self.weight = linear.weight
-        self.bias = linear.bias
-
-    def forward(self, X: torch.Tensor) -> torch.Tensor:
-        weight, bias = self.weight, self.bias
-        between = [1] * (X.dim() - 2)  # the record axis and any others between the client axis and the features
-        if weight.dim() == 3 and bias is not None and bias.dim() == 2 and X.dim() == 3:  # client k's on its records
-            return torch.baddbmm(bias.unsqueeze(-2), X, weight.transpose(-1, -2))
-        if weight.dim() == 3:
-            out = X @ weight.transpose(-1, -2).reshape(weight.shape[0], *between[1:], *weight.shape[:0:-1])
-        else:
-            out = F.linear(X, weight)
-        if bias is None:
-            return out
-        return out + (bias.view(bias.shape[0], *between, bias.shape[1]) if bias.dim() == 2 else bias)
-
-    def per_sample_parameter_gradients(self, X: torch.Tensor, grad_output: torch.Tensor) -> dict[str, torch.Tensor]:
-        """g_z x_zᵀ and g_z for every record z (any leading axes)."""
-        grads = {"weight": grad_output.unsqueeze(-1) * X.unsqueeze(-2)}
-        if self.bias is not None:
-            grads["bias"] = grad_output
-        return grads
+    kind = type(module).__name__
+    if len(list(module.named_parameters(remove_duplicate=False))) != len(list(module.named_parameters())):
+        return f"{kind} ties one parameter to two names"
+    if has_hooks(module):
+        return f"{kind} has hooks (on a layer, or on every module)"
+    blocker = _unstackable_layer(module)
+    if blocker is None:
+        return None
+    if capabilities_of(module).tangent_gradients is None and not supports_layerwise(module):
+        return None  # differentiated by torch.func, lone or stacked
+    name, layer = blocker
+    return (f"{kind}'s layer {name or '(the model)'!r} ({type(layer).__name__}) declares no stacking (its "
+            "ModelCapabilities, or register_capabilities for a class one cannot edit)")
 
 
 def stacked_parameter(param: nn.Parameter, n_clients: int) -> nn.Parameter:
@@ -165,7 +141,8 @@ def stacked_parameter(param: nn.Parameter, n_clients: int) -> nn.Parameter:
 
 
 def stacked_module(module: nn.Module, n_clients: int) -> nn.Module:
-    """A copy of ``module`` whose Linear layers are :class:`StackedLinear` and whose trainable blocks are stacked.
+    """A copy of ``module`` whose layers stack (each replaced by its stacked copy where it declares one) and whose
+    trainable blocks are stacked.
 
     Parameters
     ----------
@@ -180,11 +157,13 @@ def stacked_module(module: nn.Module, n_clients: int) -> nn.Module:
         Every trainable block θ_t copied K times along a new leading axis (a
         :class:`~skfedriem.manifolds.ManifoldParameter` keeps its manifold).
     """
-    twin = StackedLinear(copy.deepcopy(module)) if type(module) is nn.Linear else copy.deepcopy(module)
+    replace = capabilities_of(module).stacked
+    twin = replace(copy.deepcopy(module)) if replace is not None else copy.deepcopy(module)
     for sub in list(twin.modules()):
         for name, child in list(sub.named_children()):
-            if type(child) is nn.Linear:
-                setattr(sub, name, StackedLinear(child))
+            replace = capabilities_of(child).stacked
+            if replace is not None:
+                setattr(sub, name, replace(child))
     for sub in twin.modules():
         for name, param in list(sub._parameters.items()):
             if param is not None and param.requires_grad:

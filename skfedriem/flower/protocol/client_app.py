@@ -21,7 +21,9 @@ from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 from ...exceptions import InvalidInstructionsError, InvalidIterateError, PrivacyBudgetExceeded
-from ...federated.client import ClientRecipe, ClientState, check_iterate, step_plan
+from ...federated.client import ClientRecipe, ClientState
+from ...federated import client_round
+from ...federated.instructions import check_iterate, step_plan
 from ...privacy import PrivacyBudget
 from ...privacy.randomness import SecureRandomness
 from ...privacy.subsampled_gaussian import DISCRETIZATION, MIN_DELTA
@@ -289,7 +291,7 @@ def make_client_app(setup: Callable[[Context], ClientSetup]) -> ClientApp:
                 if guard is not None:
                     guard.charge(plan, label=label)
                 state = _round_state(client, context)
-                submission, seconds = client.recipe.run_round(theta, client.data, state, instructions)
+                [(submission, seconds)] = client_round.run_round(client.recipe, theta, [client.data], [state], instructions)
                 _keep_state(client, context, state)
                 if replies is not None:
                     replies.put(key, submission, seconds, charge=label)

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 
-from ...federated.client import RoundInstructions
+from ...federated.instructions import RoundInstructions
 
 __all__ = ["ClientInfo", "FlowerTransport", "NodeDirectory", "decode_arrays", "decode_instructions", "encode_arrays",
            "encode_instructions"]

@@ -21,7 +21,7 @@ import torch
 
 from ..._utils.files import write_atomically
 
-from ...federated.client import RoundInstructions
+from ...federated.instructions import RoundInstructions
 
 __all__ = ["ReplyCache"]
 

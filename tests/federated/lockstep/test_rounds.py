@@ -9,10 +9,13 @@ import torch.nn.functional as F
 from skfedriem import FederatedPCA, FederatedSPDNetClassifier, FederatedTangentSpaceClassifier
 from skfedriem.datasets import make_spd_classification
 from skfedriem.federated import FederatedTrainer, FederationSettings, LocalTransport
-from skfedriem.federated.client import CLIPPED_FRACTION, ClientRecipe, ClientState, RoundInstructions, step_plan
-from skfedriem.federated.lockstep import lockstep_groups, run_clients, run_lockstep
+from skfedriem.federated.client import ClientRecipe, ClientState
+from skfedriem.federated.instructions import CLIPPED_FRACTION, RoundInstructions, step_plan
+from skfedriem.federated.client_round import lockstep_groups, run_clients, run_round
 from skfedriem.federated.optimizers import register_optimizer
 from skfedriem.federated.parallel import ParallelTransport
+from skfedriem.privacy import ModelCapabilities
+from skfedriem.privacy.mechanism import private_step
 from skfedriem.models import BiMap, EEGNet, LogEig, PCAProjector, SPDNet, TangentSpaceLogistic
 from skfedriem.federated.lockstep import ClientStack, stacked_gradients_available, supports_stacking
 
@@ -126,8 +129,8 @@ def test_each_clients_noise_is_recovered_from_its_own_stream():
 
     def release(noise_std):
         states = [ClientState.fresh(s) for s in seeds]
-        return stack.private_gradient(loss, batch, clip=1.0, noise_std=noise_std, denominator=10,
-                                      randomness=[s.randomness for s in states])
+        return private_step(stack, loss, [(batch, None)], clip=1.0, noise_std=noise_std, denominator=10,
+                            randomness=[s.randomness for s in states])
 
     noisy, clean = release(sigma), release(0.0)
     for k, seed in enumerate(seeds):
@@ -195,10 +198,10 @@ def test_lockstep_refuses_what_a_lone_client_refuses():
     theta = {name: 2 * p.detach() for name, p in model.named_parameters()}
     from skfedriem.exceptions import InvalidInstructionsError, InvalidIterateError
     with pytest.raises(InvalidIterateError, match="not a point"):
-        run_lockstep(recipe, theta, clients, states, _instructions())
+        run_round(recipe, theta, clients, states, _instructions())
     theta = {name: p.detach() for name, p in model.named_parameters()}
     with pytest.raises(InvalidInstructionsError, match="batch_size"):
-        run_lockstep(recipe, theta, clients, states, _instructions(batch_size=31))  # client 0 holds 30
+        run_round(recipe, theta, clients, states, _instructions(batch_size=31))  # client 0 holds 30
 
 
 class _OwnRuleLayer(torch.nn.Module):
@@ -213,6 +216,8 @@ class _OwnRuleLayer(torch.nn.Module):
 
     def per_sample_parameter_gradients(self, X, grad_output):
         return {"weight": X * grad_output}
+
+    capabilities = ModelCapabilities(per_record_rule=per_sample_parameter_gradients)
 
 
 def _sum_loss(output, target):
@@ -362,7 +367,9 @@ class _OrdinaryBiMap(BiMap):
 
 
 class _ClaimingBiMap(_OrdinaryBiMap):
-    supports_client_stacking = True  # claimed, wrongly: the check must refuse it
+    # claimed, wrongly: the check must refuse it
+    capabilities = ModelCapabilities(per_record_rule=BiMap.per_sample_parameter_gradients, rule_input_dims=2,
+                                     stacks=True)
 
 
 def test_a_subclass_does_not_inherit_the_claim_and_a_false_claim_is_refused():
@@ -377,7 +384,7 @@ def test_a_subclass_does_not_inherit_the_claim_and_a_false_claim_is_refused():
     theta = {name: p.detach() for name, p in model.named_parameters()}
     before = [s.to_bytes() for s in states]
     with pytest.raises(ValueError, match="cannot run its clients in lockstep.*lockstep=False"):
-        run_lockstep(recipe, theta, clients, states, _instructions(batch_size=3))
+        run_round(recipe, theta, clients, states, _instructions(batch_size=3))
     assert [s.to_bytes() for s in states] == before  # refused before any draw
 
 
@@ -394,7 +401,7 @@ def test_a_linear_on_more_than_flat_records_takes_the_vmap_route():
 
 
 class _Tied(torch.nn.Module):
-    supports_client_stacking = True  # Linear, tanh, Linear: its forward broadcasts over a client axis
+    capabilities = ModelCapabilities(stacks=True)  # Linear, tanh, Linear: its forward broadcasts over a client axis
 
     def __init__(self):
         super().__init__()
@@ -434,7 +441,7 @@ def test_instructions_that_are_equal_but_of_another_type_are_another_group():
 @pytest.fixture
 def narrow_poisson_stacks(monkeypatch):
     """Poisson stacks of width 3: most steps take several passes, and clients of 0 to 3 records share them."""
-    import skfedriem.federated.lockstep.rounds as rounds
+    import skfedriem.federated.client_round as rounds
 
     widths = []
 
@@ -474,7 +481,7 @@ def _passes_of_a_round(clients, model, seeds, width):
 def test_a_clients_secret_batch_sizes_never_reach_another_clients_release(kind, monkeypatch):
     """Client 1's seed alone changes: its batches, and so how many passes the stack's steps take (width 12, B = 10),
     change; every other client's submission stays the same bit for bit."""
-    import skfedriem.federated.lockstep.rounds as rounds
+    import skfedriem.federated.client_round as rounds
 
     monkeypatch.setattr(rounds, "poisson_width", lambda sizes, rates: 12)
     model, loss, clients, _ = _case(kind)
@@ -515,7 +522,7 @@ def test_a_loss_that_is_not_per_record_is_refused_in_lockstep():
     states = [ClientState.fresh(np.random.SeedSequence(i)) for i in range(3)]
     theta = {name: p.detach() for name, p in model.named_parameters()}
     with pytest.raises(ValueError, match="not per record"):
-        run_lockstep(recipe, theta, clients, states, _instructions())
+        run_round(recipe, theta, clients, states, _instructions())
 
 
 # ---------------------------------------------------------------- what the second review found
@@ -548,7 +555,7 @@ def test_a_bimap_on_filter_bank_inputs_meets_its_clients_records():
 class _ClientZeroForAll(torch.nn.Module):
     """Claims stacking but applies client 0's weight to every client (and has no per-record rule)."""
 
-    supports_client_stacking = True
+    capabilities = ModelCapabilities(stacks=True)
 
     def __init__(self):
         super().__init__()
@@ -562,7 +569,7 @@ class _ClientZeroForAll(torch.nn.Module):
 def test_the_check_of_many_clients_takes_a_few_records_each_and_still_refuses(n_clients):
     """From 6 clients on the check runs on 6 records each (its cost grows with K, not K²): a stack that applies
     client 0's weight to all, or a BiMap written for one client, is still refused; an honest SPDNet passes."""
-    from skfedriem.federated.lockstep.stack import CHECK_WIDTH
+    from skfedriem.federated.lockstep.check import CHECK_WIDTH
 
     g = torch.Generator().manual_seed(0)
     clients = [(torch.randn(10, 4, generator=g, dtype=torch.float64), torch.randn(10, generator=g, dtype=torch.float64))

@@ -5,7 +5,8 @@ import torch
 
 from skfedriem.models import SPDNet
 from skfedriem.privacy import DenseGradients, layerwise_per_sample_gradients, per_sample_gradients, record_norms
-from skfedriem.federated.lockstep import StackedDenseGradients, StackedLinear, stacked_module, supports_stacking
+from skfedriem.federated.lockstep import stacked_module, supports_stacking
+from skfedriem.privacy import ModelCapabilities, StackedDenseGradients, StackedLinear
 
 from ...privacy.models import StiefelNet, cross_entropy, make_data
 
@@ -100,13 +101,14 @@ def test_only_declared_classes_and_plain_layers_stack():
     assert supports_stacking(SPDNet(6, 2, dims=(4,)))
     assert not supports_stacking(StiefelNet())  # its own forward was not written for a client axis
     assert supports_stacking(torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Identity()))
-    assert not supports_stacking(torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Tanh()))
+    assert supports_stacking(torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Tanh()))  # registered: element-wise
+    assert not supports_stacking(torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Dropout()))  # global RNG
 
 
 class _MixesClientsSlightly(torch.nn.Module):
     """Claims stacking; stacked, each client's output takes a share ``mix`` of the next client's."""
 
-    supports_client_stacking = True
+    capabilities = ModelCapabilities(stacks=True)
 
     def __init__(self, mix: float, dtype=torch.float32):
         super().__init__()
@@ -142,7 +144,7 @@ def test_the_check_catches_a_layer_that_mixes_clients_by_a_millionth(dtype):
 
 
 def test_the_cross_talk_check_compares_bit_patterns():
-    from skfedriem.federated.lockstep.stack import _identical
+    from skfedriem.federated.lockstep.check import _identical
 
     big = torch.finfo(torch.float32).max
     assert not _identical(torch.tensor([0.0]), torch.tensor([-0.0]))
@@ -153,7 +155,7 @@ def test_the_cross_talk_check_compares_bit_patterns():
 def test_a_sum_whose_terms_cancel_is_compared_at_the_terms_scale():
     """Two records' bias gradients of ±0.5 sum to rounding noise: a stack and a lone copy may differ there by a few
     ulps of the terms, which is not a layer computing something else (the README's grid search was refused so)."""
-    from skfedriem.federated.lockstep.stack import _close
+    from skfedriem.federated.lockstep.check import _close
 
     stacked, alone = torch.tensor([3e-8], dtype=torch.float32), torch.tensor([-2e-8], dtype=torch.float32)
     assert not _close(stacked, alone)  # at the sum's own scale
@@ -165,8 +167,6 @@ class _MixingAffine(torch.nn.Module):
     """A layer that declares stacking, whose stacked rule for its bias mixes each client's records (``mean``:
     adds half the batch's mean; ``centred``: adds half the deviation from it, which leaves the sum unchanged)."""
 
-    supports_client_stacking = True
-    rule_input_dims = 1
 
     def __init__(self, mixing: str):
         super().__init__()
@@ -186,6 +186,8 @@ class _MixingAffine(torch.nn.Module):
             mean = G.mean(dim=1, keepdim=True)
             grads["bias"] = G + 0.5 * (mean if self.mixing == "mean" else G - mean)
         return grads
+
+    capabilities = ModelCapabilities(per_record_rule=per_sample_parameter_gradients, rule_input_dims=1, stacks=True)
 
 
 @pytest.mark.parametrize("mixing", ["mean", "centred"])
