@@ -200,25 +200,28 @@ def noise_stream_restarted() -> Iterator[None]:
         yield
 
 
+def _blocks_clipped_alone(gradients, clip: float, real) -> dict[str, torch.Tensor]:
+    """Each block's per-record gradients clipped to C on its own (the whole gradient then reaches C √(blocks))."""
+    if not isinstance(gradients, StackedDenseGradients):
+        raise ValueError("The per-block clipping mutation needs dense per-record gradients.")
+    sums = {}
+    for name, g in gradients.grads.items():
+        factors = mechanism_module.clip_factors(record_norms(g.reshape(*g.shape[:2], -1)), clip)
+        factors = factors if real is None else torch.where(real, factors, 0.0)
+        sums[name] = StackedDenseGradients({name: g}).weighted_sum(factors)[name]
+    return sums
+
+
 def _per_block_clipped_sums(copies, loss_fn, passes, clip, segments=None):
     if segments is not None:
         raise ValueError("The per-block clipping mutation clips records (subject-level steps are not audited here).")
-    totals, kept = None, [[] for _ in range(copies.n_clients)]
+    totals, kept = None, []
     for batch, real in passes:
         gradients = copies.per_record_gradients(loss_fn, batch)
-        if not isinstance(gradients, StackedDenseGradients):
-            raise ValueError("The per-block clipping mutation needs dense per-record gradients.")
-        sums = {}
-        for name, g in gradients.grads.items():  # each block clipped to C on its own: the whole reaches C √(blocks)
-            factors = mechanism_module.clip_factors(record_norms(g.flatten(2) if g.dim() > 2 else g.unsqueeze(-1)), clip)
-            if real is not None:
-                factors = torch.where(real, factors, 0.0)
-            sums[name] = StackedDenseGradients({name: g}).weighted_sum(factors)[name]
+        sums = _blocks_clipped_alone(gradients, clip, real)
         totals = sums if totals is None else {name: totals[name] + sums[name] for name in sums}
-        norms = gradients.norms()
-        for k in range(copies.n_clients):
-            kept[k].append(norms[k] if real is None else norms[k][real[k]])
-    return totals, [torch.cat(own) for own in kept]
+        kept.append(mechanism_module.real_records(gradients.norms(), real))
+    return totals, [torch.cat(own) for own in zip(*kept)]
 
 
 @contextmanager

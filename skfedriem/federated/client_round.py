@@ -138,6 +138,63 @@ def _submissions(copies: ClientCopies, theta: dict[str, torch.Tensor], aggregati
     return subs, (time.perf_counter() - started) / copies.n_clients
 
 
+def _round_plans(recipe: ClientRecipe, clients: Sequence[tuple[torch.Tensor, ...]],
+                 instructions: RoundInstructions) -> list:
+    """Each client's :func:`~skfedriem.federated.instructions.step_plan`, from its own size (one per size)."""
+    sizes = [recipe.n_units(data) for data in clients]
+    by_size = {size: step_plan(instructions, size, recipe.module, recipe.privacy_unit, recipe.records_per_subject)
+               for size in dict.fromkeys(sizes)}  # clients of equal size take the same steps
+    return [by_size[size] for size in sizes]
+
+
+def _round_records(recipe: ClientRecipe, clients: Sequence[tuple[torch.Tensor, ...]],
+                   states: Sequence[ClientState]) -> tuple[list, SubjectIndex | None]:
+    """Each client's records of the round, drawn from its own stream in the order a lone client draws them, and a
+    lone client's subjects when its steps sample them whole."""
+    units = [round_units(data, recipe.privacy_unit, recipe.records_per_subject, state.randomness)
+             for data, state in zip(clients, states)]
+    subjects = units[0][1]
+    if subjects is not None and len(clients) > 1:
+        raise ValueError("Clients that sample subjects whole run one by one: their steps' records are their "
+                         "subjects', which no common width holds.")
+    return [records for records, _ in units], subjects
+
+
+def _round_optimizer(recipe: ClientRecipe, copies: ClientCopies, states: Sequence[ClientState],
+                     lr: float) -> torch.optim.Optimizer:
+    """The clients' optimiser over the copies, at the round's rate, from their kept states when they keep them."""
+    optimizer = make_optimizer(recipe.optimizer, copies.parameters, lr)
+    if not recipe.reset_optimizer and states[0].optimizer_state is not None:
+        optimizer.load_state_dict(copies.merged_optimizer_state([s.optimizer_state for s in states]))
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+    return optimizer
+
+
+def _poisson_width(plans: list) -> int | None:
+    """The public width of a step of several clients that sample by Poisson (None: fixed-size, or one client)."""
+    if plans[0].sampling == "fixed" or len(plans) == 1:
+        return None
+    return poisson_width(tuple(p.n_records for p in plans), tuple(p.sample_rate for p in plans))
+
+
+def _take_steps(recipe: ClientRecipe, copies: ClientCopies, optimizer: torch.optim.Optimizer, plans: list,
+                states: Sequence[ClientState], records: list, subjects: SubjectIndex | None) -> list | None:
+    """The round's τ private steps of every client; each client's noisy counts (adaptive clipping), else None."""
+    plan = plans[0]  # clip, noise, B and τ come from the shared instructions; the sizes are each client's own
+    samplers = [p.sampler() for p in plans]
+    counts = [[] for _ in plans] if plan.count_noise_std > 0 else None
+    width = _poisson_width(plans)
+    for _ in range(plan.local_steps):
+        picks = [np.asarray(s.sample(state.randomness)) for s, state in zip(samplers, states)]
+        passes, segments = _step_passes(records, picks, subjects, width)
+        released = private_step(copies, recipe.loss_fn, passes, clip=plan.clip, noise_std=plan.noise_std,
+                                denominator=plan.denominator, randomness=[s.randomness for s in states],
+                                count_noise_std=plan.count_noise_std, counts=counts, segments=segments)
+        copies.step_(optimizer, released)
+    return counts
+
+
 def run_round(recipe: ClientRecipe, theta: dict[str, torch.Tensor], clients: Sequence[tuple[torch.Tensor, ...]],
               states: Sequence[ClientState], instructions: RoundInstructions) -> list[Reply]:
     """K clients' rounds from θ_t under the same instructions (K = 1: a lone client); their replies in order.
@@ -165,46 +222,21 @@ def run_round(recipe: ClientRecipe, theta: dict[str, torch.Tensor], clients: Seq
         Client k's submission Sub(θ_t, θ_k) per block, and its share of the
         time spent in Sub (reported with the aggregation cost).
     """
-    sizes = [recipe.n_units(data) for data in clients]
-    by_size = {size: step_plan(instructions, size, recipe.module, recipe.privacy_unit, recipe.records_per_subject)
-               for size in dict.fromkeys(sizes)}  # clients of equal size take the same steps
-    plans = [by_size[size] for size in sizes]
+    plans = _round_plans(recipe, clients, instructions)
     theta = check_iterate(recipe.module, theta)
-    # each client's records of the round, drawn from its own stream in the order a lone client draws them
-    units = [round_units(data, recipe.privacy_unit, recipe.records_per_subject, state.randomness)
-             for data, state in zip(clients, states)]
-    records, subjects = [u[0] for u in units], units[0][1]
-    if subjects is not None and len(clients) > 1:
-        raise ValueError("Clients that sample subjects whole run one by one: their steps' records are their "
-                         "subjects', which no common width holds.")
+    records, subjects = _round_records(recipe, clients, states)
     copies = recipe.copies(len(clients))
     copies.load(theta)
     copies.verify(recipe.loss_fn, records)
-    optimizer = make_optimizer(recipe.optimizer, copies.parameters, instructions.lr)
-    if not recipe.reset_optimizer and states[0].optimizer_state is not None:
-        optimizer.load_state_dict(copies.merged_optimizer_state([s.optimizer_state for s in states]))
-        for group in optimizer.param_groups:
-            group["lr"] = instructions.lr
-    plan = plans[0]  # clip, noise, B and τ come from the shared instructions; the sizes are each client's own
-    samplers = [p.sampler() for p in plans]
-    counts = [[] for _ in clients] if plan.count_noise_std > 0 else None
-    width = None if plan.sampling == "fixed" or len(clients) == 1 else poisson_width(
-        tuple(p.n_records for p in plans), tuple(p.sample_rate for p in plans))
-    for _ in range(plan.local_steps):
-        picks = [np.asarray(s.sample(state.randomness)) for s, state in zip(samplers, states)]
-        passes, segments = _step_passes(records, picks, subjects, width)
-        released = private_step(copies, recipe.loss_fn, passes, clip=plan.clip, noise_std=plan.noise_std,
-                                denominator=plan.denominator, randomness=[s.randomness for s in states],
-                                count_noise_std=plan.count_noise_std, counts=counts, segments=segments)
-        copies.step_(optimizer, released)
+    optimizer = _round_optimizer(recipe, copies, states, instructions.lr)
+    counts = _take_steps(recipe, copies, optimizer, plans, states, records, subjects)
     if not recipe.reset_optimizer:
         for state, own in zip(states, copies.client_optimizer_states(optimizer.state_dict())):
             state.optimizer_state = own
     subs, seconds = _submissions(copies, theta, instructions.aggregation)
-    if counts is not None:  # post-processing of the steps' noisy counts
-        for submission, own in zip(subs, counts):
-            fraction = sum(own) / (plan.denominator * plan.local_steps) + 0.5
-            submission[CLIPPED_FRACTION] = torch.tensor(fraction, dtype=torch.float64)
+    for submission, own in zip(subs, counts or ()):  # post-processing of the steps' noisy counts
+        submission[CLIPPED_FRACTION] = torch.tensor(sum(own) / (plans[0].denominator * plans[0].local_steps) + 0.5,
+                                                    dtype=torch.float64)
     return [(submission, seconds) for submission in subs]
 
 

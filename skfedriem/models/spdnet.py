@@ -305,16 +305,19 @@ class SPDNet(nn.Module):
 def _built_as_declared(net: SPDNet) -> bool:
     """Whether ``net`` computes what SPDNet's layers declare: the class itself, a plain Sequential of layers each
     listed once, a Linear classifier with a bias, no hook, no forward set on an instance."""
-    if type(net) is not SPDNet or type(net.features) is not nn.Sequential:
-        return False
-    if type(net.classifier) is not nn.Linear or net.classifier.bias is None:
-        return False
-    if any(getattr(p, "manifold", None) is not None for p in net.classifier.parameters()):
+    if type(net) is not SPDNet or type(net.features) is not nn.Sequential or not _plain_classifier(net.classifier):
         return False
     if has_hooks(net) or any("forward" in vars(sub) for sub in net.modules()):
         return False
     layers = list(net.features._modules.values())
     return len({id(layer) for layer in layers}) == len(layers)
+
+
+def _plain_classifier(classifier: nn.Module) -> bool:
+    """A torch Linear layer with a bias, and Euclidean parameters."""
+    if type(classifier) is not nn.Linear or classifier.bias is None:
+        return False
+    return all(getattr(p, "manifold", None) is None for p in classifier.parameters())
 
 
 def _bire_blocks(layers: list[tuple[str, nn.Module]]) -> list[tuple[str, str, float]] | None:
@@ -323,13 +326,19 @@ def _bire_blocks(layers: list[tuple[str, nn.Module]]) -> list[tuple[str, str, fl
     if len(layers) < 3 or len(layers) % 2 != 1 or type(layers[-1][1]) is not Vech:
         return None
     pairs = list(zip(layers[:-1:2], layers[1:-1:2]))
-    blocks = []
-    for position, ((name, bimap), (_, spectral)) in enumerate(pairs):
-        last = position == len(pairs) - 1
-        if type(bimap) is not BiMap or type(spectral) is not (LogReEig if last else ReEig):
-            return None
-        if not isinstance(manifold_of(bimap.weight), Stiefel):
-            return None
-        floor = spectral.eps.detach() if torch.is_tensor(spectral.eps) else spectral.eps
-        blocks.append((f"features.{name}.weight", "log_reeig" if last else "reeig", float(floor)))
-    return blocks
+    blocks = [_bire_block(bimap, spectral, position == len(pairs) - 1)
+              for position, (bimap, spectral) in enumerate(pairs)]
+    return None if None in blocks else blocks
+
+
+def _bire_block(bimap: tuple[str, nn.Module], spectral: tuple[str, nn.Module],
+                last: bool) -> tuple[str, str, float] | None:
+    """(BiMap weight's name, spectral kind, floor) of a BiMap on the Stiefel manifold followed by a ReEig (the last
+    block: a LogReEig); None for anything else."""
+    (name, bimap), (_, spectral) = bimap, spectral
+    if type(bimap) is not BiMap or type(spectral) is not (LogReEig if last else ReEig):
+        return None
+    if not isinstance(manifold_of(bimap.weight), Stiefel):
+        return None
+    floor = spectral.eps.detach() if torch.is_tensor(spectral.eps) else spectral.eps
+    return f"features.{name}.weight", "log_reeig" if last else "reeig", float(floor)

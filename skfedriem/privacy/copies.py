@@ -149,6 +149,34 @@ class LoneClient(ClientCopies):
         project_parameters_(self.module)
 
 
+def _differs_alone(loss_fn: LossFn, flat: torch.Tensor, targets: list[torch.Tensor], z: int, value: torch.Tensor,
+                   row: torch.Tensor, scales: tuple[float, float]) -> bool:
+    """Whether record z's loss or output gradient computed alone differs from its ``value`` and ``row`` in the
+    batch by more than rounding (√ε of the dtype, relative to ``scales``: the batch's largest loss and row entry)."""
+    alone = flat[z:z + 1].detach().requires_grad_(True)
+    loss = loss_fn(alone, *(t[z:z + 1] for t in targets))
+    gradient = torch.autograd.grad(loss.sum(), alone)[0][0]
+    resolution = math.sqrt(torch.finfo(row.dtype).eps) if row.dtype.is_floating_point else 0.0
+    same_value = math.isclose(float(loss.detach().sum()), float(value), rel_tol=resolution,
+                              abs_tol=resolution * scales[0])
+    return not (same_value and torch.allclose(gradient, row, rtol=resolution, atol=resolution * scales[1]))
+
+
+def _first_coupled(loss_fn: LossFn, flat: torch.Tensor, targets: list[torch.Tensor],
+                   losses: torch.Tensor) -> int | None:
+    """The first of a few records spread over the batch (finite ones) whose loss reads other records; None."""
+    n = flat.shape[0]
+    rows = torch.autograd.grad(losses.sum(), flat)[0]
+    losses = losses.detach()
+    finite = torch.isfinite(rows.reshape(n, -1)).all(1) & torch.isfinite(losses)
+    checked = [z for z in sorted({round(i * (n - 1) / (_APART_CHECKS - 1)) for i in range(_APART_CHECKS)})
+               if bool(finite[z])]
+    if not checked:
+        return None
+    scales = (float(losses[finite].abs().max()), float(rows[finite].abs().max()))
+    return next((z for z in checked if _differs_alone(loss_fn, flat, targets, z, losses[z], rows[z], scales)), None)
+
+
 def check_records_apart(copies: ClientCopies, loss_fn: LossFn, batch: tuple[torch.Tensor, ...]) -> None:
     """ValueError unless ``loss_fn`` gives each record a loss of its own output alone; checked once per copies and loss.
 
@@ -170,30 +198,17 @@ def check_records_apart(copies: ClientCopies, loss_fn: LossFn, batch: tuple[torc
     if copies._apart is loss_fn or batch[0].shape[1] < 2:
         return
     with torch.no_grad():
-        output = copies.outputs(batch[0])
-    flat = output.flatten(0, 1).detach().requires_grad_(True)
+        flat = copies.outputs(batch[0]).flatten(0, 1).detach().requires_grad_(True)
     targets = [t.flatten(0, 1) for t in batch[1:]]
     losses = loss_fn(flat, *targets)
     n = flat.shape[0]
     if losses.shape != (n,):
         raise ValueError(f"The loss must return one value per record: shape ({n},) for {n} records. Got "
                          f"{tuple(losses.shape)}: the loss is not per record.")
-    rows = torch.autograd.grad(losses.sum(), flat)[0]
-    finite = torch.isfinite(rows.reshape(n, -1)).all(1) & torch.isfinite(losses.detach())
-    scale = float(rows[finite].abs().max()) if bool(finite.any()) else 1.0
-    resolution = math.sqrt(torch.finfo(rows.dtype).eps) if rows.dtype.is_floating_point else 0.0
-    for z in sorted({round(i * (n - 1) / (_APART_CHECKS - 1)) for i in range(_APART_CHECKS)}):
-        if not bool(finite[z]):
-            continue
-        alone = flat[z:z + 1].detach().requires_grad_(True)
-        value = loss_fn(alone, *(t[z:z + 1] for t in targets))
-        gradient = torch.autograd.grad(value.sum(), alone)[0][0]
-        same_value = math.isclose(float(value.detach().sum()), float(losses[z].detach()), rel_tol=resolution,
-                                  abs_tol=resolution * float(losses.detach()[finite].abs().max()))
-        if not (same_value and torch.allclose(gradient, rows[z], rtol=resolution, atol=resolution * scale)):
-            raise ValueError("The loss couples the records of a batch: record "
-                             f"{z}'s loss or its gradient differs when the record is alone (a loss centred on the "
-                             "batch, or scaled by its size, is not per record). The private step clips each "
-                             "record's gradient on its own, which needs loss_fn(output, *targets)[z] to read record "
-                             "z's output and targets only.")
+    coupled = _first_coupled(loss_fn, flat, targets, losses)
+    if coupled is not None:
+        raise ValueError(f"The loss couples the records of a batch: record {coupled}'s loss or its gradient "
+                         "differs when the record is alone (a loss centred on the batch, or scaled by its size, is "
+                         "not per record). The private step clips each record's gradient on its own, which needs "
+                         "loss_fn(output, *targets)[z] to read record z's output and targets only.")
     copies._apart = loss_fn

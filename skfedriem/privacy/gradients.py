@@ -208,21 +208,27 @@ def subject_means(grads: PerRecordGradients, segments: torch.Tensor, n_subjects:
         ``n_subjects`` rows (per client).
     """
     counts = torch.bincount(segments, minlength=n_subjects)
-    if isinstance(grads, (DenseGradients, StackedDenseGradients)):
-        axis = 0 if isinstance(grads, DenseGradients) else 1
-        out = {}
-        for name, g in grads.grads.items():
-            shape = (*g.shape[:axis], n_subjects, *g.shape[axis + 1:])
-            total = g.new_zeros(shape).index_add_(axis, segments.to(g.device), g)
-            out[name] = total / counts.to(g.device, g.dtype).view(-1, *([1] * (g.dim() - axis - 1)))
-        return type(grads)(out)
+    if isinstance(grads, DenseGradients):
+        return DenseGradients(_dense_means(grads.grads, segments, counts, 0))
+    if isinstance(grads, StackedDenseGradients):
+        return StackedDenseGradients(_dense_means(grads.grads, segments, counts, 1))
     # a structured gradient (e.g. a closed form that never holds B matrices) gives each subject's mean as a weighting
-    stacked = grads.norms().dim() > 1
-    weights = [(segments == s).double() / float(counts[s]) for s in range(n_subjects)]
-    rows = [grads.weighted_sum(w.expand(grads.norms().shape) if stacked else w) for w in weights]
-    if stacked:
-        return StackedDenseGradients({name: torch.stack([row[name] for row in rows], 1) for name in rows[0]})
-    return DenseGradients({name: torch.stack([row[name] for row in rows]) for name in rows[0]})
+    shape = grads.norms().shape
+    rows = [grads.weighted_sum(((segments == s).double() / float(counts[s])).expand(shape)) for s in range(n_subjects)]
+    axis = len(shape) - 1
+    means = {name: torch.stack([row[name] for row in rows], axis) for name in rows[0]}
+    return StackedDenseGradients(means) if axis else DenseGradients(means)
+
+
+def _dense_means(grads: dict[str, torch.Tensor], segments: torch.Tensor, counts: torch.Tensor,
+                 axis: int) -> dict[str, torch.Tensor]:
+    """Each subject's mean of its records' rows along the record ``axis`` of every block."""
+    out = {}
+    for name, g in grads.items():
+        shape = (*g.shape[:axis], counts.numel(), *g.shape[axis + 1:])
+        total = g.new_zeros(shape).index_add_(axis, segments.to(g.device), g)
+        out[name] = total / counts.to(g.device, g.dtype).view(-1, *([1] * (g.dim() - axis - 1)))
+    return out
 
 
 def project_per_sample(

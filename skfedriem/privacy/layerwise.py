@@ -89,7 +89,31 @@ def layerwise_per_sample_gradients(
     capabilities = {prefix: capabilities_of(sub) for prefix, sub in owners.items()}
     if any(c.per_record_rule is None for c in capabilities.values()) or has_hooks(module):
         return None
-    calls: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {prefix: [] for prefix in owners}
+    loss, calls = _recorded_forward(module, loss_fn, batch, owners)
+    records = batch[0].shape[:record_dims]
+    if not all(_rule_applies(calls[prefix], capabilities[prefix].rule_input_dims, records) for prefix in owners):
+        return None
+    outputs_grads = torch.autograd.grad(loss, [calls[prefix][0][1] for prefix in owners])
+    grads: dict[str, torch.Tensor] = {}
+    for (prefix, layer), G in zip(owners.items(), outputs_grads):
+        grads.update(_own_gradients(prefix, layer, capabilities[prefix].per_record_rule(layer, calls[prefix][0][0], G)))
+    return {name: grads[name] for name in _trained_names(module)}
+
+
+def _own_gradients(prefix: str, layer: nn.Module, rule: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A layer's rule's gradients of its own trainable parameters, by their names in the whole module."""
+    local = {n for n, p in layer.named_parameters(recurse=False) if p.requires_grad}
+    return {f"{prefix}.{name}" if prefix else name: g for name, g in rule.items() if name in local}
+
+
+def _trained_names(module: nn.Module) -> list[str]:
+    return [name for name, p in module.named_parameters() if p.requires_grad]
+
+
+def _recorded_forward(module: nn.Module, loss_fn: LossFn, batch: tuple[torch.Tensor, ...],
+                      owners: dict[str, nn.Module]) -> tuple[torch.Tensor, dict[str, list]]:
+    """The batch's summed loss, and every call of each owner: (its input, its output, the output's version)."""
+    calls: dict[str, list] = {prefix: [] for prefix in owners}
 
     def recorder(prefix: str):
         def hook(_layer, inputs, output):
@@ -103,25 +127,16 @@ def layerwise_per_sample_gradients(
     finally:
         for handle in handles:
             handle.remove()
-    if any(len(c) != 1 for c in calls.values()):
-        return None
-    records = batch[0].shape[:record_dims]
-    for prefix, [(X, output, version)] in calls.items():
-        # a rule for inputs (*records, features) on anything else, or an output changed in place after the layer
-        # (an in-place activation): the vmap path stands in
-        feature_dims = capabilities[prefix].rule_input_dims
-        if X.shape[:record_dims] != records or (feature_dims is not None and X.dim() != record_dims + feature_dims):
-            return None
-        if output._version != version:
-            return None
-    prefixes = list(calls)
-    outputs_grads = torch.autograd.grad(loss, [calls[p][0][1] for p in prefixes])
-    grads: dict[str, torch.Tensor] = {}
-    for prefix, G in zip(prefixes, outputs_grads):
-        X = calls[prefix][0][0]
-        local = {n for n, p in owners[prefix].named_parameters(recurse=False) if p.requires_grad}
-        for name, g in capabilities[prefix].per_record_rule(owners[prefix], X, G).items():
-            if name in local:
-                grads[f"{prefix}.{name}" if prefix else name] = g
-    order = [name for name, p in module.named_parameters() if p.requires_grad]
-    return {name: grads[name] for name in order}
+    return loss, calls
+
+
+def _rule_applies(calls: list, feature_dims: int | None, records: torch.Size) -> bool:
+    """Whether a layer's rule applies to its calls: one call, on inputs ``(*records, features)`` of the rule's
+    width, whose output nothing changed in place afterwards (an in-place activation would have)."""
+    if len(calls) != 1:
+        return False
+    X, output, version = calls[0]
+    record_dims = len(records)
+    if X.shape[:record_dims] != records or (feature_dims is not None and X.dim() != record_dims + feature_dims):
+        return False
+    return output._version == version

@@ -43,7 +43,7 @@ from .per_sample import LossFn
 from .randomness import SecretRandomness, SeededRandomness
 
 __all__ = ["check_count", "clip_factors", "clip_margin", "clipped_gradient_diameter", "clipped_sums", "draw_noise",
-           "noisy_clipped_count", "noisy_release", "private_gradient", "private_step"]
+           "noisy_clipped_count", "noisy_release", "private_gradient", "private_step", "real_records"]
 
 #: One pass of a step: K clients' records ``(K, W, ...)`` and which are real, ``(K, W)`` (None: all of them).
 Pass = tuple[tuple[torch.Tensor, ...], "torch.Tensor | None"]
@@ -210,7 +210,7 @@ def clipped_sums(copies: ClientCopies, loss_fn: LossFn, passes: list[Pass], clip
         Client k's real records' (or subjects') norms, in order.
     """
     margin = clip_margin(p.dtype for p in copies.points().values())
-    totals, kept = None, [[] for _ in range(copies.n_clients)]
+    totals, kept = None, []
     for batch, real in passes:
         gradients = copies.per_record_gradients(loss_fn, batch)
         if segments is not None and batch[0].shape[1] > 0:
@@ -221,9 +221,13 @@ def clipped_sums(copies: ClientCopies, loss_fn: LossFn, passes: list[Pass], clip
         if real is not None:  # a padded record adds exactly 0 (weighted_sum drops it)
             factors = torch.where(real, factors, 0.0)
         totals = _accumulate(totals, gradients.weighted_sum(factors), real)
-        for k in range(copies.n_clients):
-            kept[k].append(norms[k] if real is None else norms[k][real[k]])
-    return totals, [torch.cat(own) for own in kept]
+        kept.append(real_records(norms, real))
+    return totals, [torch.cat(own) for own in zip(*kept)]
+
+
+def real_records(norms: torch.Tensor, real: torch.Tensor | None) -> list[torch.Tensor]:
+    """Each client's norms of its real records in a pass (padding left out), in order."""
+    return list(norms) if real is None else [own[mask] for own, mask in zip(norms, real)]
 
 
 def _accumulate(totals: dict[str, torch.Tensor] | None, sums: dict[str, torch.Tensor],

@@ -77,6 +77,47 @@ def _finite_within(value: float, low: float, high: float) -> bool:
     return math.isfinite(value) and low <= value <= high
 
 
+def _check_noise(fields: dict, floor: float, ceiling: float, given: tuple) -> None:
+    """InvalidInstructionsError unless the clip, σ and σ_b are within what the dtype computes, and noise (of the
+    gradient or the count) always comes with a finite clip."""
+    clip, noise, count = fields["clip"], fields["noise_std"], fields["count_noise_std"]
+    if not (clip >= floor and clip > 0 and (clip <= ceiling or math.isinf(clip))):
+        raise InvalidInstructionsError(f"The round's 'clip' must be in [{floor:.3g}, {ceiling:.3g}] and > 0 "
+                                       f"(inf: no clipping). Got {given[0]!r}.")
+    if not (noise == 0 or _finite_within(noise, floor, ceiling)):
+        raise InvalidInstructionsError(f"The round's 'noise_std' must be 0, or in [{floor:.3g}, {ceiling:.3g}]. "
+                                       f"Got {given[1]!r}.")
+    if not (count == 0 or _finite_within(count, floor, ceiling)):
+        raise InvalidInstructionsError(f"The round's 'count_noise_std' must be 0 (no count), or in [{floor:.3g}, "
+                                       f"{ceiling:.3g}]. Got {given[2]!r}.")
+    _check_bounded(clip, noise, count)
+
+
+def _check_bounded(clip: float, noise: float, count: float) -> None:
+    """InvalidInstructionsError for noise or a count without a finite clip (nothing bounds the sensitivity)."""
+    if count > 0 and math.isinf(clip):
+        raise InvalidInstructionsError("The round asks for a count of the clipped records but clips nothing "
+                                       "(clip=inf). Send a finite clip.")
+    if noise > 0 and math.isinf(clip):
+        raise InvalidInstructionsError("The round adds noise but clips nothing (clip=inf): noise without a bound "
+                                       "on the sensitivity protects nothing. Send a finite clip.")
+
+
+def _records_per_subject(privacy_unit, records_per_subject, n_records: int) -> int | None:
+    """``records_per_subject`` checked against the unit and the client's records (k n of them), or why not."""
+    check_privacy_unit(privacy_unit)
+    if records_per_subject is None:
+        return None
+    if privacy_unit != "subject":
+        raise InvalidInstructionsError("The round sets 'records_per_subject' for record-level steps: it caps a "
+                                       "subject's records, for privacy_unit='subject' only.")
+    k = _integer("records_per_subject", records_per_subject, 1)
+    if n_records % k:
+        raise ValueError(f"A client sampling {k} records per subject holds a multiple of {k} records. "
+                         f"Got n_records={n_records}.")
+    return k
+
+
 @dataclass(frozen=True)
 class StepPlan:
     """One client's private local steps of one round, validated: what its sampler and mechanism run.
@@ -161,40 +202,15 @@ class StepPlan:
                   "clip": _real("clip", self.clip), "noise_std": _real("noise_std", self.noise_std),
                   "diameter": _real("diameter", self.diameter),
                   "count_noise_std": _real("count_noise_std", self.count_noise_std)}
-        floor, ceiling = max(float(self.floor), 0.0), float(self.ceiling)
-        clip = fields["clip"]
-        if not (clip >= floor and clip > 0 and (clip <= ceiling or math.isinf(clip))):
-            raise InvalidInstructionsError(f"The round's 'clip' must be in [{floor:.3g}, {ceiling:.3g}] and > 0 "
-                                           f"(inf: no clipping). Got {self.clip!r}.")
-        if not (fields["noise_std"] == 0 or _finite_within(fields["noise_std"], floor, ceiling)):
-            raise InvalidInstructionsError(f"The round's 'noise_std' must be 0, or in [{floor:.3g}, {ceiling:.3g}]. "
-                                           f"Got {self.noise_std!r}.")
-        count = fields["count_noise_std"]
-        if not (count == 0 or _finite_within(count, floor, ceiling)):
-            raise InvalidInstructionsError(f"The round's 'count_noise_std' must be 0 (no count), or in [{floor:.3g}, "
-                                           f"{ceiling:.3g}]. Got {self.count_noise_std!r}.")
-        if count > 0 and math.isinf(fields["clip"]):
-            raise InvalidInstructionsError("The round asks for a count of the clipped records but clips nothing "
-                                           "(clip=inf). Send a finite clip.")
-        if fields["noise_std"] > 0 and math.isinf(fields["clip"]):
-            raise InvalidInstructionsError("The round adds noise but clips nothing (clip=inf): noise without a bound "
-                                           "on the sensitivity protects nothing. Send a finite clip.")
+        _check_noise(fields, max(float(self.floor), 0.0), float(self.ceiling), (self.clip, self.noise_std,
+                                                                                  self.count_noise_std))
         if not 0 < fields["diameter"] <= 2:
             raise ValueError(f"A model's clipped-gradient diameter must be in (0, 2]. Got {self.diameter!r}.")
         if not isinstance(self.sampling, str) or self.sampling not in SAMPLINGS:
             raise InvalidInstructionsError(f"The round's 'sampling' must be one of {list(SAMPLINGS)}. "
                                            f"Got {self.sampling!r} instead.")
         fields["sampling"] = str(self.sampling)
-        check_privacy_unit(self.privacy_unit)
-        if self.records_per_subject is not None:
-            if self.privacy_unit != "subject":
-                raise InvalidInstructionsError("The round sets 'records_per_subject' for record-level steps: it "
-                                               "caps a subject's records, for privacy_unit='subject' only.")
-            k = _integer("records_per_subject", self.records_per_subject, 1)
-            if n % k:
-                raise ValueError(f"A client sampling {k} records per subject holds a multiple of {k} records. "
-                                 f"Got n_records={n}.")
-            fields["records_per_subject"] = k
+        fields["records_per_subject"] = _records_per_subject(self.privacy_unit, self.records_per_subject, n)
         for name, value in fields.items():  # canonical types: plans compare and hash by value
             object.__setattr__(self, name, value)
 

@@ -109,29 +109,34 @@ def _lone_checks(stack: ClientCopies, loss_fn: LossFn, batch: tuple[torch.Tensor
     return checks
 
 
+def _moved(stack: ClientCopies, loss_fn: LossFn, batch: tuple[torch.Tensor, ...], changed: int) -> tuple:
+    """The stack's results with client ``changed``'s records reversed and its blocks scaled by 1.5 (then put back)."""
+    moved = tuple(x.clone() for x in batch)
+    for x in moved:
+        x[changed] = x[changed].flip(0)
+    saved = {name: block.detach().clone() for name, block in stack.blocks.items()}
+    with torch.no_grad():
+        for block in stack.blocks.values():
+            block[changed].mul_(1.5)
+    try:
+        return _results(stack, loss_fn, moved)
+    finally:
+        stack.load(saved)
+
+
 def _check_no_cross_talk(stack: ClientCopies, loss_fn: LossFn, batch: tuple[torch.Tensor, ...],
                          results: tuple) -> None:
     """ValueError unless every other client's results stay bit for bit the same when one client's change."""
     outputs, norms, sums, _ = results
     for changed in sorted({0, stack.n_clients - 1}) if stack.n_clients > 1 else ():
-        moved = tuple(x.clone() for x in batch)
-        for x in moved:
-            x[changed] = x[changed].flip(0)
-        saved = {name: block.detach().clone() for name, block in stack.blocks.items()}
-        with torch.no_grad():
-            for block in stack.blocks.values():
-                block[changed].mul_(1.5)
-        try:
-            new_outputs, new_norms, new_sums, _ = _results(stack, loss_fn, moved)
-        finally:
-            stack.load(saved)
+        new_outputs, new_norms, new_sums, _ = _moved(stack, loss_fn, batch, changed)
         others = [k for k in range(stack.n_clients) if k != changed]
         pairs = [("forward", outputs, new_outputs), ("gradient norms", norms, new_norms)]
         pairs += [(f"gradient sum of {name!r}", sums[name], new_sums[name]) for name in sums]
-        for what, before, after in pairs:
-            if not _identical(before[others], after[others]):
-                raise _refuse(stack, f"the other clients' {what} change when client {changed}'s records and "
-                                     "parameters do")
+        mixed = next((what for what, before, after in pairs if not _identical(before[others], after[others])), None)
+        if mixed is not None:
+            raise _refuse(stack, f"the other clients' {mixed} change when client {changed}'s records and "
+                                 "parameters do")
 
 
 def check_stack(stack: ClientCopies, loss_fn: LossFn, clients: list[tuple[torch.Tensor, ...]]) -> None:
@@ -157,11 +162,7 @@ def check_stack(stack: ClientCopies, loss_fn: LossFn, clients: list[tuple[torch.
                   for j in range(len(clients[0])))
     saved = {name: block.detach().clone() for name, block in stack.blocks.items()}
     try:
-        with torch.no_grad():
-            for block in stack.blocks.values():
-                pattern = torch.linspace(-1, 1, block[0].numel(), dtype=block.dtype).view(block.shape[1:])
-                for k in range(stack.n_clients):
-                    block[k].add_(0.01 * (k + 1) * pattern.to(block.device))
+        _move_apart(stack)
         try:
             check_records_apart(stack, loss_fn, batch)
             results = _results(stack, loss_fn, batch)
@@ -169,9 +170,19 @@ def check_stack(stack: ClientCopies, loss_fn: LossFn, clients: list[tuple[torch.
             raise ValueError(f"{type(stack.module).__name__} cannot run its clients in lockstep: its stacked "
                              f"forward fails ({error}). Use lockstep=False.") from error
         for k in range(stack.n_clients):
-            for what, stacked, alone, scale in _lone_checks(stack, loss_fn, batch, k, results):
-                if not _close(stacked, alone, scale):
-                    raise _refuse(stack, f"client {k}'s {what} in the stack differs from a lone copy's")
+            differs = next((what for what, stacked, alone, scale in _lone_checks(stack, loss_fn, batch, k, results)
+                            if not _close(stacked, alone, scale)), None)
+            if differs is not None:
+                raise _refuse(stack, f"client {k}'s {differs} in the stack differs from a lone copy's")
         _check_no_cross_talk(stack, loss_fn, batch, results)
     finally:
         stack.load(saved)
+
+
+@torch.no_grad()
+def _move_apart(stack: ClientCopies) -> None:
+    """Each client's blocks moved by a fixed, public offset: client k's by 0.01 (k + 1) along a ramp."""
+    for block in stack.blocks.values():
+        pattern = torch.linspace(-1, 1, block[0].numel(), dtype=block.dtype).view(block.shape[1:])
+        for k in range(stack.n_clients):
+            block[k].add_(0.01 * (k + 1) * pattern.to(block.device))
