@@ -307,7 +307,7 @@ class FederatedEstimatorMixin(_EstimatorParameters):
         whole.charge(spent, label="released before the rounds", privacy_unit=self.privacy_unit)
 
         def release_at(target: float):
-            return self._planned_trainer(module, loss_fn, input_shape, clients, target).planned_release(
+            return self._planned_trainer(module, loss_fn, input_shape, clients, target).pricing.planned_release(
                 list(clients.sizes), clients.names)
 
         try:
@@ -343,7 +343,7 @@ class FederatedEstimatorMixin(_EstimatorParameters):
             raise ValueError(f"{name}.make_trainer needs client_sizes to plan eps='budget'.")
 
         def release_at(eps: float):
-            return self._planned_trainer(module, loss_fn, input_shape, clients, eps).planned_release(
+            return self._planned_trainer(module, loss_fn, input_shape, clients, eps).pricing.planned_release(
                 list(clients.sizes), clients.names)
 
         return self.privacy_budget.share(release_at, label=repr(self))
@@ -487,12 +487,12 @@ class FederatedEstimatorMixin(_EstimatorParameters):
             warn_user(f"{type(self).__name__} got subjects= but privacy_unit='record': each trial is protected, not "
                       "each subject, and subjects is not used. Set privacy_unit='subject' to protect each subject.")
         release = None if self._warm() else self._release_trainer(input_shape, sizes, seeds)
-        spent = None if release is None else release.planned_release(sizes, names)
+        spent = None if release is None else release.pricing.planned_release(sizes, names)
         trainer = self.make_trainer(input_shape, classes=classes, held_out=held_out, seeds=seeds,
                                     client_sizes=sizes, client_names=names, spent=spent)
         if release is not None:
             # the whole fit accounted and charged (one fit of the budget) before the release runs
-            trainer.charge_plan(sizes, names, released=spent)
+            trainer.charge.charge_plan(sizes, names, released=spent)
             with warnings.catch_warnings():  # its advice is for the rounds, which serve checks on their own
                 warnings.simplefilter("ignore", NoiseSwampsSignalWarning)
                 release.fit(clients, client_names=names)

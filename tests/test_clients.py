@@ -92,8 +92,8 @@ def test_subject_level_clients_run_one_by_one_and_the_plan_is_for_subjects(feder
     clf = FederatedSPDNetClassifier(eps=4.0, privacy_unit="subject", **FAST)
     trainer = clf.make_trainer((5, 5), classes=[0, 1], client_sizes=[4, 4, 4])
     assert not trainer.client_recipe(simulated=True).lockstep
-    trainer.plan([4, 4, 4], [0, 1, 2])
-    assert trainer.client_instructions(0, 0.1).privacy_unit == "subject"
+    trainer.pricing.plan([4, 4, 4], [0, 1, 2])
+    assert trainer.pricing.client_instructions(0, 0.1).privacy_unit == "subject"
     assert trainer.plan_.batch_size == 2  # "auto": half of the smallest client's 4 subjects
 
 

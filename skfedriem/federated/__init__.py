@@ -5,7 +5,9 @@ from .aggregation import AGGREGATIONS, Aggregation, get_aggregation, register_ag
 from .checkpoint import TrainingState
 from .client import ClientRecipe, ClientState
 from .client_round import lockstep_groups, run_client_round, run_clients, run_round
-from .engine import FederatedTrainer, resolve_device
+from .devices import resolve_device
+from .engine import FederatedTrainer
+from .local_backend import run_locally
 from .fixed_features import on_fixed_features
 from .instructions import RoundInstructions
 from .optimizers import OPTIMIZERS, OptimizerEntry, is_elementwise, register_optimizer
@@ -48,6 +50,7 @@ __all__ = [
     "resolve_device",
     "run_client_round",
     "run_clients",
+    "run_locally",
     "run_round",
     "thread_budget",
 ]

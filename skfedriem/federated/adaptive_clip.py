@@ -30,7 +30,12 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["CLIP_LR", "CLIP_RANGE", "COUNT_SHARE", "FRACTION_RANGE", "INITIAL_CLIP", "next_clip", "split_mu0"]
+import numpy as np
+
+from .instructions import CLIPPED_FRACTION
+
+__all__ = ["CLIP_LR", "CLIP_RANGE", "COUNT_SHARE", "FRACTION_RANGE", "INITIAL_CLIP", "clip_after", "clipped_fraction",
+           "next_clip", "split_mu0"]
 
 INITIAL_CLIP = 1.0
 """C_0, the clip of the first round."""
@@ -91,3 +96,48 @@ def next_clip(clip: float, fraction: float, quantile: float, *, initial: float =
     low, high = CLIP_RANGE
     step = min(max(-CLIP_LR * (fraction - quantile), -50.0), 50.0)
     return min(max(clip * math.exp(step), low * initial), high * initial)
+
+
+def clipped_fraction(submissions) -> float | None:
+    """b̄_t, the mean of the replying clients' noisy fractions, each clamped to ``FRACTION_RANGE`` (a submission
+    without a finite one is left out): no client pulls the clip further than that.
+
+    Parameters
+    ----------
+    submissions : iterable of dict
+        The round's submissions, a fraction under ``CLIPPED_FRACTION`` in each.
+
+    Returns
+    -------
+    float or None
+        None when no submission holds a finite fraction.
+    """
+    low, high = FRACTION_RANGE
+    values = [float(sub[CLIPPED_FRACTION].reshape(-1)[0]) for sub in submissions
+              if CLIPPED_FRACTION in sub and sub[CLIPPED_FRACTION].numel() == 1]
+    values = [min(max(v, low), high) for v in values if math.isfinite(v)]
+    return float(np.mean(values)) if values else None
+
+
+def clip_after(row: dict | None, initial: float, quantile: float) -> float:
+    """C of the next round from the last history row: C_0 at the start, the row's clip when nobody answered (no
+    fraction), else :func:`next_clip` of the row's clip and fraction.
+
+    Parameters
+    ----------
+    row : dict or None
+        The last round's history entry (None before the first round).
+    initial : float
+        C_0.
+    quantile : float
+        γ.
+
+    Returns
+    -------
+    float
+    """
+    if row is None or "clip" not in row:
+        return initial
+    if row.get("clipped_fraction") is None:
+        return row["clip"]
+    return next_clip(row["clip"], row["clipped_fraction"], quantile, initial=initial)

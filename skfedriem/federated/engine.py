@@ -1,12 +1,15 @@
 """The federated round loop, for any module with manifold-tagged parameters.
 
 What each round sends and costs is planned and priced by
-:class:`~skfedriem.federated.pricing.RoundPricing`; the trainer runs the
-clients and serves the rounds. The loop knows nothing of PCA or SPDNet, of Flower or of any accounting
-method by name: it needs a torch module, a per-record loss, the clients'
-records (or a transport to them) and a registered accounting method. A new
-model, manifold, aggregation rule, accounting method or transport plugs in
-without touching it.
+:class:`~skfedriem.federated.pricing.RoundPricing`; what the run charges a
+privacy budget, by :class:`~skfedriem.federated.charging.RunCharge`; the
+adaptive clip's schedule is :mod:`~skfedriem.federated.adaptive_clip`'s and a
+resume's check :mod:`~skfedriem.federated.resume`'s. The trainer serves the
+rounds. The loop knows nothing of PCA or SPDNet, of Flower or of any
+accounting method by name: it needs a torch module, a per-record loss, the
+clients' records (or a transport to them) and a registered accounting method.
+A new model, manifold, aggregation rule, accounting method or transport plugs
+in without touching it.
 """
 
 from __future__ import annotations
@@ -20,63 +23,29 @@ import numpy as np
 import torch
 from torch import nn
 
-from .._utils.backends import BACKENDS, register_backend
+from .._utils.backends import BACKENDS
 from .._utils.user_warnings import warn_user
-from ..exceptions import NoiseSwampsSignalWarning, OneByOneClientsWarning
+from ..exceptions import OneByOneClientsWarning
 from ..manifolds import manifold_of
 from ..privacy import PrivacyAccountant, PrivacyBudget
 from ..privacy.per_sample import LossFn, trainable_parameters
 from ..privacy.units import unit_count
-from .adaptive_clip import FRACTION_RANGE, next_clip
+from .adaptive_clip import clip_after, clipped_fraction
+from .charging import RunCharge
 from .checkpoint import TrainingState
-from .client import ClientRecipe, ClientState
-from .instructions import CLIPPED_FRACTION, RoundInstructions
-from .fixed_features import on_fixed_features
+from .client import ClientRecipe
+from .devices import resolve_device
 from .lockstep import lockstep_eligible, stacking_obstacle
 from .optimizers import resolve_optimizer
-from .parallel import ParallelTransport, effective_n_jobs, thread_budget
-from .plan import PrivacyPlan, check_client_sizes, noise_swamps_signal
-from .pricing import RoundPricing, lr_at_round
+from .parallel import effective_n_jobs, thread_budget
+from .plan import PrivacyPlan, check_client_sizes, warn_if_noise_swamps
+from .pricing import RoundPricing
 from .progress import round_progress
+from .resume import check_resume, remaining_from
 from .settings import FederationSettings
-from .transport import LocalTransport, Transport
+from .transport import Transport
 
-__all__ = ["FederatedTrainer", "lr_at_round", "resolve_device", "run_locally"]
-
-
-def resolve_device(device: str | torch.device) -> torch.device:
-    """The torch device ``device`` names, or a ValueError naming it (unknown, or not available on this machine).
-
-    Parameters
-    ----------
-    device : str or torch.device
-        ``"cpu"``, ``"cuda"``, ``"cuda:N"``...
-
-    Returns
-    -------
-    torch.device
-
-    Examples
-    --------
-    >>> resolve_device("cpu")
-    device(type='cpu')
-    """
-    try:
-        resolved = torch.device(device)
-    except (RuntimeError, TypeError) as error:
-        raise ValueError(f"The 'device' parameter must name a torch device such as 'cpu' or 'cuda'. "
-                         f"Got {device!r} instead ({error}).") from None
-    if resolved.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"The 'device' parameter is {device!r}, but torch finds no CUDA device on this machine "
-                         "(torch.cuda.is_available() is False). Use device='cpu'.")
-    if resolved.type == "cuda" and resolved.index is not None and resolved.index >= torch.cuda.device_count():
-        raise ValueError(f"The 'device' parameter is {device!r}, but this machine has "
-                         f"{torch.cuda.device_count()} CUDA device(s).")
-    if resolved.type not in ("cpu", "cuda"):
-        raise ValueError(f"The 'device' parameter must be a 'cpu' or 'cuda' device. Got {device!r} instead.")
-    return resolved
-
-
+__all__ = ["FederatedTrainer"]
 
 _NAMED_ONE_BY_ONE: set[str] = set()
 
@@ -146,6 +115,11 @@ class FederatedTrainer:
 
     Attributes
     ----------
+    pricing : RoundPricing
+        The run's plan and the price of its rounds.
+    charge : RunCharge
+        What the run charges ``privacy_budget``, once (a fit that releases
+        something before its rounds calls :meth:`RunCharge.charge_plan` first).
     plan_ : PrivacyPlan
     accountant_ : PrivacyAccountant
     history_ : list of dict
@@ -192,8 +166,8 @@ class FederatedTrainer:
             raise ValueError("secure_mode=True draws the clients' batches and noise from the OS's secure generator; "
                              "it cannot be seeded. Got a client_seed.")
         self.loss_fn = loss_fn
-        self._pricing = RoundPricing(module, settings, plan)
-        self.accounting, self.aggregation = self._pricing.accounting, self._pricing.aggregation
+        self.pricing = RoundPricing(module, settings, plan)
+        self.accounting, self.aggregation = self.pricing.accounting, self.pricing.aggregation
         self.seed_sequence = seed_sequence if seed_sequence is not None else np.random.SeedSequence()
         self.client_seed = client_seed
         self.privacy_budget = privacy_budget
@@ -201,27 +175,7 @@ class FederatedTrainer:
         self.prior = prior
         self.monitor = monitor
         self.record_transcript = record_transcript
-        self._charged = False
-
-    @property
-    def pricing(self) -> RoundPricing:
-        """The run's plan and the price of its rounds (:class:`~skfedriem.federated.RoundPricing`)."""
-        return self._pricing
-
-    @property
-    def module(self) -> nn.Module:
-        """The model trained in place; the run is planned and priced for it, so it is not replaced."""
-        return self.pricing.module
-
-    @property
-    def settings(self) -> FederationSettings:
-        """The run's settings; the run is planned and priced from them, so they are not replaced."""
-        return self.pricing.settings
-
-    @property
-    def n_rounds(self) -> int:
-        """T."""
-        return self.settings.n_rounds
+        self.charge = RunCharge(self.pricing, privacy_budget, run_name or type(module).__name__, prior)
 
     def fit(self, clients: Sequence[tuple[torch.Tensor, ...]], client_names: Sequence | None = None):
         """Run the T rounds on the clients' records, on ``settings.backend``.
@@ -244,7 +198,7 @@ class FederatedTrainer:
         # records, subjects, or k per subject
         sizes = [unit_count(c, self.settings.privacy_unit, self.settings.records_per_subject) for c in clients]
         # fail before any backend starts (tens of seconds for Flower and Ray) on what the server would reject
-        self._clients_per_round(len(clients))
+        self.clients_per_round(len(clients))
         check_client_sizes(sizes, names, self.settings.privacy_unit)
         run = BACKENDS.get(self.settings.backend)
         if self.settings.backend != "local" and effective_n_jobs(self.settings.n_jobs) != 1:
@@ -292,88 +246,32 @@ class FederatedTrainer:
             return self.client_seed.spawn(n_clients)
         return [np.random.SeedSequence() for _ in range(n_clients)]
 
-    def _clients_per_round(self, n_clients: int) -> int:
+    def clients_per_round(self, n_clients: int) -> int:
+        """k, the clients each round selects among ``n_clients`` (all of them by default); ValueError out of range."""
         wanted = self.settings.clients_per_round
         k = n_clients if wanted is None else wanted
         if not 1 <= k <= n_clients:
             raise ValueError(f"The 'clients_per_round' parameter must be in [1, {n_clients}]. Got {wanted!r} instead.")
         return k
 
-    def client_instructions(self, client: int, lr: float, clip: float | None = None) -> RoundInstructions:
-        """The public instructions for client ``client`` in a round (:meth:`RoundPricing.client_instructions`)."""
-        return self.pricing.client_instructions(client, lr, clip)
+    @property
+    def module(self) -> nn.Module:
+        """The model trained in place (read-only: the run is planned and priced for it, and a replaced model would
+        make the priced rounds another model's)."""
+        return self.pricing.module
 
-    def plan(self, client_sizes: list[int], client_names: list) -> PrivacyPlan:
-        """The run's plan for these clients, made once (:meth:`RoundPricing.plan`)."""
-        return self.pricing.plan(client_sizes, client_names)
+    @property
+    def settings(self) -> FederationSettings:
+        """The run's settings (read-only: the rounds are planned and priced from them)."""
+        return self.pricing.settings
 
     @property
     def plan_(self) -> PrivacyPlan:
         """The plan of the clients this trainer planned, priced or served."""
         if self.pricing.plan_ is None:
-            raise AttributeError("This FederatedTrainer has planned no run yet: plan_ is set by planned_release, "
-                                 "charge_plan or the run.")
+            raise AttributeError("This FederatedTrainer has planned no run yet: plan_ is set by planning its "
+                                 "release (pricing.planned_release, charge.charge_plan) or by the run.")
         return self.pricing.plan_
-
-    def planned_release(self, client_sizes: list[int], client_names: list | None = None) -> PrivacyAccountant:
-        """The whole run as its ledger will be charged, before any round: what a privacy budget is charged.
-
-        Parameters
-        ----------
-        client_sizes : list of int
-            m_i of every client (public).
-        client_names : list, optional
-            For messages (default: 0 .. n−1).
-
-        Returns
-        -------
-        PrivacyAccountant
-        """
-        names = list(range(len(client_sizes))) if client_names is None else list(client_names)
-        self.plan(client_sizes, names)
-        return self.pricing.rounds_release()
-
-    def charge_plan(self, client_sizes: list[int], client_names: list | None = None, *,
-                    released: PrivacyAccountant | None = None) -> None:
-        """Before anything runs: check the run can be accounted and charge it, with what is released before it.
-
-        A fit that releases something before its rounds (the tangent-space
-        classifier's reference point) calls this first, so that a budget
-        refuses, or the accountant rejects, the whole fit before its first
-        release; its privacy budget is charged once, for both, as one fit.
-        :meth:`serve` then does not charge the budget again.
-
-        Parameters
-        ----------
-        client_sizes : list of int
-        client_names : list, optional
-        released : PrivacyAccountant, optional
-            The planned ledger of what is released before the rounds (it is
-            in ``prior``'s ledger too, so the reported ε composes it).
-
-        Raises
-        ------
-        ValueError
-            When the accounting method cannot account the whole ledger (the
-            rounds composed with ``prior``).
-        """
-        rounds = self.planned_release(client_sizes, client_names)
-        ledger = PrivacyAccountant() if self.prior is None else PrivacyAccountant.from_state_dict(self.prior.ledger)
-        ledger.extend(rounds)
-        self.pricing.epsilon(ledger)
-        if self.privacy_budget is not None:
-            whole = PrivacyAccountant()
-            if released is not None:
-                whole.extend(released)
-            whole.extend(rounds)
-            self.privacy_budget.charge(whole, label=self.run_name or type(self.module).__name__,
-                                       privacy_unit=self.settings.privacy_unit)
-        self._charged = True
-        self.pricing.charged()
-
-    def round_release(self, lr: float, clip: float | None = None) -> PrivacyAccountant:
-        """What one round costs, as every client charges it (:meth:`RoundPricing.round_release`)."""
-        return self.pricing.round_release(lr, clip)
 
     def serve(self, transport: Transport, client_sizes: list[int], client_names: list,
               server_seq: np.random.SeedSequence, *, resume: TrainingState | None = None,
@@ -416,37 +314,27 @@ class FederatedTrainer:
         averages the submissions that arrived (θ is unchanged when none did);
         ``history_`` records who replied.
         """
-        k = self._clients_per_round(len(client_sizes))
+        k = self.clients_per_round(len(client_sizes))
         start = self._start(client_sizes, client_names, k, resume)
         server_rng = np.random.default_rng(server_seq)
         if resume is not None:
             server_rng.bit_generator.state = resume.server_rng
-        clip = self._clip_after(self.history_[self._round_offset + start - 1] if start > 0 else None)
-        for t in round_progress(range(start, self.n_rounds), self.settings.verbose):
+        clip = self._next_clip(self.history_[self._round_offset + start - 1] if start > 0 else None)
+        for t in round_progress(range(start, self.settings.n_rounds), self.settings.verbose):
             resent = resume if resume is not None and resume.started and t == start else None
             clip = self._serve_round(t, transport, server_rng, k, clip, resent, on_round)
-        if self.history_ and start < self.n_rounds:
+        if self.history_ and start < self.settings.n_rounds:
             self.history_[-1]["epsilon"] = self.epsilon_  # the certified value itself, on the fine grid
         return self
 
     def _start(self, client_sizes: list[int], client_names: list, k: int, resume: TrainingState | None) -> int:
         """Plan, check a resume, charge the budget and set θ, the ledger and the history; the first round to run."""
-        plan = self.plan(client_sizes, client_names)
-        if noise_swamps_signal(plan, k):
-            warn_user(f"The noise swamps the signal: the noise std of each step of the {k} clients' mean exceeds "
-                      f"√(T τ) C = {math.sqrt(plan.total_steps) * plan.clip:.3g}, the most the "
-                      f"{plan.total_steps} steps' clipped gradients can add up to along any direction "
-                      f"against the noise (each client's σ = {plan.noise_std:.3g}): the fit will be a random "
-                      "walk. Raise eps, or give the clients more records per step (a larger batch_size) or fewer "
-                      "rounds.", NoiseSwampsSignalWarning)
-        if resume is not None:
-            self._check_resume(resume)
-        if self.privacy_budget is not None and resume is None and not self._charged:
-            self.privacy_budget.charge(self.pricing.rounds_release(), label=self.run_name or type(self.module).__name__,
-                                       privacy_unit=self.settings.privacy_unit)
-            self.pricing.charged()
+        warn_if_noise_swamps(self.pricing.plan(client_sizes, client_names), k)
         start, prior = 0, self.prior if self.prior is not None else TrainingState.empty()
-        if resume is not None:
+        if resume is None:
+            self.charge.charge_rounds()
+        else:
+            check_resume(resume, self.pricing.record())
             start, prior = resume.round, resume
             with torch.no_grad():
                 for name, p in trainable_parameters(self.module).items():
@@ -456,7 +344,7 @@ class FederatedTrainer:
         # ε of the ledger once every remaining round is charged, on the fine grid (what epsilon_ will be): every ε
         # in history_ is at most it, so the curve never crosses the final figure
         remaining = PrivacyAccountant.from_state_dict(self.accountant_.state_dict())
-        remaining.extend(self.pricing.rounds_release(start + (resume is not None and resume.started)))
+        remaining.extend(self.pricing.rounds_release(remaining_from(start, resume)))
         self._final_epsilon = self.pricing.epsilon(remaining)
         self.history_: list[dict] = [dict(h) for h in prior.history]
         self._round_offset = len(self.history_) - start
@@ -472,8 +360,7 @@ class FederatedTrainer:
         """
         round_started = time.perf_counter()
         lr = self.pricing.lr(t)
-        params = trainable_parameters(self.module)
-        theta = {name: p.detach().clone() for name, p in params.items()}
+        theta = {name: p.detach().clone() for name, p in trainable_parameters(self.module).items()}
         rng_before = copy.deepcopy(server_rng.bit_generator.state)
         selected = np.sort(server_rng.choice(len(self.pricing.client_sizes), size=k, replace=False))
         cost = self.pricing.round_release(lr, clip)
@@ -483,45 +370,40 @@ class FederatedTrainer:
             on_round(TrainingState(t, theta, self.accountant_.state_dict(), self.history_, rng_before, True,
                                    plan=self.pricing.record(), round_cost=cost.state_dict()))
         replies = transport.run_round(t, selected.tolist(), theta,
-                                      {int(i): self.client_instructions(int(i), lr, clip) for i in selected})
-        replied = sorted(replies)
-        started = time.perf_counter()
-        submissions = None
-        if replied:  # otherwise θ stays
-            submissions = {name: torch.stack([replies[i][0][name] for i in replied]) for name in params}
-            with torch.no_grad():
-                for name, p in params.items():
-                    p.copy_(self.aggregation.output(manifold_of(p), theta[name], submissions[name].mean(0)))
-        aggregation_seconds = time.perf_counter() - started
-        if self.transcript_ is not None:
-            self.transcript_.append({"theta": theta, "clients": replied, "submissions": submissions})
-        self._end_round(t, lr, selected, replied, aggregation_seconds,
-                        sum(replies[i][1] for i in replied), time.perf_counter() - round_started)
+                                      {int(i): self.pricing.client_instructions(int(i), lr, clip) for i in selected})
+        aggregation_seconds = self._aggregate(theta, replies)
+        self._end_round(t, lr, selected, sorted(replies), aggregation_seconds,
+                        sum(seconds for _, seconds in replies.values()), time.perf_counter() - round_started)
         if self.plan_.adaptive_clip:
-            self.history_[-1].update(clip=clip, clipped_fraction=self._clipped_fraction(replies))
-            clip = self._clip_after(self.history_[-1])
+            self.history_[-1].update(clip=clip, clipped_fraction=clipped_fraction(sub for sub, _ in replies.values()))
+            clip = self._next_clip(self.history_[-1])
         if on_round is not None:
             on_round(self.state(t + 1, server_rng))
         return clip
 
-    def _clip_after(self, row: dict | None) -> float:
-        """C of the next round: C_0 at the start, else :func:`~skfedriem.federated.adaptive_clip.next_clip` of a
-        history row (rounds nobody answered keep their clip)."""
-        if row is None or not self.plan_.adaptive_clip or "clip" not in row:
-            return self.plan_.clip
-        if row.get("clipped_fraction") is None:
-            return row["clip"]
-        return next_clip(row["clip"], row["clipped_fraction"], self.settings.clip_quantile, initial=self.plan_.clip)
+    def _aggregate(self, theta: dict[str, torch.Tensor], replies: dict) -> float:
+        """θ_{t+1} = Out(θ_t, mean of the submissions that arrived), per block (θ stays when none did); the seconds
+        it took. The transcript records what the server saw."""
+        replied = sorted(replies)
+        started = time.perf_counter()
+        params = trainable_parameters(self.module)
+        submissions = None
+        if replied:
+            submissions = {name: torch.stack([replies[i][0][name] for i in replied]) for name in params}
+            with torch.no_grad():
+                for name, p in params.items():
+                    p.copy_(self.aggregation.output(manifold_of(p), theta[name], submissions[name].mean(0)))
+        seconds = time.perf_counter() - started
+        if self.transcript_ is not None:
+            self.transcript_.append({"theta": theta, "clients": replied, "submissions": submissions})
+        return seconds
 
-    @staticmethod
-    def _clipped_fraction(replies) -> float | None:
-        """b̄_t, the mean of the replying clients' noisy fractions, each clamped to ``FRACTION_RANGE`` (a reply
-        without a finite one is left out): no client pulls the clip further than that."""
-        low, high = FRACTION_RANGE
-        values = [float(sub[CLIPPED_FRACTION].reshape(-1)[0]) for sub, _ in replies.values()
-                  if CLIPPED_FRACTION in sub and sub[CLIPPED_FRACTION].numel() == 1]
-        values = [min(max(v, low), high) for v in values if math.isfinite(v)]
-        return float(np.mean(values)) if values else None
+    def _next_clip(self, row: dict | None) -> float:
+        """C of the next round (:func:`~skfedriem.federated.adaptive_clip.clip_after`; the plan's C without
+        adaptive clipping)."""
+        if not self.plan_.adaptive_clip:
+            return self.plan_.clip
+        return clip_after(row, self.plan_.clip, self.settings.clip_quantile)
 
     def state(self, completed_rounds: int, server_rng: np.random.Generator | None = None) -> TrainingState:
         """This run's state after ``completed_rounds`` rounds: θ, ledger, history (and the selection stream)."""
@@ -529,19 +411,6 @@ class FederatedTrainer:
         rng = None if server_rng is None else copy.deepcopy(server_rng.bit_generator.state)
         return TrainingState(completed_rounds, theta, self.accountant_.state_dict(), self.history_, rng, False,
                              plan=self.pricing.record())
-
-    def _check_resume(self, resume: TrainingState) -> None:
-        """ValueError unless the checkpoint was taken by a run with this one's plan."""
-        ours = self.pricing.record()
-        if resume.plan != ours:
-            changed = sorted(k for k in set(ours) | set(resume.plan or {})
-                             if (resume.plan or {}).get(k) != ours.get(k))
-            raise ValueError(
-                f"Cannot resume: the checkpoint was taken by a run with other settings ({', '.join(changed)}: "
-                f"{ {k: (resume.plan or {}).get(k) for k in changed} } then, now "
-                f"{ {k: ours.get(k) for k in changed} }). A resumed run sends and charges what its checkpoint "
-                "planned; start a new run instead."
-            )
 
     def _end_round(self, t: int, lr: float, selected: np.ndarray, replied: list[int], aggregation_seconds: float,
                    submission_seconds: float, round_seconds: float) -> None:
@@ -571,34 +440,3 @@ class FederatedTrainer:
     def epsilon_(self) -> float:
         """Certified ε of every round in the ledger (earlier runs included) on the fine grid; inf when non-private."""
         return self.pricing.epsilon(self.accountant_)
-
-
-def run_locally(trainer: FederatedTrainer, clients: Sequence[tuple[torch.Tensor, ...]], names: list,
-                client_seeds: list[np.random.SeedSequence | None], server_seq: np.random.SeedSequence) -> None:
-    """``backend="local"``: the clients in this process, or in ``n_jobs`` worker processes.
-
-    Parameters
-    ----------
-    trainer : FederatedTrainer
-    clients : sequence of tuple of Tensor
-        Client i's records.
-    names : list
-    client_seeds : list of SeedSequence or None
-        Client i's secret seed (None: OS entropy, or the secure generator).
-    server_seq : SeedSequence
-        The server's selection stream.
-    """
-    sizes = [unit_count(c, trainer.settings.privacy_unit, trainer.settings.records_per_subject) for c in clients]
-    states = [ClientState.fresh(seed, secure_mode=trainer.settings.secure_mode) for seed in client_seeds]
-    n_jobs = min(effective_n_jobs(trainer.settings.n_jobs), trainer._clients_per_round(len(clients)))
-    recipe = trainer.client_recipe(simulated=True)
-    device = next(recipe.module.parameters(), torch.empty(0)).device
-    recipe, clients = on_fixed_features(recipe, [tuple(t.to(device) for t in records) for records in clients])
-    if n_jobs == 1:
-        trainer.serve(LocalTransport(recipe, clients, states), sizes, names, server_seq)
-        return
-    with ParallelTransport(recipe, clients, states, n_jobs=n_jobs) as transport:
-        trainer.serve(transport, sizes, names, server_seq)
-
-
-register_backend(run_locally, name="local")

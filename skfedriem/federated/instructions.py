@@ -156,6 +156,24 @@ def check_private_dtypes(module: nn.Module) -> list[torch.dtype]:
     return [p.dtype for p in params.values()]
 
 
+def _check_planned_for(instructions: RoundInstructions, n_records: int, privacy_unit: str,
+                       records_per_subject: int | None) -> None:
+    """InvalidInstructionsError unless the round was planned for this client: its unit, its k and its size."""
+    if instructions.privacy_unit != check_privacy_unit(privacy_unit):
+        raise InvalidInstructionsError(f"The round was planned to protect each {instructions.privacy_unit!r}; this "
+                                       f"client protects each {privacy_unit!r}, so the server's certificate would not "
+                                       "be its guarantee.")
+    if instructions.records_per_subject != records_per_subject:
+        raise InvalidInstructionsError(f"The round was planned with records_per_subject="
+                                       f"{instructions.records_per_subject!r}; this client samples "
+                                       f"records_per_subject={records_per_subject!r}.")
+    planned = instructions.planned_records
+    if isinstance(planned, bool) or not isinstance(planned, Integral) or planned not in (0, n_records):
+        units = f"{privacy_unit}s" if records_per_subject is None else f"records ({records_per_subject} a subject)"
+        raise InvalidInstructionsError(f"The round was planned for a client of {planned!r} {units}; this "
+                                       f"client holds {n_records}, so the server's certificate would not cover it.")
+
+
 def step_plan(instructions: RoundInstructions, n_records: int, module: nn.Module,
               privacy_unit: str = "record", records_per_subject: int | None = None) -> StepPlan:
     """The steps a client of ``n_records`` records running ``module`` takes for ``instructions``, validated.
@@ -198,19 +216,7 @@ def step_plan(instructions: RoundInstructions, n_records: int, module: nn.Module
     if instructions.aggregation not in AGGREGATIONS:
         raise InvalidInstructionsError(f"The round's 'aggregation' must be one of {list(AGGREGATIONS.names())}. "
                                        f"Got {instructions.aggregation!r} instead.")
-    if instructions.privacy_unit != check_privacy_unit(privacy_unit):
-        raise InvalidInstructionsError(f"The round was planned to protect each {instructions.privacy_unit!r}; this "
-                                       f"client protects each {privacy_unit!r}, so the server's certificate would not "
-                                       "be its guarantee.")
-    if instructions.records_per_subject != records_per_subject:
-        raise InvalidInstructionsError(f"The round was planned with records_per_subject="
-                                       f"{instructions.records_per_subject!r}; this client samples "
-                                       f"records_per_subject={records_per_subject!r}.")
-    planned = instructions.planned_records
-    if isinstance(planned, bool) or not isinstance(planned, Integral) or planned not in (0, n_records):
-        units = f"{privacy_unit}s" if records_per_subject is None else f"records ({records_per_subject} a subject)"
-        raise InvalidInstructionsError(f"The round was planned for a client of {planned!r} {units}; this "
-                                       f"client holds {n_records}, so the server's certificate would not cover it.")
+    _check_planned_for(instructions, n_records, privacy_unit, records_per_subject)
     return StepPlan(n_records=n_records, batch_size=instructions.batch_size, local_steps=instructions.local_steps,
                     clip=instructions.clip, noise_std=instructions.noise_std, sampling=instructions.sampling,
                     diameter=step_diameter(module, privacy_unit, records_per_subject), floor=floor, ceiling=ceiling,

@@ -222,6 +222,17 @@ class ParallelTransport:
             self._executor.shutdown(wait=False, kill_workers=exc_info[0] is not None)
             self._executor = None
 
+    def _ship(self, shipped: list[int], theta: dict[str, torch.Tensor],
+              instructions: dict[int, RoundInstructions]) -> list:
+        """The workers' tasks: ``shipped`` dealt in turn, one task a worker; their futures."""
+        futures, shared = [], pickle.dumps(theta)  # θ serialised once per round, not once per client
+        for chunk in (shipped[j::self.n_jobs - 1] for j in range(self.n_jobs - 1)):
+            if chunk:
+                task = pickle.dumps((chunk, shared, {i: self.states[i].to_bytes() for i in chunk},
+                                     {i: instructions[i] for i in chunk}))
+                futures.append(self._executor.submit(_run_clients, task))
+        return futures
+
     def run_round(self, t: int, selected: list[int], theta: dict[str, torch.Tensor],
                   instructions: dict[int, RoundInstructions]) -> Replies:
         """Run the selected clients from θ_t, in the workers and in this process; every one replies.
@@ -239,13 +250,7 @@ class ParallelTransport:
             return run_clients(self.recipe, theta, self.clients, self.states, selected, instructions)
         by_work = sorted(selected, key=lambda i: -instructions[i].local_steps)
         here = len(selected) // self.n_jobs
-        shipped = by_work[:len(by_work) - here]
-        futures, shared = [], pickle.dumps(theta)  # θ serialised once per round, not once per client
-        for chunk in (shipped[j::self.n_jobs - 1] for j in range(self.n_jobs - 1)):
-            if chunk:
-                task = pickle.dumps((chunk, shared, {i: self.states[i].to_bytes() for i in chunk},
-                                     {i: instructions[i] for i in chunk}))
-                futures.append(self._executor.submit(_run_clients, task))
+        futures = self._ship(by_work[:len(by_work) - here], theta, instructions)
         replies = run_clients(self.recipe, theta, self.clients, self.states, by_work[len(by_work) - here:],
                               instructions)
         for future in futures:

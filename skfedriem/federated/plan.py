@@ -6,13 +6,15 @@ import math
 from dataclasses import dataclass, field
 
 from .._utils.user_warnings import warn_user
+from ..exceptions import NoiseSwampsSignalWarning
 from ..privacy.accounting_methods import RunAccounting, get_accounting
 from ..privacy.step_plan import sensitivity_factor
 from ..privacy.units import check_records_per_subject
 from .adaptive_clip import INITIAL_CLIP, split_mu0
 from .settings import FederationSettings
 
-__all__ = ["PLANNED_FROM", "PrivacyPlan", "check_client_sizes", "noise_swamps_signal", "plan_basis", "plan_run"]
+__all__ = ["PLANNED_FROM", "PrivacyPlan", "check_client_sizes", "noise_swamps_signal", "plan_basis", "plan_run",
+           "warn_if_noise_swamps"]
 
 #: The settings :func:`plan_run` reads: with the clients' sizes, the accounting method and Δ, what a plan is made of.
 PLANNED_FROM = ("eps", "delta", "clip", "n_rounds", "local_epochs", "local_steps", "batch_size", "sampling",
@@ -143,6 +145,22 @@ def noise_swamps_signal(plan: PrivacyPlan, clients_per_round: int = 1) -> bool:
     sigmas = [plan.client_noise_std(i) for i in range(len(plan.local_steps))]
     spread = math.sqrt(sum(s * s for s in sigmas) / len(sigmas) / clients_per_round)
     return spread > math.sqrt(plan.total_steps) * plan.clip
+
+
+def warn_if_noise_swamps(plan: PrivacyPlan, clients_per_round: int) -> None:
+    """A :class:`~skfedriem.exceptions.NoiseSwampsSignalWarning` when :func:`noise_swamps_signal`, with the figures.
+
+    Parameters
+    ----------
+    plan : PrivacyPlan
+    clients_per_round : int
+    """
+    if noise_swamps_signal(plan, clients_per_round):
+        warn_user(f"The noise swamps the signal: the noise std of each step of the {clients_per_round} clients' mean "
+                  f"exceeds √(T τ) C = {math.sqrt(plan.total_steps) * plan.clip:.3g}, the most the "
+                  f"{plan.total_steps} steps' clipped gradients can add up to along any direction against the noise "
+                  f"(each client's σ = {plan.noise_std:.3g}): the fit will be a random walk. Raise eps, or give the "
+                  "clients more records per step (a larger batch_size) or fewer rounds.", NoiseSwampsSignalWarning)
 
 
 def check_client_sizes(client_sizes: list[int], client_names: list, privacy_unit: str = "record") -> None:

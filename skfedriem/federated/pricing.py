@@ -182,6 +182,23 @@ class RoundPricing:
                                f"{cost.state_dict()} > {planned.state_dict()}.")
         return planned
 
+    def planned_release(self, client_sizes: list[int], client_names: list | None = None) -> PrivacyAccountant:
+        """The whole run for these clients as its ledger will be charged, before any round: what a budget is charged.
+
+        Parameters
+        ----------
+        client_sizes : list of int
+            m_i of every client (public).
+        client_names : list, optional
+            For messages (default: 0 .. n−1).
+
+        Returns
+        -------
+        PrivacyAccountant
+        """
+        self.plan(client_sizes, list(range(len(client_sizes))) if client_names is None else list(client_names))
+        return self.rounds_release()
+
     def rounds_release(self, first: int = 0) -> PrivacyAccountant:
         """Rounds ``first`` .. T − 1 as the ledger will be charged them (all of them: the whole run)."""
         planned = PrivacyAccountant()

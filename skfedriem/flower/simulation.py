@@ -136,5 +136,5 @@ def run_trainer_in_simulation(trainer, clients: Sequence[tuple[torch.Tensor, ...
                     raise
     if failure:
         raise failure[0]
-    if not hasattr(trainer, "history_") or len(trainer.history_) != trainer.n_rounds:
+    if not hasattr(trainer, "history_") or len(trainer.history_) != trainer.settings.n_rounds:
         raise RuntimeError("The Flower simulation ended before the last round; see Flower's log above.")

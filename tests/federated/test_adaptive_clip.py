@@ -12,8 +12,9 @@ from skfedriem import FederatedSPDNetClassifier
 from skfedriem.datasets import make_spd_classification
 from skfedriem.exceptions import InvalidInstructionsError
 from skfedriem.federated import FederationSettings
-from skfedriem.federated.adaptive_clip import COUNT_SHARE, next_clip, split_mu0
+from skfedriem.federated.adaptive_clip import COUNT_SHARE, clipped_fraction, next_clip, split_mu0
 from skfedriem.federated.plan import plan_run
+from skfedriem.federated.resume import check_resume
 from skfedriem.privacy import StepPlan
 from skfedriem.privacy.mechanism import noisy_clipped_count, private_gradient
 from skfedriem.privacy.randomness import SeededRandomness
@@ -145,14 +146,13 @@ def test_the_clip_moves_towards_the_quantile(federation):
 
 def test_one_client_cannot_throw_the_clip_away():
     """A faulty or hostile reply (a huge, tiny or non-finite fraction) moves the clip by a bounded factor."""
-    from skfedriem.federated import FederatedTrainer
     from skfedriem.federated.adaptive_clip import CLIP_LR, CLIP_RANGE, FRACTION_RANGE
     from skfedriem.federated.instructions import CLIPPED_FRACTION
 
     def replies(*values):
         return {i: ({CLIPPED_FRACTION: torch.tensor(v, dtype=torch.float64)}, 0.0) for i, v in enumerate(values)}
 
-    fraction = FederatedTrainer._clipped_fraction(replies(-1e4, 0.5, 0.5, math.nan))
+    fraction = clipped_fraction(sub for sub, _ in replies(-1e4, 0.5, 0.5, math.nan).values())
     assert fraction == pytest.approx((FRACTION_RANGE[0] + 1.0) / 3)  # clamped, the NaN left out
     worst = next_clip(1.0, FRACTION_RANGE[0], 0.5)
     assert worst == pytest.approx(math.exp(CLIP_LR * 1.5))
@@ -165,12 +165,12 @@ def test_a_resume_with_another_quantile_or_step_is_refused(federation, tmp_path)
     X, y, groups = federation
     est = FederatedSPDNetClassifier(eps=4.0, clip="auto", n_rounds=3, random_state=0)
     trainer = est.make_trainer(X.shape[1:], classes=np.unique(y), client_sizes=[60, 60, 60])
-    trainer.planned_release([60, 60, 60])
+    trainer.pricing.planned_release([60, 60, 60])
     record = trainer.pricing.record()
     for change in ({"clip_quantile": 0.9}, {"lr": 0.3}):
         other = est.set_params(**change).make_trainer(X.shape[1:], classes=np.unique(y),
                                                       client_sizes=[60, 60, 60])
-        other.planned_release([60, 60, 60])
+        other.pricing.planned_release([60, 60, 60])
         with pytest.raises(ValueError, match=f"Cannot resume.*{next(iter(change))}"):
-            other._check_resume(TrainingState(1, {}, {"history": []}, [], None, False, plan=record))
+            check_resume(TrainingState(1, {}, {"history": []}, [], None, False, plan=record), other.pricing.record())
         est.set_params(clip_quantile=0.5, lr="auto")

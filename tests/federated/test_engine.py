@@ -86,7 +86,7 @@ def test_a_trainer_plans_once_for_the_same_clients(monkeypatch):
     from skfedriem.federated.plan import plan_run
 
     t = trainer()
-    t.charge_plan([60, 60, 60])
+    t.charge.charge_plan([60, 60, 60])
     t.fit(clients())
     assert len(calls) == 1
 
@@ -374,7 +374,7 @@ def test_a_trainer_charged_for_one_run_runs_no_other():
 
     budget = PrivacyBudget(epsilon=50.0)
     t = trainer(privacy_budget=budget)
-    t.charge_plan([60, 60, 60])
+    t.charge.charge_plan([60, 60, 60])
     with pytest.raises(ValueError, match="budget was charged for this trainer's plan of other clients"):
         t.fit(clients(m=20))
     with pytest.raises(AttributeError):

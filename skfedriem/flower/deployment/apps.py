@@ -282,7 +282,7 @@ def _serve(kind: str, grid: Grid, context: Context) -> None:
         state.save(out / "checkpoint.pt")  # at a round's start (charged) and at its end
         if not state.started:
             last = state.history[-1]
-            print(f"skfedriem: round {state.round}/{trainer.n_rounds} selected={last['clients']} "
+            print(f"skfedriem: round {state.round}/{trainer.settings.n_rounds} selected={last['clients']} "
                   f"replied={last['replied']} epsilon={last['epsilon']:.4g}", flush=True)
 
     transport = FlowerTransport(directory, names, sizes, timeout=timeout, on_failure="skip")

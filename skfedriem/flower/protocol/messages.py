@@ -269,41 +269,66 @@ class FlowerTransport:
     def run_round(self, t: int, selected: list[int], theta: dict[str, torch.Tensor],
                   instructions: dict[int, RoundInstructions]) -> dict[int, tuple[dict, float]]:
         """Send θ_t and the instructions to the selected clients; decode the submissions that come back."""
-        grid = self.directory.grid
         self.directory.refresh(timeout=min(5.0, self.timeout or 5.0))
-        online = set(grid.get_node_ids())
-        weights = encode_arrays(theta)
+        online = set(self.directory.grid.get_node_ids())
         nodes = {i: self.directory.node_of.get(self.names[i]) for i in selected}
         if not any(nodes[i] in online for i in selected):
             raise RuntimeError(f"Round {t + 1}: none of the selected sites {[self.names[i] for i in selected]} is "
                                f"online (the SuperLink counts {len(online)} SuperNode(s) online). Check that the sites' "
                                "SuperNodes run and reach the SuperLink; resume=true continues from this round.")
-        described = {i: self.directory.clients.get(self.names[i]) for i in selected}
-        resized = {i: info.n_records for i, info in described.items()
-                   if info is not None and info.n_records != self.sizes[i]}
-        sent = {i: Message(RecordDict({"theta": weights, "instructions": encode_instructions(
-                               dataclasses.replace(instructions[i], planned_records=self.sizes[i]))}),
-                           dst_node_id=nodes[i], message_type="train", group_id=str(t + 1))
-                for i in selected if nodes[i] in online and i not in resized}
-        replies = _send_and_receive(grid, list(sent.values()), self.timeout)
-        # the grid set each message's id when pushing it; an error reply may come from the SuperLink itself
-        client_of = {message.metadata.message_id: i for i, message in sent.items()}
-        out, failures = {}, {i: "offline" for i in selected if i not in sent and i not in resized}
+        resized = self._resized(selected)
+        reachable = [i for i in selected if nodes[i] in online and i not in resized]
+        sent = self._messages(t, theta, instructions, reachable, nodes)
+        replies = _send_and_receive(self.directory.grid, list(sent.values()), self.timeout)
+        failures = self._not_sent(selected, sent, resized)
+        out = _decoded(replies, {message.metadata.message_id: i for i, message in sent.items()}, failures)
+        failures.update({i: "no reply" for i in sent if i not in out and i not in failures})
+        self._report(t, failures)
+        return out
+
+    def _not_sent(self, selected: list[int], sent: dict, resized: dict[int, int]) -> dict[int, str]:
+        """Why each selected client was sent nothing: offline, or holding another size than planned."""
+        failures = {i: "offline" for i in selected if i not in sent and i not in resized}
         failures.update({i: f"now holds {m} records, the run was planned for {self.sizes[i]}: left out"
                          for i, m in resized.items()})
-        for reply in replies:
-            client = client_of[reply.metadata.reply_to_message_id]
-            if reply.has_error():
-                failures[client] = reply.error.reason
-            else:
-                metrics = reply.content.metric_records.get("metrics")
-                seconds = math.nan if metrics is None else float(metrics["submission_seconds"])  # a site's opt-in
-                out[client] = (decode_arrays(reply.content["submission"]), seconds)
-        failures.update({i: "no reply" for i in sent if i not in out and i not in failures})
-        if failures:
-            text = f"Round {t + 1}: " + "; ".join(f"client {i}: {why}" for i, why in sorted(failures.items()))
-            if self.on_failure == "raise":
-                raise RuntimeError(text)
-            warnings.warn(text + ". Averaging the submissions that arrived; the round is charged in full.",
-                          RuntimeWarning, stacklevel=2)
-        return out
+        return failures
+
+    def _report(self, t: int, failures: dict[int, str]) -> None:
+        """A round's failed clients: a RuntimeError (``on_failure="raise"``) or a warning (``"skip"``)."""
+        if not failures:
+            return
+        text = f"Round {t + 1}: " + "; ".join(f"client {i}: {why}" for i, why in sorted(failures.items()))
+        if self.on_failure == "raise":
+            raise RuntimeError(text)
+        warnings.warn(text + ". Averaging the submissions that arrived; the round is charged in full.",
+                      RuntimeWarning, stacklevel=3)
+
+    def _resized(self, selected: list[int]) -> dict[int, int]:
+        """The selected sites whose description now states another size than the run was planned for."""
+        described = {i: self.directory.clients.get(self.names[i]) for i in selected}
+        return {i: info.n_records for i, info in described.items()
+                if info is not None and info.n_records != self.sizes[i]}
+
+    def _messages(self, t: int, theta: dict[str, torch.Tensor], instructions: dict[int, RoundInstructions],
+                  clients: list[int], nodes: dict[int, int]) -> dict[int, Message]:
+        """Round ``t``'s train message to each client: θ_t and its instructions, planned for its size."""
+        weights = encode_arrays(theta)
+        return {i: Message(RecordDict({"theta": weights, "instructions": encode_instructions(
+                    dataclasses.replace(instructions[i], planned_records=self.sizes[i]))}),
+                    dst_node_id=nodes[i], message_type="train", group_id=str(t + 1)) for i in clients}
+
+
+def _decoded(replies, client_of: dict, failures: dict) -> dict[int, tuple[dict, float]]:
+    """Each client's decoded submission and its Sub seconds (NaN unless the site opts in); an error reply goes to
+    ``failures``. ``client_of`` maps each sent message's id to its client (the grid set the ids when pushing; an
+    error reply may come from the SuperLink itself)."""
+    out = {}
+    for reply in replies:
+        client = client_of[reply.metadata.reply_to_message_id]
+        if reply.has_error():
+            failures[client] = reply.error.reason
+        else:
+            metrics = reply.content.metric_records.get("metrics")
+            seconds = math.nan if metrics is None else float(metrics["submission_seconds"])  # a site's opt-in
+            out[client] = (decode_arrays(reply.content["submission"]), seconds)
+    return out
