@@ -64,12 +64,12 @@ def test_public_docstring_is_complete(qualname):
 
 def test_the_check_catches_an_undocumented_parameter(monkeypatch):
     """The test can fail: a parameter missing from the docstring is reported."""
-    from skfedriem.federated import engine
+    from skfedriem.federated import pricing
 
     def lr_at_round(lr, schedule, round_, n_rounds, warmup):
         return lr
 
-    lr_at_round.__doc__ = engine.lr_at_round.__doc__
-    monkeypatch.setattr(engine, "lr_at_round", lr_at_round)
-    errors = dict(validate("skfedriem.federated.engine.lr_at_round")["errors"])
+    lr_at_round.__doc__ = pricing.lr_at_round.__doc__
+    monkeypatch.setattr(pricing, "lr_at_round", lr_at_round)
+    errors = dict(validate("skfedriem.federated.pricing.lr_at_round")["errors"])
     assert "PR01" in errors and "warmup" in errors["PR01"]

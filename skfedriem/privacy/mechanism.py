@@ -226,7 +226,20 @@ def clipped_sums(copies: ClientCopies, loss_fn: LossFn, passes: list[Pass], clip
 
 
 def real_records(norms: torch.Tensor, real: torch.Tensor | None) -> list[torch.Tensor]:
-    """Each client's norms of its real records in a pass (padding left out), in order."""
+    """Each client's norms of its real records in a pass (padding left out), in order.
+
+    Parameters
+    ----------
+    norms : torch.Tensor of shape (K, W)
+        A pass's per-record norms.
+    real : torch.Tensor of bool, shape (K, W), or None
+        Which records are real (None: all of them).
+
+    Returns
+    -------
+    list of torch.Tensor
+        Client k's real records' norms.
+    """
     return list(norms) if real is None else [own[mask] for own, mask in zip(norms, real)]
 
 
