@@ -2,8 +2,9 @@
 
 For every (μ0, q, steps, k, sampling) of a grid: the ledger's certified ε for
 groups of k (group privacy over its composition, what a fit is charged) and the
-ε of a concrete pair of federations (subject A's k records at +C, B's at −C:
-:func:`skfedriem.audit.subject_pair_epsilon`, a lower bound on any valid
+largest ε of concrete pairs of federations (subject A's k records at +C against
+B's at −C, or against nothing; with fixed-size batches also every other record
+at −C: :func:`skfedriem.audit.subject_pair_epsilon`, a lower bound on any valid
 certificate), at δ = 1e-5. A ratio below 1 would be a privacy overstatement;
 close to 1, the charge is tight. Fixed-size batches draw B = q m of m = 1000
 records.

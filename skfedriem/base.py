@@ -58,7 +58,8 @@ from ._utils.user_warnings import warn_user
 from .exceptions import NoiseSwampsSignalWarning, PositionalClientsWarning, PrivacyBudgetExceeded
 from .federated import Aggregation, FederatedTrainer, FederationSettings, PrivacyPlan, TrainingState
 from .federated.settings import SettingDoc
-from .privacy import PrivacyAccountant, PrivacyBudget, group_epsilon
+from .privacy import PrivacyAccountant, PrivacyBudget, get_accounting
+from .privacy.accounting_methods import ChargedRun
 from .privacy.units import step_diameter, unit_count
 from .privacy.per_sample import LossFn
 
@@ -303,14 +304,14 @@ class FederatedEstimatorMixin(_EstimatorParameters):
             return None
         if clients.sizes is None:
             raise ValueError(f"{type(self).__name__}.make_trainer needs client_sizes to plan after a release.")
-        whole = PrivacyBudget(eps, self.delta, n_fits=2)
-        whole.charge(spent, label="released before the rounds", privacy_unit=self.privacy_unit)
+        whole = PrivacyBudget(eps, self.delta, n_fits=2, accounting=self.accounting)
 
         def release_at(target: float):
             return self._planned_trainer(module, loss_fn, input_shape, clients, target).pricing.planned_release(
                 list(clients.sizes), clients.names)
 
         try:
+            whole.charge(spent, label="released before the rounds", privacy_unit=self.privacy_unit)
             return whole.share(release_at, label=f"{type(self).__name__}'s rounds")
         except PrivacyBudgetExceeded:
             raise ValueError(f"{type(self).__name__}(eps={eps!r}, delta={self.delta!r}) leaves the rounds no ε after "
@@ -356,10 +357,12 @@ class FederatedEstimatorMixin(_EstimatorParameters):
         """The fitted run's certified ε at ``delta_`` for any group of ``group_size`` of its privacy units.
 
         For a record-level fit, what it guarantees a subject with that many
-        trials (:func:`~skfedriem.privacy.group_epsilon`: substituting them,
-        by group privacy, which grows about k-fold and is inf where nothing is
-        certified); a subject-level fit's ``epsilon_`` is already each
-        subject's. Post-processing of ``ledger_``.
+        trials (the fit's accounting method's
+        :meth:`~skfedriem.privacy.RunAccounting.group_epsilon`; with
+        ``"rfedproj"``, :func:`~skfedriem.privacy.group_epsilon`: substituting
+        them, by group privacy, which grows about k-fold and is inf where
+        nothing is certified); a subject-level fit's ``epsilon_`` is already
+        each subject's. Post-processing of ``ledger_``.
 
         Parameters
         ----------
@@ -373,7 +376,7 @@ class FederatedEstimatorMixin(_EstimatorParameters):
         check_is_fitted(self, "ledger_")
         if group_size == 1:
             return self.epsilon_
-        return group_epsilon(self.ledger_, group_size, self.delta_)
+        return get_accounting(self.accounting).group_epsilon(ChargedRun.of(self.ledger_), group_size, self.delta_)
 
     def set_fitted(self, trainer: FederatedTrainer, *, input_shape: tuple[int, ...], classes=None):
         """Set the fitted attributes from a finished run; returns self.

@@ -19,8 +19,10 @@ from skfedriem.datasets import make_spd_classification
 from skfedriem.federated import FederatedTrainer, FederationSettings
 from skfedriem.flower.deployment.run_config import ESTIMATORS, estimator_from_run_config, register_deployable
 from skfedriem.manifolds import ManifoldParameter, manifold_of
-from skfedriem.privacy import SeededRandomness
-from skfedriem.privacy import LoneClient
+from skfedriem.exceptions import OneByOneClientsWarning
+from skfedriem.federated import client_round
+from skfedriem.privacy import LoneClient, PrivacyBudget, SeededRandomness, WholeRunAccounting, register_accounting
+from skfedriem.privacy.accounting_methods import ACCOUNTINGS, ChargedRun
 from skfedriem.privacy.mechanism import noisy_release
 from skfedriem.privacy.per_sample import trainable_parameters
 
@@ -158,3 +160,108 @@ def test_a_subclass_without_an_init_keeps_its_parents_parameters():
     assert "dims" in Tuned._parameter_constraints and "eps" in Tuned._parameter_constraints
     assert FederatedSPDNetClassifier().eps == 10.0  # the parent's signature is its own
     assert Tuned.__init__.__qualname__.endswith("Tuned.__init__")
+
+
+@pytest.fixture(scope="module")
+def tangent_mlp():
+    """The example model and classifier, registered while this module's tests run."""
+    yield load_example("tangent_mlp")
+    ESTIMATORS._entries.pop("tangentmlp")
+    SCHEDULES._entries.pop("tangentmlp")
+    sys.modules.pop("extending_example_tangent_mlp")
+
+
+def test_a_new_model_is_one_file_and_one_registration_and_its_clients_run_in_lockstep(tangent_mlp, monkeypatch):
+    """Built of layers the step knows, the MLP declares nothing: its three clients take their steps together."""
+    groups_run = []
+    honest = client_round.run_round
+    monkeypatch.setattr(client_round, "run_round", lambda recipe, theta, clients, *rest: (
+        groups_run.append(len(clients)), honest(recipe, theta, clients, *rest))[1])
+    X, y, groups = make_spd_classification(3, 60, 6, n_classes=3, class_sep=2.0, noise=0.5, random_state=0)
+    cls = tangent_mlp.FederatedTangentMLPClassifier
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", OneByOneClientsWarning)
+        clf = cls(eps=4.0, hidden=8, n_rounds=25, random_state=0).fit(X, y, groups=groups)
+    assert set(groups_run) == {3}  # every round's three clients in one lockstep group
+    assert clf.epsilon_ <= 4.0 and clf.score(X, y) > 0.6
+    assert ESTIMATORS.get("tangentmlp") is cls and SCHEDULES.get("tangentmlp") is cls.schedule
+    est = estimator_from_run_config("tangentmlp", {"eps": 4.0, "n-rounds": 3, "hidden": 4, "seed": 1})
+    assert isinstance(est, cls) and est.hidden == 4
+
+
+def test_a_layer_that_declares_nothing_is_named_once_and_its_clients_run_one_by_one(tangent_mlp):
+    from skfedriem.federated import engine
+
+    model = tangent_mlp.tangent_mlp(4, 2, 5, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    model[3] = torch.nn.Hardswish()  # not declared: the step cannot know it acts entry by entry
+    X, y, _ = make_spd_classification(2, 20, 4, random_state=0)
+    X, y = torch.as_tensor(X), torch.as_tensor(y)
+    clients = [(X[:20], y[:20]), (X[20:], y[20:])]
+    settings = FederationSettings(n_rounds=1, batch_size=5, local_steps=1, eps=4.0)
+    loss = lambda out, target: F.cross_entropy(out, target, reduction="none")  # noqa: E731
+    engine._NAMED_ONE_BY_ONE.clear()
+    with pytest.warns(OneByOneClientsWarning, match=r"layer '3' \(Hardswish\) declares no stacking"):
+        FederatedTrainer(model, loss, settings).fit(clients)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", OneByOneClientsWarning)  # said once per process
+        FederatedTrainer(model, loss, settings).fit(clients)
+
+
+class _Doubled(WholeRunAccounting):
+    """The paper's accounting with every ε doubled (a looser, still valid, upper bound), registered by tests."""
+
+    name = "test-doubled"
+
+    def calibrate(self, eps, delta, **kw):
+        return super().calibrate(eps / 2, delta, **kw)
+
+    def epsilon(self, ledger, delta, **kw):
+        return 2 * super().epsilon(ledger, delta, **kw)
+
+    def running_epsilon(self, ledger, delta, **kw):
+        return lambda: self.epsilon(ledger, delta, steps_per_round=1, n_rounds=1)
+
+    def composed_epsilon(self, runs, delta, **kw):
+        return 2 * super().composed_epsilon(runs, delta, **kw)
+
+    def group_epsilon(self, run, group_size, delta):
+        return 2 * super().group_epsilon(run, group_size, delta)
+
+
+def test_an_accounting_method_registered_once_governs_fits_budgets_sites_and_groups(tmp_path):
+    from skfedriem.flower.protocol.client_app import SiteGuard
+    from skfedriem.privacy import group_epsilon
+
+    register_accounting(_Doubled(), force=True)
+    try:
+        X, y, groups = make_spd_classification(3, 40, 4, random_state=0)
+        budget = PrivacyBudget(20.0, accounting="test-doubled")
+        clf = FederatedTangentSpaceClassifier(eps=4.0, accounting="test-doubled", n_rounds=5, reference=None,
+                                              privacy_budget=budget, random_state=0).fit(X, y, groups=groups)
+        pld = clf.ledger_.get_epsilon(clf.delta_)
+        assert clf.epsilon_ == pytest.approx(2 * pld, rel=1e-6) and clf.epsilon_ <= 4.0  # the fit
+        assert budget.spent() == pytest.approx(2 * pld, rel=0.05)  # the budget (its own, coarser grid)
+        assert clf.epsilon_for_group(3) == pytest.approx(2 * group_epsilon(clf.ledger_, 3, clf.delta_))  # groups
+        site = SiteGuard(str(tmp_path / "ledger.json"), max_epsilon=30.0, accounting="test-doubled")
+        site.ledger().charge(clf.ledger_, label="a round", steps_per_round=1, n_rounds=1)
+        assert site.ledger().spent() == pytest.approx(2 * clf.ledger_.get_epsilon(1e-5, discretization=1e-3),
+                                                      rel=1e-6)  # a site's ledger
+    finally:
+        ACCOUNTINGS._entries.pop("test-doubled")
+
+
+def test_an_accounting_method_that_certifies_one_run_refuses_groups_and_sites(tmp_path):
+    from skfedriem.flower.protocol.client_app import SiteGuard
+
+    X, y, groups = make_spd_classification(3, 40, 4, random_state=0)
+    clf = FederatedTangentSpaceClassifier(eps=4.0, accounting="prirfed", sampling="poisson", n_rounds=5,
+                                          reference=None, random_state=0).fit(X, y, groups=groups)
+    assert clf.epsilon_for_group(1) == clf.epsilon_
+    with pytest.raises(ValueError, match="certifies no group"):  # was 1.25, below the 4.0 of one record
+        clf.epsilon_for_group(2)
+    with pytest.raises(ValueError, match="certifies one run"):
+        SiteGuard(str(tmp_path / "ledger.json"), accounting="prirfed")
+    budget = PrivacyBudget(50.0, accounting="prirfed")
+    budget.charge(ChargedRun.of(clf.ledger_).ledger, label="one fit")
+    with pytest.raises(ValueError, match="certifies one run"):
+        budget.charge(clf.ledger_, label="a second fit")

@@ -1,17 +1,27 @@
-"""An exact lower bound on what a run sampling k records of each subject costs that subject: one concrete pair.
+"""An exact lower bound on what a run sampling k records of each subject costs that subject: concrete pairs.
 
-Subject A's k records of a round all have the clipped gradient +C along one
-direction, subject B's all −C, every other record 0 (a linear model makes
-them so). Substituting B for A changes a step's release, in units of its
-noise, from Σ_j w_j N(+j μ0 / 2, 1) to Σ_j w_j N(−j μ0 / 2, 1), where w_j is
-the chance that j of the subject's k records are in the batch: Binomial(k, q)
-under Poisson sampling, Hypergeometric(m, k, B) for a fixed-size batch of B of
-m records. :func:`subject_pair_epsilon` composes that pair over the steps:
-binning the release is post-processing and dp-accounting's optimistic
-distribution rounds down, so the ε it returns is below the pair's, and any
-valid certificate of such a run (its ledger's, for groups of k) is at least
-it. Written here because no accountant we know of computes the substitution
-of a sampled group, which is why the ledger charges group privacy instead.
+A linear model makes every record's clipped gradient what a pair needs, along
+one direction. w_j is the chance that j of the subject's k records are in a
+step's batch: Binomial(k, q) under Poisson sampling, Hypergeometric(m, k, B)
+for a fixed-size batch of B of m records. In units of the step's noise,
+substituting the subject's k records changes a step's release:
+
+* **±C** (every other record 0; the subject's records at +C, or at −C): from
+  Σ_j w_j N(+j μ0 / 2, 1) to Σ_j w_j N(−j μ0 / 2, 1);
+* **+C against nothing** (every record 0 but the subject's, at +C or at 0):
+  from Σ_j w_j N(j μ0 / 2, 1) to N(0, 1);
+* **+C against the rest** (fixed-size batches; every other record at −C, the
+  subject's at +C or at −C): a batch of B then sums to −B C whatever it holds
+  when the subject is at −C, so the release goes from Σ_j w_j N(j μ0, 1) to
+  N(0, 1), one Gaussian against a mixture, which two mixtures never are.
+
+:func:`subject_pair_epsilon` composes each pair over the steps, in both
+directions, and returns the largest ε: binning the release is post-processing
+and dp-accounting's optimistic distribution rounds down, so each ε is below
+its pair's, and any valid certificate of such a run (its ledger's, for groups
+of k) is at least it. Written here because no accountant we know of computes
+the substitution of a sampled group, which is why the ledger charges group
+privacy instead.
 """
 
 from __future__ import annotations
@@ -30,7 +40,7 @@ _BIN, _REACH = 0.004, 14.0
 
 def subject_pair_epsilon(mu0: float, sample_rate: float, steps: int, group_size: int, delta: float, *,
                          sampling: str = "poisson", n_records: int | None = None) -> float:
-    """ε at ``delta`` of the concrete pair above, over ``steps`` steps: a lower bound on any certificate of them.
+    """The largest ε at ``delta`` of the concrete pairs above, over ``steps`` steps: a lower bound on any certificate.
 
     Parameters
     ----------
@@ -60,18 +70,37 @@ def subject_pair_epsilon(mu0: float, sample_rate: float, steps: int, group_size:
     True
     """
     counts = np.arange(group_size + 1)
+    weights = _weights(counts, group_size, sample_rate, sampling, n_records)
+    half = counts * mu0 / 2
+    pairs = [([(w, s) for w, s in zip(weights, half)], [(w, -s) for w, s in zip(weights, half)]),
+             ([(w, s) for w, s in zip(weights, half)], [(1.0, 0.0)])]
+    if sampling == "fixed":
+        pairs.append(([(w, 2 * s) for w, s in zip(weights, half)], [(1.0, 0.0)]))
+    reach = 2 * float(half[-1]) + _REACH
+    edges = np.concatenate([[-np.inf], np.arange(-reach, reach, _BIN), [np.inf]])
+    return max(_pair_epsilon(_binned(p, edges), _binned(q, edges), steps, delta)
+               for p, q in pairs for p, q in ((p, q), (q, p)))
+
+
+def _weights(counts: np.ndarray, group_size: int, sample_rate: float, sampling: str,
+             n_records: int | None) -> np.ndarray:
+    """w_j, the chance that j of the subject's k records are in a step's batch."""
     if sampling == "poisson":
-        weights = binom.pmf(counts, group_size, sample_rate)
-    elif sampling == "fixed":
+        return binom.pmf(counts, group_size, sample_rate)
+    if sampling == "fixed":
         if n_records is None:
             raise ValueError("subject_pair_epsilon(sampling='fixed') needs n_records, the client's records.")
-        weights = hypergeom.pmf(counts, n_records, group_size, int(round(sample_rate * n_records)))
-    else:
-        raise ValueError(f"The 'sampling' parameter must be 'poisson' or 'fixed'. Got {sampling!r} instead.")
-    shifts = counts * mu0 / 2
-    edges = np.concatenate([[-np.inf], np.arange(-shifts[-1] - _REACH, shifts[-1] + _REACH, _BIN), [np.inf]])
-    upper = sum(w * np.diff(norm.cdf(edges - s)) for w, s in zip(weights, shifts) if w > 0)
-    lower = sum(w * np.diff(norm.cdf(edges + s)) for w, s in zip(weights, shifts) if w > 0)
+        return hypergeom.pmf(counts, n_records, group_size, int(round(sample_rate * n_records)))
+    raise ValueError(f"The 'sampling' parameter must be 'poisson' or 'fixed'. Got {sampling!r} instead.")
+
+
+def _binned(mixture: list[tuple[float, float]], edges: np.ndarray) -> np.ndarray:
+    """Σ (weight) N(shift, 1), as the mass of each bin between ``edges``."""
+    return sum(w * np.diff(norm.cdf(edges - s)) for w, s in mixture if w > 0)
+
+
+def _pair_epsilon(upper: np.ndarray, lower: np.ndarray, steps: int, delta: float) -> float:
+    """ε at ``delta`` of ``steps`` compositions of the binned pair (upper against lower), rounded down."""
     kept = np.flatnonzero((upper > 0) & (lower > 0))
     pld = pld_lib.from_two_probability_mass_functions(
         {int(i): math.log(lower[i]) for i in kept}, {int(i): math.log(upper[i]) for i in kept},

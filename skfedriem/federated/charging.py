@@ -82,4 +82,6 @@ class RunCharge:
             self.pricing.charged()
 
     def _charge(self, release: PrivacyAccountant) -> None:
-        self.budget.charge(release, label=self.label, privacy_unit=self.pricing.settings.privacy_unit)
+        plan = self.pricing.plan_
+        self.budget.charge(release, label=self.label, privacy_unit=self.pricing.settings.privacy_unit,
+                           steps_per_round=plan.steps_per_round, n_rounds=plan.n_rounds)

@@ -75,7 +75,7 @@ class SecondMoment(nn.Module):
 
     #: Clipped records' gradients −z zᵀ (‖z‖² <= C) are at most √2 C apart (module docstring); their sums are
     #: formed without the B dense d×d gradients.
-    capabilities = ModelCapabilities(diameter=math.sqrt(2.0),
+    capabilities = ModelCapabilities(diameter=math.sqrt(2.0), stacks=True,
                                      tangent_gradients=lambda model, loss_fn, batch, **_: _OuterProducts(batch[0]))
 
     def eigenvalues(self):
@@ -96,7 +96,7 @@ class SecondMoment(nn.Module):
 
 
 class _OuterProducts(PerRecordGradients):
-    """Per-record gradients −x xᵀ of :class:`SecondMoment`."""
+    """Per-record gradients −x xᵀ of :class:`SecondMoment` (records (B, d), or K clients' (K, B, d))."""
 
     def __init__(self, X: torch.Tensor) -> None:
         self.X = X
@@ -105,6 +105,9 @@ class _OuterProducts(PerRecordGradients):
         return record_norms(self.X) ** 2  # ‖x xᵀ‖_F = ‖x‖²
 
     def weighted_sum(self, weights: torch.Tensor) -> dict[str, torch.Tensor]:
+        if weights.dim() > 1:  # clients in lockstep: each client's sum as it computes it alone
+            return {"weight": torch.stack([_OuterProducts(self.X[k]).weighted_sum(weights[k])["weight"]
+                                           for k in range(weights.shape[0])])}
         X = self.X
         kept = weights != 0
         if not bool(kept.all()):  # a dropped record may hold inf or NaN

@@ -1,26 +1,58 @@
 """How a run's noise is calibrated and its ε reported: accounting methods behind one interface, by name.
 
 An accounting method turns (ε, δ) and a run's shape (sampling rate q, τ steps
-per round, T rounds) into the per-step μ0 = 2C/(Bσ), and a ledger of the steps
-taken into the ε it certifies. The round loop only calls :meth:`calibrate`
-and :meth:`epsilon` on the method it was given (like Opacus' accountants,
-registered by name), so a new method plugs in with :func:`register_accounting`
-without touching the loop. ``"rfedproj"`` (the paper's whole-run composition)
-is registered here; :mod:`skfedriem.baselines` registers ``"prirfed"``.
+per round, T rounds) into the per-step μ0 = 2C/(Bσ), a ledger of the steps
+taken into the ε it certifies, several runs on the same records into the ε of
+their composition (:meth:`RunAccounting.composed_epsilon`: a
+:class:`~skfedriem.privacy.PrivacyBudget`, a deployed site's ledger) and a run
+into the ε of a group of its units (:meth:`RunAccounting.group_epsilon`). The
+round loop, budgets, sites and an estimator's ``epsilon_for_group`` only call
+these on the method they were given (like Opacus' accountants, registered by
+name), so a new method plugs in with :func:`register_accounting` without
+touching any of them. ``"rfedproj"`` (the paper's whole-run composition) is
+registered here; :mod:`skfedriem.baselines` registers ``"prirfed"``.
 """
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from .._utils.registry import Registry, registered_name
-from .group import calibrate_group_mu0
+from .group import calibrate_group_mu0, group_epsilon
 from .ledger import PrivacyAccountant, RunningEpsilon
 from .subsampled_gaussian import DISCRETIZATION, calibrate_mu0
 
-__all__ = ["ACCOUNTINGS", "RunAccounting", "WholeRunAccounting", "accounting_names", "get_accounting",
+__all__ = ["ACCOUNTINGS", "ChargedRun", "RunAccounting", "WholeRunAccounting", "accounting_names", "get_accounting",
            "register_accounting"]
+
+
+@dataclass(frozen=True)
+class ChargedRun:
+    """One run's charge to a ledger that composes runs (a budget, a site's): its steps and the shape it was planned
+    with, which an accounting method may read.
+
+    Parameters
+    ----------
+    ledger : PrivacyAccountant
+        The steps charged.
+    steps_per_round : int
+        τ, the steps of one round (a ledger of one round: all of them).
+    n_rounds : int
+        T, the rounds the run was planned with.
+    """
+
+    ledger: PrivacyAccountant
+    steps_per_round: int
+    n_rounds: int
+
+    @classmethod
+    def of(cls, ledger: PrivacyAccountant, steps_per_round: int | None = None,
+           n_rounds: int | None = None) -> ChargedRun:
+        """A run of ``ledger``; without a shape, one round of all its steps."""
+        return cls(ledger, int(steps_per_round or max(ledger.steps, 1)), int(n_rounds or 1))
 
 
 class RunAccounting(ABC):
@@ -36,6 +68,9 @@ class RunAccounting(ABC):
         Whether :meth:`calibrate` takes ``group_size`` (runs charged per
         subject, each owning k of the records sampled): a method that does not
         is refused for them by :meth:`check_group`.
+    composes_runs : bool
+        Whether :meth:`composed_epsilon` composes several runs (what a budget
+        of several fits and a deployed site's ledger need).
 
     Examples
     --------
@@ -50,6 +85,7 @@ class RunAccounting(ABC):
     name: str
     samplings: tuple[str, ...] = ("fixed", "poisson")
     accounts_groups: bool = False
+    composes_runs: bool = False
 
     @abstractmethod
     def calibrate(self, eps: float, delta: float, *, sample_rate: float, steps_per_round: int, n_rounds: int,
@@ -85,6 +121,59 @@ class RunAccounting(ABC):
         return lambda: self.epsilon(ledger, delta, steps_per_round=steps_per_round, n_rounds=n_rounds,
                                     discretization=discretization)
 
+    def composed_epsilon(self, runs: Sequence[ChargedRun], delta: float, *,
+                         discretization: float = DISCRETIZATION) -> float:
+        """The ε this method certifies for ``runs`` on the same records, composed (a budget's fits, a site's rounds).
+
+        This default certifies one run (its :meth:`epsilon`) and refuses more;
+        a method that composes runs overrides it and sets ``composes_runs``.
+
+        Parameters
+        ----------
+        runs : sequence of ChargedRun
+        delta : float
+        discretization : float, default=DISCRETIZATION
+
+        Returns
+        -------
+        float
+            0 without a step, inf when a step was not private.
+        """
+        runs = [run for run in runs if run.ledger.history]
+        if not runs:
+            return 0.0
+        if not all(run.ledger.private for run in runs):
+            return math.inf
+        if len(runs) > 1:
+            raise ValueError(f"accounting={self.name!r} certifies one run, not {len(runs)} composed on the same "
+                             "records: give the budget or the site accounting='rfedproj' (the privacy-loss "
+                             "distributions of every step, composed), or one fit each.")
+        run = runs[0]
+        return self.epsilon(run.ledger, delta, steps_per_round=run.steps_per_round, n_rounds=run.n_rounds,
+                            discretization=discretization)
+
+    def group_epsilon(self, run: ChargedRun, group_size: int, delta: float) -> float:
+        """The ε this method certifies for any group of ``group_size`` of the run's units, substituted.
+
+        This default certifies one unit (its :meth:`epsilon`) and refuses a
+        group; a method that chains a composition over groups overrides it.
+
+        Parameters
+        ----------
+        run : ChargedRun
+        group_size : int
+            k.
+        delta : float
+
+        Returns
+        -------
+        float
+        """
+        if group_size == 1:
+            return self.composed_epsilon([run], delta)
+        raise ValueError(f"accounting={self.name!r} certifies no group of {group_size} units; "
+                         "accounting='rfedproj' does (group privacy over its composition).")
+
     def check_sampling(self, sampling: str) -> None:
         """ValueError unless this method accounts ``sampling``."""
         if sampling not in self.samplings:
@@ -119,6 +208,7 @@ class WholeRunAccounting(RunAccounting):
 
     name = "rfedproj"
     accounts_groups = True
+    composes_runs = True
 
     def calibrate(self, eps, delta, *, sample_rate, steps_per_round, n_rounds, sampling, group_size=1):
         """The largest μ0 certifying (ε, δ) over the run, for a unit owning ``group_size`` of its records
@@ -132,6 +222,17 @@ class WholeRunAccounting(RunAccounting):
 
     def running_epsilon(self, ledger, delta, *, steps_per_round, n_rounds, discretization=DISCRETIZATION):
         return RunningEpsilon(ledger, delta, discretization=discretization, chunk=steps_per_round)
+
+    def composed_epsilon(self, runs, delta, *, discretization=DISCRETIZATION):
+        """Every step of every run, composed by PLD (runs on the same records are steps of one composition)."""
+        total = PrivacyAccountant()
+        for run in runs:
+            total.extend(run.ledger)
+        return total.get_epsilon(delta, discretization=discretization)
+
+    def group_epsilon(self, run, group_size, delta):
+        """Group privacy over the run's composition (:func:`~skfedriem.privacy.group_epsilon`)."""
+        return group_epsilon(run.ledger, group_size, delta)
 
 
 #: The accounting methods estimators know by name (:func:`register_accounting` adds one).

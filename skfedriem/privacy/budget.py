@@ -32,6 +32,7 @@ from pathlib import Path
 
 from .._utils.compat import Interval, validate_params
 from ..exceptions import PrivacyBudgetExceeded
+from .accounting_methods import ChargedRun, RunAccounting, get_accounting
 from .ledger import PrivacyAccountant
 from .subsampled_gaussian import DISCRETIZATION, MAX_EPSILON, MIN_DELTA
 from .ledger_file import locked_ledger, read_ledger
@@ -43,11 +44,11 @@ _LIVE: weakref.WeakValueDictionary[str, PrivacyBudget] = weakref.WeakValueDictio
 _EMPTY = {"fits": []}
 
 
-def _composition(fits: list[dict]) -> PrivacyAccountant:
-    total = PrivacyAccountant()
-    for fit in fits:
-        total.extend(PrivacyAccountant.from_state_dict({"history": fit["steps"]}))
-    return total
+def _runs(fits: list[dict]) -> list[ChargedRun]:
+    """The fits of a ledger as the runs an accounting method composes (a fit charged without its shape: one
+    round of all its steps)."""
+    return [ChargedRun.of(PrivacyAccountant.from_state_dict({"history": fit["steps"]}), fit.get("steps_per_round"),
+                          fit.get("n_rounds")) for fit in fits]
 
 
 class PrivacyBudget:
@@ -79,6 +80,10 @@ class PrivacyBudget:
         that leaves room for the remaining planned fits, each assumed like
         it, so the last fit (the refit) is calibrated to what is left rather
         than refused.
+    accounting : str or RunAccounting, default="rfedproj"
+        The registered accounting method that composes the fits
+        (:meth:`~skfedriem.privacy.RunAccounting.composed_epsilon`; one that
+        certifies a single run refuses a second fit).
 
     Attributes
     ----------
@@ -102,11 +107,13 @@ class PrivacyBudget:
     @validate_params(
         {"epsilon": [Interval(Real, 0, None, closed="right")], "delta": [Interval(Real, MIN_DELTA, 1, closed="left")],
          "path": [str, os.PathLike, None], "discretization": [Interval(Real, 0, None, closed="neither")],
-         "n_fits": [Interval(Integral, 1, None, closed="left"), None]},
+         "n_fits": [Interval(Integral, 1, None, closed="left"), None], "accounting": [str, RunAccounting]},
         prefer_skip_nested_validation=True,
     )
     def __init__(self, epsilon: float, delta: float = 1e-5, *, path: str | os.PathLike | None = None,
-                 discretization: float = DISCRETIZATION, n_fits: int | None = None) -> None:
+                 discretization: float = DISCRETIZATION, n_fits: int | None = None,
+                 accounting: str | RunAccounting = "rfedproj") -> None:
+        self.accounting = get_accounting(accounting).name
         self.n_fits = None if n_fits is None else int(n_fits)
         self.epsilon = float(epsilon)
         self.delta = float(delta)
@@ -131,7 +138,11 @@ class PrivacyBudget:
         fits = self.fits
         if any(math.isinf(f["epsilon"]) for f in fits):
             return math.inf
-        return _composition(fits).get_epsilon(self.delta, discretization=self.discretization)
+        return self._epsilon(_runs(fits), self.discretization)
+
+    def _epsilon(self, runs: list[ChargedRun], discretization: float) -> float:
+        """The budget's accounting method's ε of ``runs`` composed, at the budget's δ."""
+        return get_accounting(self.accounting).composed_epsilon(runs, self.delta, discretization=discretization)
 
     def summary(self) -> str:
         """What is spent, of what, over how many of the planned fits, and what is left (one line).
@@ -212,13 +223,10 @@ class PrivacyBudget:
             When the budget is spent (or a non-private fit was charged).
         """
         fits, remaining, spent = self._fits_left_to_plan(label)
-        base = _composition(fits)
+        base = _runs(fits)
 
         def composed(release: PrivacyAccountant, discretization: float) -> float:
-            total = PrivacyAccountant.from_state_dict(base.state_dict())
-            for _ in range(remaining):
-                total.extend(release)
-            return total.get_epsilon(self.delta, discretization=discretization)
+            return self._epsilon(base + [ChargedRun.of(release)] * remaining, discretization)
 
         # The fit's shape (rates, steps) at a first guess (its share by basic composition); another target
         # scales every μ0 of it. Bisect on that scale on a coarse grid (pessimistic, so what it finds fits) to
@@ -236,7 +244,7 @@ class PrivacyBudget:
             return composed(scaled(scale), coarse) <= self.epsilon
 
         low = _largest_scale(fits_in, no_room)
-        eps = min(self.epsilon, MAX_EPSILON, scaled(low).get_epsilon(self.delta, discretization=self.discretization))
+        eps = min(self.epsilon, MAX_EPSILON, self._epsilon([ChargedRun.of(scaled(low))], self.discretization))
         for _ in range(20):  # a fit whose shape moves with its target (e.g. a planned T) is checked as it is
             if composed(release_at(eps), self.discretization) <= self.epsilon:
                 return eps
@@ -267,7 +275,8 @@ class PrivacyBudget:
 
         return fits, remaining, spent
 
-    def charge(self, release: PrivacyAccountant | None, *, label: str, privacy_unit: str = "record") -> float:
+    def charge(self, release: PrivacyAccountant | None, *, label: str, privacy_unit: str = "record",
+               steps_per_round: int | None = None, n_rounds: int | None = None) -> float:
         """Record ``release`` (a fit's whole planned run), or refuse it before it happens.
 
         Parameters
@@ -283,6 +292,9 @@ class PrivacyBudget:
             refused once a record-level one is charged (what that one costs a
             subject is not certified), while a record-level fit may follow
             subject-level ones (each bounds a record's loss too).
+        steps_per_round, n_rounds : int, optional
+            The fit's shape, for an accounting method that reads it (without
+            it, the fit is one round of all its steps).
 
         Returns
         -------
@@ -297,10 +309,13 @@ class PrivacyBudget:
         RuntimeError
             When a budget without ``path`` is charged in another process.
         """
-        alone = math.inf if release is None else release.get_epsilon(self.delta, discretization=self.discretization)
-        steps = [] if release is None else release.state_dict()["history"]
-        entry = {"label": str(label), "epsilon": alone, "steps": steps, "time": datetime.now(timezone.utc).isoformat(),
-                 "privacy_unit": check_privacy_unit(privacy_unit)}
+        run = None if release is None else ChargedRun.of(release, steps_per_round, n_rounds)
+        alone = math.inf if run is None else self._epsilon([run], self.discretization)
+        entry = {"label": str(label), "epsilon": alone, "steps": [] if run is None else release.state_dict()["history"],
+                 "time": datetime.now(timezone.utc).isoformat(), "privacy_unit": check_privacy_unit(privacy_unit),
+                 "accounting": self.accounting}
+        if run is not None:
+            entry.update(steps_per_round=run.steps_per_round, n_rounds=run.n_rounds)
         if self.path is not None:
             with locked_ledger(self.path, _EMPTY) as ledger:
                 total = self._check(ledger["fits"], entry)
@@ -327,9 +342,9 @@ class PrivacyBudget:
                 return math.inf
             raise PrivacyBudgetExceeded(f"{entry['label']} is not private (unbounded epsilon); "
                                         f"this budget allows epsilon={self.epsilon:g} in total. It was not run.")
-        total = _composition([*fits, entry]).get_epsilon(self.delta, discretization=self.discretization)
+        total = self._epsilon(_runs([*fits, entry]), self.discretization)
         if total > self.epsilon:
-            spent = _composition(fits).get_epsilon(self.delta, discretization=self.discretization) if fits else 0.0
+            spent = self._epsilon(_runs(fits), self.discretization) if fits else 0.0
             raise PrivacyBudgetExceeded(
                 f"{entry['label']} would take the privacy budget to epsilon={total:.4g} > {self.epsilon:g} at "
                 f"delta={self.delta:g} ({len(fits)} fit(s) so far spent {spent:.4g}; this one alone "
@@ -350,20 +365,23 @@ class PrivacyBudget:
     def __reduce__(self):
         fits = None if self.path is not None else self._fits
         return _restore_budget, (self._id, self._owner_pid, self.epsilon, self.delta, self.path,
-                                 self.discretization, fits, self.n_fits)
+                                 self.discretization, fits, self.n_fits, self.accounting)
 
     def __repr__(self) -> str:
         where = f", path={self.path!r}" if self.path is not None else ""
         planned = f", n_fits={self.n_fits}" if self.n_fits is not None else ""
-        return f"PrivacyBudget(epsilon={self.epsilon:g}, delta={self.delta:g}{where}{planned})"
+        method = f", accounting={self.accounting!r}" if self.accounting != "rfedproj" else ""
+        return f"PrivacyBudget(epsilon={self.epsilon:g}, delta={self.delta:g}{where}{planned}{method})"
 
 
-def _restore_budget(budget_id, owner_pid, epsilon, delta, path, discretization, fits, n_fits=None) -> PrivacyBudget:
+def _restore_budget(budget_id, owner_pid, epsilon, delta, path, discretization, fits, n_fits=None,
+                    accounting="rfedproj") -> PrivacyBudget:
     """Unpickling: the live budget of the same id in this process, else a copy bound to its origin."""
     live = _LIVE.get(budget_id)
     if live is not None and os.getpid() == owner_pid:
         return live
-    budget = PrivacyBudget(epsilon, delta, path=path, discretization=discretization, n_fits=n_fits)
+    budget = PrivacyBudget(epsilon, delta, path=path, discretization=discretization, n_fits=n_fits,
+                           accounting=accounting)
     budget._id, budget._owner_pid = budget_id, owner_pid
     budget._fits = list(fits or [])
     _LIVE[budget_id] = budget

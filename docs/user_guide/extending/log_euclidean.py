@@ -18,6 +18,7 @@ from torch import nn
 from skfedriem.classification import FederatedClassifier, check_spd
 from skfedriem.classification.planning import ClassifierSchedule
 from skfedriem.flower.deployment.run_config import register_deployable
+from skfedriem.privacy import ModelCapabilities
 
 
 class LogEuclideanLinear(nn.Module):
@@ -42,6 +43,10 @@ class LogEuclideanLinear(nn.Module):
         values, vectors = torch.linalg.eigh(X / scale[..., None, None])
         logarithm = (vectors * values.log()[..., None, :]) @ vectors.transpose(-1, -2)
         return self.linear(logarithm[..., self.rows, self.cols] * self.weights)
+
+    #: Its forward reads only trailing axes, so K clients' records (K, B, n, n) go through it at once, each client's
+    #: through its own stacked Linear (checked once per stack): its clients run in lockstep.
+    capabilities = ModelCapabilities(stacks=True)
 
 
 class FederatedLogEuclideanClassifier(FederatedClassifier):

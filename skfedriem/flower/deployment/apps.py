@@ -25,7 +25,8 @@ Node configuration of a SuperNode (``--node-config``):
   it, rounds without noise, rounds whose per-step μ0 exceeds 10 and rounds of
   more than 10 000 local steps are refused with an error reply that names only
   the kind of refusal (the site's log has the details). ``max-epsilon=inf``
-  removes the limit, not the refusals.
+  removes the limit, not the refusals. ``accounting`` (default ``"rfedproj"``)
+  names the registered accounting method that composes the ledger's rounds.
 * ``secure-mode``: ``true`` draws batches and noise from the OS's secure
   generator, hardened against floating-point attacks.
 * ``client-timings``: ``true`` sends the time Sub took with each submission
@@ -103,7 +104,7 @@ def site_setup(kind: str, context: Context) -> ClientSetup:
         The estimator the run trains.
     context : flwr.app.Context
         The ClientApp's context: ``node_config`` (``data-path``, and optional
-        ``name``, ``secure-mode``, ``max-epsilon``, ``delta``, ``ledger-path``,
+        ``name``, ``secure-mode``, ``max-epsilon``, ``delta``, ``accounting``, ``ledger-path``,
         ``client-timings``, ``non-private``) and ``run_config``.
 
     Returns
@@ -137,7 +138,8 @@ def site_setup(kind: str, context: Context) -> ClientSetup:
     records, recipe, digest, input_shape = _SITES[key]
     guard = SiteGuard(ledger_path=default_ledger_path(node),
                       max_epsilon=float(node.get("max-epsilon", DEFAULT_MAX_EPSILON)),
-                      delta=float(node.get("delta", 1e-5)), allow_non_private=_flag(node, "non-private"))
+                      delta=float(node.get("delta", 1e-5)), allow_non_private=_flag(node, "non-private"),
+                      accounting=str(node.get("accounting", "rfedproj")))
     # the model a request runs on, and the records it trains on: the kind and the estimator's settings (not the
     # deployment's own keys: a resumed run, with resume=true, re-sends its round to the same model and must get the
     # same reply), and the records' digest (another file, or this one rewritten, is another site)

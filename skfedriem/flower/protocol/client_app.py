@@ -24,7 +24,7 @@ from ...exceptions import InvalidInstructionsError, InvalidIterateError, Privacy
 from ...federated.client import ClientRecipe, ClientState
 from ...federated import client_round
 from ...federated.instructions import check_iterate, step_plan
-from ...privacy import PrivacyBudget
+from ...privacy import PrivacyBudget, get_accounting
 from ...privacy.randomness import SecureRandomness
 from ...privacy.subsampled_gaussian import DISCRETIZATION, MIN_DELTA
 from ...privacy.step_plan import StepPlan
@@ -85,6 +85,10 @@ class SiteGuard:
     allow_non_private : bool, default=False
         Accept rounds without noise (test benches only): each is charged as
         infinite loss, so it needs ``max_epsilon=inf``.
+    accounting : str, default="rfedproj"
+        The registered accounting method that composes the site's rounds on
+        its ledger (one that composes runs:
+        :attr:`~skfedriem.privacy.RunAccounting.composes_runs`).
 
     Each charge records what its plan protects (``StepPlan.privacy_unit``): a
     subject-level site's ledger and ``max_epsilon`` are per subject, and its
@@ -96,19 +100,24 @@ class SiteGuard:
     max_epsilon: float = DEFAULT_MAX_EPSILON
     delta: float = 1e-5
     allow_non_private: bool = False
+    accounting: str = "rfedproj"
 
     def __post_init__(self) -> None:
         if not self.max_epsilon > 0:
             raise ValueError(f"max-epsilon must be > 0 (inf: no limit). Got {self.max_epsilon!r}.")
         if not MIN_DELTA <= self.delta < 1:
             raise ValueError(f"delta must be in [{MIN_DELTA:g}, 1). Got {self.delta!r}.")
+        if not get_accounting(self.accounting).composes_runs:
+            raise ValueError(f"accounting={self.accounting!r} certifies one run, and a site's ledger composes every "
+                             "round of every run on its records: use an accounting that composes runs "
+                             "(accounting='rfedproj').")
         if self.allow_non_private and math.isfinite(self.max_epsilon):
             raise ValueError("non-private rounds are charged as infinite loss, which no finite budget admits: "
                              f"set max-epsilon=inf with non-private=true. Got max-epsilon={self.max_epsilon!r}.")
 
     def ledger(self) -> PrivacyBudget:
         """The site's ledger (``max_epsilon`` at ``delta``, over every round charged to it)."""
-        return PrivacyBudget(self.max_epsilon, self.delta, path=self.ledger_path,
+        return PrivacyBudget(self.max_epsilon, self.delta, path=self.ledger_path, accounting=self.accounting,
                              discretization=10 * DISCRETIZATION)  # coarser: still an upper bound
 
     def replies(self) -> ReplyCache:
@@ -129,7 +138,8 @@ class SiteGuard:
         if plan.local_steps > MAX_STEPS_PER_ROUND:
             raise PrivacyBudgetExceeded(f"The site refuses a round of {plan.local_steps} local steps "
                                         f"(at most {MAX_STEPS_PER_ROUND}).")
-        self.ledger().charge(plan.release(), label=label, privacy_unit=plan.privacy_unit)
+        self.ledger().charge(plan.release(), label=label, privacy_unit=plan.privacy_unit,
+                             steps_per_round=plan.local_steps, n_rounds=1)
 
 
 @dataclass
