@@ -60,7 +60,7 @@ from .federated import Aggregation, FederatedTrainer, FederationSettings, Privac
 from .federated.settings import SettingDoc
 from .privacy import PrivacyAccountant, PrivacyBudget, get_accounting
 from .privacy.accounting_methods import ChargedRun
-from .privacy.units import step_diameter, unit_count
+from .privacy.units import PrivacyUnit, step_diameter, unit_count
 from .privacy.per_sample import LossFn
 
 __all__ = ["FederatedEstimatorMixin", "federated_parameters", "parameter", "setting"]
@@ -293,8 +293,7 @@ class FederatedEstimatorMixin(_EstimatorParameters):
         """A trainer of ``module`` for a run targeting ``eps``, planned once: the complete settings the model's
         planner returns, and the server's plan of them where the planner made it (the trainer does not make it
         again)."""
-        settings, plan = self._plan_run(input_shape, clients, eps, diameter=step_diameter(
-            module, self.privacy_unit, self.records_per_subject))
+        settings, plan = self._plan_run(input_shape, clients, eps, diameter=step_diameter(module, self._unit))
         return FederatedTrainer(module, loss_fn, settings, plan=plan, **options)
 
     def _left_after(self, spent: PrivacyAccountant, eps: float | None, module, loss_fn, input_shape,
@@ -311,12 +310,17 @@ class FederatedEstimatorMixin(_EstimatorParameters):
                 list(clients.sizes), clients.names)
 
         try:
-            whole.charge(spent, label="released before the rounds", privacy_unit=self.privacy_unit)
+            whole.charge(spent, label="released before the rounds")
             return whole.share(release_at, label=f"{type(self).__name__}'s rounds")
         except PrivacyBudgetExceeded:
             raise ValueError(f"{type(self).__name__}(eps={eps!r}, delta={self.delta!r}) leaves the rounds no ε after "
                              "what the clients release before them: raise eps, or pass a public reference (or "
                              "reference=None for the identity).") from None
+
+    @property
+    def _unit(self) -> PrivacyUnit:
+        """``privacy_unit`` and ``records_per_subject`` as the one value the run carries."""
+        return PrivacyUnit(self.privacy_unit, self.records_per_subject)
 
     def _check_combinations(self) -> None:
         """ValueError for settings of which one would silently drop the other."""
@@ -485,7 +489,7 @@ class FederatedEstimatorMixin(_EstimatorParameters):
                                  "subject, e.g. one subject's session in a MOABB within-session evaluation).")
             codes, _ = client_subjects(indices, names, subjects, n_records=len(records[0]))
             clients = [(*client, torch.from_numpy(c)) for client, c in zip(clients, codes)]
-            sizes = [unit_count(client, "subject", self.records_per_subject) for client in clients]
+            sizes = [unit_count(client, self._unit) for client in clients]
         elif subjects is not None:
             warn_user(f"{type(self).__name__} got subjects= but privacy_unit='record': each trial is protected, not "
                       "each subject, and subjects is not used. Set privacy_unit='subject' to protect each subject.")

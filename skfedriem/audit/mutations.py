@@ -28,6 +28,7 @@ from ..privacy import PrivacyAccountant, WholeRunAccounting
 from ..privacy import mechanism as mechanism_module
 from ..privacy.gradients import StackedDenseGradients, record_norms
 from ..privacy.sampling import make_sampler
+from ..privacy.units import RECORD
 
 __all__ = ["noise_projected_alone", "noise_scaled", "noise_stream_restarted", "per_block_clipping",
            "site_charges_the_servers_numbers", "site_drops_invalid_records", "site_ignores_the_planned_size",
@@ -104,8 +105,7 @@ class _ServersNumbers:
     private = property(lambda self: self.noise_std > 0)
     sample_rate = property(lambda self: min(1.0, self.batch_size / self.n_records))
     count_noise_std = property(lambda self: 0.0)  # the pre-fix client released no count
-    privacy_unit = property(lambda self: "record")  # and protected records only
-    records_per_subject = property(lambda self: None)
+    unit = property(lambda self: RECORD)  # and protected records only
     denominator = property(lambda self: float(int(self.batch_size)))  # what the sampler really divides by
     mu0 = property(lambda self: 2 * self.clip / (self.batch_size * self.noise_std) if self.private else float("inf"))
 
@@ -119,7 +119,7 @@ class _ServersNumbers:
         return ledger
 
 
-def _servers_numbers(instructions, n_records, module, privacy_unit="record", records_per_subject=None):
+def _servers_numbers(instructions, n_records, module, unit=RECORD):
     return _ServersNumbers(n_records, instructions.batch_size, instructions.local_steps, instructions.clip,
                            instructions.noise_std, instructions.sampling)
 
@@ -175,9 +175,8 @@ def site_ignores_the_planned_size() -> Iterator[None]:
 
     honest = round_module.step_plan
 
-    def ignoring(instructions, n_records, module, privacy_unit="record", records_per_subject=None):
-        return honest(dataclasses.replace(instructions, planned_records=0), n_records, module, privacy_unit,
-                      records_per_subject)
+    def ignoring(instructions, n_records, module, unit=RECORD):
+        return honest(dataclasses.replace(instructions, planned_records=0), n_records, module, unit)
 
     with _patched((round_module, "step_plan", ignoring), (_client_app, "step_plan", ignoring)):
         yield

@@ -337,7 +337,7 @@ def plan_classifier_run(model: str | ClassifierSchedule, params: Mapping, client
     names = list(range(len(client_sizes))) if client_names is None else list(client_names)
     privacy = plan_run(list(client_sizes), names, settings, diameter=diameter)
     if settings.privacy_unit == "subject":
-        reasons.append(subject_reason(settings.batch_size, min(client_sizes), settings.records_per_subject))
+        reasons.append(subject_reason(settings.batch_size, min(client_sizes), settings.unit))
     if "batch_size" in auto and settings.batch_size < schedule.batch_size:
         _warn_of_a_small_client(client_sizes, settings.batch_size, privacy, settings.local_steps is not None)
     if "optimizer" in auto:

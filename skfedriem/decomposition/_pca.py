@@ -252,7 +252,7 @@ class FederatedPCA(FederatedEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Tra
         """The run's settings with the planned ``options``; a subject-level plan's reason says so."""
         if self.privacy_unit == "subject":
             self._plan = dataclasses.replace(self._plan, reason=f"{self._plan.reason}; "
-                                             f"{subject_reason(options['batch_size'], min(client_sizes), self.records_per_subject)}")
+                                             f"{subject_reason(options['batch_size'], min(client_sizes), self._unit)}")
         return FederationSettings.from_params(self.get_params(deep=False), eps=eps, **options)
 
     def _components(self, module) -> np.ndarray:

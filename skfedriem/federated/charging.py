@@ -83,5 +83,4 @@ class RunCharge:
 
     def _charge(self, release: PrivacyAccountant) -> None:
         plan = self.pricing.plan_
-        self.budget.charge(release, label=self.label, privacy_unit=self.pricing.settings.privacy_unit,
-                           steps_per_round=plan.steps_per_round, n_rounds=plan.n_rounds)
+        self.budget.charge(release, label=self.label, steps_per_round=plan.steps_per_round, n_rounds=plan.n_rounds)

@@ -21,7 +21,7 @@ from torch import nn
 from ..privacy.copies import ClientCopies, LoneClient
 from ..privacy.per_sample import LossFn
 from ..privacy.randomness import SecretRandomness, SecureRandomness, SeededRandomness
-from ..privacy.units import SubjectIndex, check_privacy_unit, check_records_per_subject, split_units, unit_count
+from ..privacy.units import RECORD, PrivacyUnit, SubjectIndex, split_units, unit_count
 from .lockstep import ClientStack
 
 __all__ = ["ClientRecipe", "ClientState", "round_units"]
@@ -46,16 +46,13 @@ class ClientRecipe:
         Simulated clients on one machine with the same instructions take
         their steps together (:mod:`skfedriem.federated.lockstep`), where
         :func:`~skfedriem.federated.lockstep.lockstep_eligible` allows it.
-    privacy_unit : {"record", "subject"}, default="record"
-        What the client's steps protect (:mod:`skfedriem.privacy.units`): with
-        ``"subject"`` its records are ``(inputs, *targets, subjects)`` and it
-        samples subjects. The client's own choice: it refuses instructions
-        planned for the other unit.
-    records_per_subject : int or None, default=None
-        With ``privacy_unit="subject"``: None, its steps sample subjects whole;
-        k, every round takes exactly k records of each subject and its steps
-        sample them as records (:func:`round_units`). It refuses instructions
-        planned for another k.
+    unit : PrivacyUnit, default=RECORD
+        What the client's steps protect (:mod:`skfedriem.privacy.units`): for
+        a subject, its records are ``(inputs, *targets, subjects)`` and it
+        samples subjects whole, or with ``records_per_subject`` k, every round
+        takes exactly k records of each subject and its steps sample them as
+        records (:func:`round_units`). The client's own choice: it refuses
+        instructions planned for another unit or k.
     """
 
     module: nn.Module
@@ -63,21 +60,20 @@ class ClientRecipe:
     optimizer: str | Callable = "sgd"
     reset_optimizer: bool = True
     lockstep: bool = False
-    privacy_unit: str = "record"
-    records_per_subject: int | None = None
+    unit: PrivacyUnit = RECORD
     #: The clients' copies of the model, by K (:meth:`copies`).
     _copies: dict = field(default_factory=dict, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "records_per_subject",
-                           check_records_per_subject(self.privacy_unit, self.records_per_subject))
-        if check_privacy_unit(self.privacy_unit) == "subject" and self.records_per_subject is None and self.lockstep:
+        if not isinstance(self.unit, PrivacyUnit):
+            raise TypeError(f"ClientRecipe's 'unit' must be a PrivacyUnit. Got {self.unit!r} instead.")
+        if self.unit.samples_subjects_whole and self.lockstep:
             raise ValueError("Clients that sample subjects whole cannot run in lockstep (a step's number of records "
                              "is its subjects'): build the recipe with lockstep=False, or records_per_subject.")
 
     def n_units(self, data: tuple[torch.Tensor, ...]) -> int:
         """m_i of a client holding ``data``: what its sampler draws from (:func:`~skfedriem.privacy.units.unit_count`)."""
-        return unit_count(data, self.privacy_unit, self.records_per_subject)
+        return unit_count(data, self.unit)
 
     def copies(self, n_clients: int) -> ClientCopies:
         """The model as ``n_clients`` clients' copies: a stack of K when the clients run in lockstep (one client
@@ -160,7 +156,7 @@ class ClientState:
 _RANDOMNESS_ONLY, _WITH_OPTIMIZER = b"R", b"T"
 
 
-def round_units(data: tuple[torch.Tensor, ...], privacy_unit: str, records_per_subject: int | None,
+def round_units(data: tuple[torch.Tensor, ...], unit: PrivacyUnit,
                 randomness: SecretRandomness) -> tuple[tuple[torch.Tensor, ...], SubjectIndex | None]:
     """A client's records as one round samples them, and their subjects when its steps sample subjects whole.
 
@@ -172,8 +168,7 @@ def round_units(data: tuple[torch.Tensor, ...], privacy_unit: str, records_per_s
     ----------
     data : tuple of torch.Tensor
         ``(inputs, *targets)``, or with ``privacy_unit="subject"`` ``(inputs, *targets, subjects)``.
-    privacy_unit : {"record", "subject"}
-    records_per_subject : int or None
+    unit : PrivacyUnit
     randomness : SecretRandomness
 
     Returns
@@ -181,8 +176,8 @@ def round_units(data: tuple[torch.Tensor, ...], privacy_unit: str, records_per_s
     records : tuple of torch.Tensor
     subjects : SubjectIndex or None
     """
-    records, subjects = split_units(data, privacy_unit)
-    if subjects is None or records_per_subject is None:
+    records, subjects = split_units(data, unit)
+    if subjects is None or unit.records_per_subject is None:
         return records, subjects
-    idx = torch.from_numpy(subjects.slots(records_per_subject, randomness))
+    idx = torch.from_numpy(subjects.slots(unit.records_per_subject, randomness))
     return tuple(x.index_select(0, idx.to(x.device)) for x in records), None

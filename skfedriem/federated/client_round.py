@@ -44,7 +44,7 @@ from torch import nn
 from ..privacy.copies import ClientCopies
 from ..privacy.mechanism import private_step
 from ..privacy.per_sample import LossFn
-from ..privacy.units import SubjectIndex
+from ..privacy.units import RECORD, PrivacyUnit, SubjectIndex
 from .aggregation import get_aggregation
 from .client import ClientRecipe, ClientState, round_units
 from .instructions import CLIPPED_FRACTION, RoundInstructions, check_iterate, step_plan
@@ -142,8 +142,7 @@ def _round_plans(recipe: ClientRecipe, clients: Sequence[tuple[torch.Tensor, ...
                  instructions: RoundInstructions) -> list:
     """Each client's :func:`~skfedriem.federated.instructions.step_plan`, from its own size (one per size)."""
     sizes = [recipe.n_units(data) for data in clients]
-    by_size = {size: step_plan(instructions, size, recipe.module, recipe.privacy_unit, recipe.records_per_subject)
-               for size in dict.fromkeys(sizes)}  # clients of equal size take the same steps
+    by_size = {size: step_plan(instructions, size, recipe.module, recipe.unit) for size in dict.fromkeys(sizes)}  # clients of equal size take the same steps
     return [by_size[size] for size in sizes]
 
 
@@ -151,8 +150,7 @@ def _round_records(recipe: ClientRecipe, clients: Sequence[tuple[torch.Tensor, .
                    states: Sequence[ClientState]) -> tuple[list, SubjectIndex | None]:
     """Each client's records of the round, drawn from its own stream in the order a lone client draws them, and a
     lone client's subjects when its steps sample them whole."""
-    units = [round_units(data, recipe.privacy_unit, recipe.records_per_subject, state.randomness)
-             for data, state in zip(clients, states)]
+    units = [round_units(data, recipe.unit, state.randomness) for data, state in zip(clients, states)]
     subjects = units[0][1]
     if subjects is not None and len(clients) > 1:
         raise ValueError("Clients that sample subjects whole run one by one: their steps' records are their "
@@ -250,8 +248,7 @@ def run_client_round(
     loss_fn: LossFn,
     optimizer: str | Callable = "sgd",
     reset_optimizer: bool = True,
-    privacy_unit: str = "record",
-    records_per_subject: int | None = None,
+    unit: PrivacyUnit = RECORD,
 ) -> Reply:
     """One client's round on its own model: :func:`run_round` with K = 1.
 
@@ -270,8 +267,7 @@ def run_client_round(
     loss_fn : callable
     optimizer : str or callable, default="sgd"
     reset_optimizer : bool, default=True
-    privacy_unit : {"record", "subject"}, default="record"
-    records_per_subject : int or None, default=None
+    unit : PrivacyUnit, default=RECORD
 
     Returns
     -------
@@ -280,7 +276,7 @@ def run_client_round(
     submission_seconds : float
         Time spent in Sub.
     """
-    recipe = ClientRecipe(module, loss_fn, optimizer, reset_optimizer, False, privacy_unit, records_per_subject)
+    recipe = ClientRecipe(module, loss_fn, optimizer, reset_optimizer, False, unit)
     return run_round(recipe, theta, [data], [state], instructions)[0]
 
 

@@ -196,10 +196,10 @@ class FederatedTrainer:
         """
         names = list(client_names) if client_names is not None else list(range(len(clients)))
         # records, subjects, or k per subject
-        sizes = [unit_count(c, self.settings.privacy_unit, self.settings.records_per_subject) for c in clients]
+        sizes = [unit_count(c, self.settings.unit) for c in clients]
         # fail before any backend starts (tens of seconds for Flower and Ray) on what the server would reject
         self.clients_per_round(len(clients))
-        check_client_sizes(sizes, names, self.settings.privacy_unit)
+        check_client_sizes(sizes, names, self.settings.unit)
         run = BACKENDS.get(self.settings.backend)
         if self.settings.backend != "local" and effective_n_jobs(self.settings.n_jobs) != 1:
             raise ValueError(f"n_jobs runs clients in worker processes of backend='local'; "
@@ -231,12 +231,11 @@ class FederatedTrainer:
         if simulated:
             module = module.to(resolve_device(self.settings.device))
             lockstep = self.settings.lockstep and lockstep_eligible(module, optimizer, self.settings.sampling,
-                                                                    self.settings.privacy_unit,
-                                                                    self.settings.records_per_subject)
+                                                                    self.settings.unit)
             if self.settings.lockstep and not lockstep:
                 _name_one_by_one(module)
         return ClientRecipe(module, self.loss_fn, optimizer, self.settings.reset_optimizer, lockstep,
-                            self.settings.privacy_unit, self.settings.records_per_subject)
+                            self.settings.unit)
 
     def client_seeds(self, n_clients: int) -> list[np.random.SeedSequence | None]:
         """Each client's secret seed: children of ``client_seed``, else fresh OS entropy (None in secure mode)."""

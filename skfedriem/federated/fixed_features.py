@@ -72,6 +72,5 @@ def on_fixed_features(recipe: ClientRecipe, clients: Sequence[tuple[torch.Tensor
         mapped = [(torch.cat([mapping(x.unsqueeze(0)) for x in records[0]]), *records[1:]) for records in clients]
     # the rule again, for the module the clients now train (both samplings are eligible: the recipe's lockstep
     # already holds for the run's)
-    lockstep = recipe.lockstep and lockstep_eligible(head, recipe.optimizer, "fixed", recipe.privacy_unit,
-                                                     recipe.records_per_subject)
+    lockstep = recipe.lockstep and lockstep_eligible(head, recipe.optimizer, "fixed", recipe.unit)
     return dataclasses.replace(recipe, module=head, lockstep=lockstep), mapped

@@ -21,7 +21,7 @@ from ..exceptions import InvalidInstructionsError, InvalidIterateError
 from ..manifolds import manifold_of
 from ..privacy.per_sample import trainable_parameters
 from ..privacy.step_plan import StepPlan
-from ..privacy.units import check_privacy_unit, step_diameter
+from ..privacy.units import RECORD, PrivacyUnit, step_diameter
 from .aggregation import AGGREGATIONS
 
 __all__ = ["CLIPPED_FRACTION", "PRIVATE_DTYPES", "RoundInstructions", "check_iterate", "check_private_dtypes",
@@ -135,6 +135,11 @@ class RoundInstructions:
     privacy_unit: str = "record"
     records_per_subject: int | None = None
 
+    @property
+    def unit(self) -> PrivacyUnit:
+        """What the round was planned to protect, as one value (the message carries it as its two fields)."""
+        return PrivacyUnit(self.privacy_unit, self.records_per_subject)
+
 
 def check_private_dtypes(module: nn.Module) -> list[torch.dtype]:
     """The dtypes of ``module``'s trainable blocks, or a ValueError naming a block that is not in :data:`PRIVATE_DTYPES`.
@@ -156,26 +161,25 @@ def check_private_dtypes(module: nn.Module) -> list[torch.dtype]:
     return [p.dtype for p in params.values()]
 
 
-def _check_planned_for(instructions: RoundInstructions, n_records: int, privacy_unit: str,
-                       records_per_subject: int | None) -> None:
+def _check_planned_for(instructions: RoundInstructions, n_records: int, unit: PrivacyUnit) -> None:
     """InvalidInstructionsError unless the round was planned for this client: its unit, its k and its size."""
-    if instructions.privacy_unit != check_privacy_unit(privacy_unit):
+    if instructions.privacy_unit != unit.kind:
         raise InvalidInstructionsError(f"The round was planned to protect each {instructions.privacy_unit!r}; this "
-                                       f"client protects each {privacy_unit!r}, so the server's certificate would not "
+                                       f"client protects each {unit.kind!r}, so the server's certificate would not "
                                        "be its guarantee.")
-    if instructions.records_per_subject != records_per_subject:
+    if instructions.records_per_subject != unit.records_per_subject:
         raise InvalidInstructionsError(f"The round was planned with records_per_subject="
                                        f"{instructions.records_per_subject!r}; this client samples "
-                                       f"records_per_subject={records_per_subject!r}.")
+                                       f"records_per_subject={unit.records_per_subject!r}.")
     planned = instructions.planned_records
     if isinstance(planned, bool) or not isinstance(planned, Integral) or planned not in (0, n_records):
-        units = f"{privacy_unit}s" if records_per_subject is None else f"records ({records_per_subject} a subject)"
+        units = f"{unit.kind}s" if unit.records_per_subject is None else f"records ({unit.group_size} a subject)"
         raise InvalidInstructionsError(f"The round was planned for a client of {planned!r} {units}; this "
                                        f"client holds {n_records}, so the server's certificate would not cover it.")
 
 
 def step_plan(instructions: RoundInstructions, n_records: int, module: nn.Module,
-              privacy_unit: str = "record", records_per_subject: int | None = None) -> StepPlan:
+              unit: PrivacyUnit = RECORD) -> StepPlan:
     """The steps a client of ``n_records`` records running ``module`` takes for ``instructions``, validated.
 
     What the client's sampler and mechanism run and what every ledger is
@@ -193,10 +197,9 @@ def step_plan(instructions: RoundInstructions, n_records: int, module: nn.Module
         :func:`~skfedriem.privacy.units.unit_count`).
     module : torch.nn.Module
         The client's model (its :func:`~skfedriem.privacy.clipped_gradient_diameter`).
-    privacy_unit : {"record", "subject"}, default="record"
-        What the client protects (its own setting, never the message's).
-    records_per_subject : int or None, default=None
-        How it samples subjects (its own setting, never the message's).
+    unit : PrivacyUnit, default=RECORD
+        What the client protects and how it samples subjects (its own
+        setting, never the message's).
 
     Returns
     -------
@@ -216,9 +219,8 @@ def step_plan(instructions: RoundInstructions, n_records: int, module: nn.Module
     if instructions.aggregation not in AGGREGATIONS:
         raise InvalidInstructionsError(f"The round's 'aggregation' must be one of {list(AGGREGATIONS.names())}. "
                                        f"Got {instructions.aggregation!r} instead.")
-    _check_planned_for(instructions, n_records, privacy_unit, records_per_subject)
+    _check_planned_for(instructions, n_records, unit)
     return StepPlan(n_records=n_records, batch_size=instructions.batch_size, local_steps=instructions.local_steps,
                     clip=instructions.clip, noise_std=instructions.noise_std, sampling=instructions.sampling,
-                    diameter=step_diameter(module, privacy_unit, records_per_subject), floor=floor, ceiling=ceiling,
-                    count_noise_std=instructions.count_noise_std, privacy_unit=privacy_unit,
-                    records_per_subject=records_per_subject)
+                    diameter=step_diameter(module, unit), floor=floor, ceiling=ceiling,
+                    count_noise_std=instructions.count_noise_std, unit=unit)

@@ -37,7 +37,7 @@ def run_locally(trainer, clients: Sequence[tuple[torch.Tensor, ...]], names: lis
     server_seq : SeedSequence
         The server's selection stream.
     """
-    sizes = [unit_count(c, trainer.settings.privacy_unit, trainer.settings.records_per_subject) for c in clients]
+    sizes = [unit_count(c, trainer.settings.unit) for c in clients]
     states = [ClientState.fresh(seed, secure_mode=trainer.settings.secure_mode) for seed in client_seeds]
     n_jobs = min(effective_n_jobs(trainer.settings.n_jobs), trainer.clients_per_round(len(clients)))
     recipe = trainer.client_recipe(simulated=True)

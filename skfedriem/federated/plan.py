@@ -9,7 +9,7 @@ from .._utils.user_warnings import warn_user
 from ..exceptions import NoiseSwampsSignalWarning
 from ..privacy.accounting_methods import RunAccounting, get_accounting
 from ..privacy.step_plan import sensitivity_factor
-from ..privacy.units import check_records_per_subject
+from ..privacy.units import PrivacyUnit
 from .adaptive_clip import INITIAL_CLIP, split_mu0
 from .settings import FederationSettings
 
@@ -163,7 +163,7 @@ def warn_if_noise_swamps(plan: PrivacyPlan, clients_per_round: int) -> None:
                   "clients more records per step (a larger batch_size) or fewer rounds.", NoiseSwampsSignalWarning)
 
 
-def check_client_sizes(client_sizes: list[int], client_names: list, privacy_unit: str = "record") -> None:
+def check_client_sizes(client_sizes: list[int], client_names: list, unit: PrivacyUnit) -> None:
     """ValueError naming the first client with fewer than 2 records (it cannot be subsampled), or with no subject.
 
     Parameters
@@ -171,14 +171,14 @@ def check_client_sizes(client_sizes: list[int], client_names: list, privacy_unit
     client_sizes : list of int
         Each client's number of privacy units (records, or subjects).
     client_names : list
-    privacy_unit : {"record", "subject"}, default="record"
-        With ``"subject"`` one subject is enough: it is then the client's whole batch (client-level privacy).
+    unit : PrivacyUnit
+        For a subject, one is enough: it is then the client's whole batch (client-level privacy).
     """
-    least = 2 if privacy_unit == "record" else 1
+    least = 2 if unit.kind == "record" else 1
     for name, size in zip(client_names, client_sizes):
         if size < least:
             raise ValueError(
-                f"Client {name!r} holds {size} {privacy_unit}(s); every client needs at least {least}"
+                f"Client {name!r} holds {size} {unit.kind}(s); every client needs at least {least}"
                 + (" (a one-record client cannot be subsampled)." if least == 2 else ".")
             )
 
@@ -254,8 +254,8 @@ def plan_run(
     """
     method = get_accounting(settings.accounting if accounting is None else accounting)
     method.check_sampling(settings.sampling)
-    method.check_group(check_records_per_subject(settings.privacy_unit, settings.records_per_subject) or 1)
-    check_client_sizes(client_sizes, client_names, settings.privacy_unit)
+    method.check_group(settings.unit.group_size)
+    check_client_sizes(client_sizes, client_names, settings.unit)
     private = settings.eps is not None and not math.isinf(settings.eps)
     batch_size, full_batch = _batch_size(client_sizes, client_names, settings)
     taus = _local_steps(client_sizes, batch_size, full_batch, private, settings)
@@ -279,7 +279,7 @@ def _calibrated(shape: dict, settings: FederationSettings, method: RunAccounting
     if settings.delta >= 1 / m_star:
         warn_user(f"delta={settings.delta:g} is not small against 1/m⋆ = 1/{m_star}: (eps, delta)-DP at this delta "
                   "allows leaking a whole record of the smallest client.")
-    group = {} if settings.records_per_subject is None else {"group_size": settings.records_per_subject}
+    group = {} if settings.unit.group_size == 1 else {"group_size": settings.unit.group_size}
     mu0 = method.calibrate(settings.eps, settings.delta, sample_rate=shape["sample_rate"],
                            steps_per_round=shape["steps_per_round"], n_rounds=settings.n_rounds,
                            sampling=settings.sampling, **group)

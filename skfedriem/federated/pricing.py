@@ -121,7 +121,7 @@ class RoundPricing:
         -------
         PrivacyPlan
         """
-        diameter = step_diameter(self.module, self.settings.privacy_unit, self.settings.records_per_subject)
+        diameter = step_diameter(self.module, self.settings.unit)
         basis = plan_basis(client_sizes, self.settings, self.accounting, diameter)
         if self.plan_ is None or self.plan_.basis != basis:
             if self._charged is not None:
@@ -168,10 +168,10 @@ class RoundPricing:
         every client, selected or not (client selection gives no amplification:
         the server chooses and sees it). Steps without noise cost infinite loss.
         """
-        unit, k = self.settings.privacy_unit, self.settings.records_per_subject
         # each distinct (instructions, size) once: the round's envelope is a maximum over the clients' plans
         pairs = dict.fromkeys((self.client_instructions(i, lr, clip), size) for i, size in enumerate(self.client_sizes))
-        cost = round_release(step_plan(instructions, size, self.module, unit, k) for instructions, size in pairs)
+        cost = round_release(step_plan(instructions, size, self.module, self.settings.unit)
+                             for instructions, size in pairs)
         if clip is None or clip == self.plan_.clip:
             return cost
         # adaptive clipping: the round as planned (at C_0) dominates it, step for step; charging that keeps

@@ -25,7 +25,7 @@ from .._utils.backends import BACKENDS
 from .._utils.compat import Interval, StrOptions, validate_parameter_constraints
 from ..privacy.accounting_methods import ACCOUNTINGS, RunAccounting
 from ..privacy.subsampled_gaussian import MAX_EPSILON, MIN_DELTA
-from ..privacy.units import PRIVACY_UNITS
+from ..privacy.units import PRIVACY_UNITS, PrivacyUnit
 from .aggregation import AGGREGATIONS, Aggregation
 from .optimizers import OPTIMIZERS
 
@@ -270,6 +270,12 @@ class FederationSettings:
         """
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{**{k: v for k, v in params.items() if k in names}, **overrides})
+
+    @property
+    def unit(self) -> PrivacyUnit:
+        """``privacy_unit`` and ``records_per_subject`` as the one value the plan, the clients and every ledger
+        entry carry."""
+        return PrivacyUnit(self.privacy_unit, self.records_per_subject)
 
     def replace(self, **changes: Any) -> FederationSettings:
         """A copy with ``changes`` (validated).

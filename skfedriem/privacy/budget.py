@@ -36,7 +36,6 @@ from .accounting_methods import ChargedRun, RunAccounting, get_accounting
 from .ledger import PrivacyAccountant
 from .subsampled_gaussian import DISCRETIZATION, MAX_EPSILON, MIN_DELTA
 from .ledger_file import locked_ledger, read_ledger
-from .units import check_privacy_unit
 
 __all__ = ["PrivacyBudget"]
 
@@ -275,23 +274,23 @@ class PrivacyBudget:
 
         return fits, remaining, spent
 
-    def charge(self, release: PrivacyAccountant | None, *, label: str, privacy_unit: str = "record",
-               steps_per_round: int | None = None, n_rounds: int | None = None) -> float:
+    def charge(self, release: PrivacyAccountant | None, *, label: str, steps_per_round: int | None = None,
+               n_rounds: int | None = None) -> float:
         """Record ``release`` (a fit's whole planned run), or refuse it before it happens.
 
         Parameters
         ----------
         release : PrivacyAccountant or None
             The steps the fit will take (its plan), not yet run; None for a
-            release without noise (refused unless ``epsilon`` is inf).
+            release without noise (refused unless ``epsilon`` is inf). Its
+            entries say what they protect (``PrivacyAccountant.unit``): the
+            budget's ε is per subject while every fit charged to it is
+            subject-level; a subject-level fit is refused once a record-level
+            one is charged (what that one costs a subject is not certified),
+            while a record-level fit may follow subject-level ones (each bounds
+            a record's loss too).
         label : str
             What the fit is, for the ledger (e.g. the estimator's repr).
-        privacy_unit : {"record", "subject"}, default="record"
-            What the fit's steps protect. The budget's ε is per subject while
-            every fit charged to it is subject-level; a subject-level fit is
-            refused once a record-level one is charged (what that one costs a
-            subject is not certified), while a record-level fit may follow
-            subject-level ones (each bounds a record's loss too).
         steps_per_round, n_rounds : int, optional
             The fit's shape, for an accounting method that reads it (without
             it, the fit is one round of all its steps).
@@ -312,7 +311,7 @@ class PrivacyBudget:
         run = None if release is None else ChargedRun.of(release, steps_per_round, n_rounds)
         alone = math.inf if run is None else self._epsilon([run], self.discretization)
         entry = {"label": str(label), "epsilon": alone, "steps": [] if run is None else release.state_dict()["history"],
-                 "time": datetime.now(timezone.utc).isoformat(), "privacy_unit": check_privacy_unit(privacy_unit),
+                 "time": datetime.now(timezone.utc).isoformat(), "privacy_unit": "record" if release is None else release.unit,
                  "accounting": self.accounting}
         if run is not None:
             entry.update(steps_per_round=run.steps_per_round, n_rounds=run.n_rounds)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import OrderedDict
 from dataclasses import asdict, dataclass
@@ -25,6 +26,7 @@ class _Entry:
     sampling: str
     steps: int
     group_size: int = 1
+    unit: str = "record"
 
 
 class PrivacyAccountant:
@@ -37,14 +39,17 @@ class PrivacyAccountant:
     A step at ``mu0=inf`` is a release without noise (or without clipping):
     it is recorded like any other and makes every ε that includes it infinite.
 
-    A step's ``group_size`` k is how many of its records one protected unit
-    may own: 1 for a record-level step and for a subject-level step that
-    samples subjects; k for a subject-level step that samples records, each
-    subject holding exactly k of them (``records_per_subject``). The ledger's
-    ε is then for substituting one such unit: group privacy over the largest
-    k of every step recorded (:func:`~skfedriem.privacy.chaining.chained_epsilon`
-    of the composition; docs: what is protected). Every step with a smaller
-    k fits the same chain, as a unit owning fewer of its records.
+    Every step carries what it protects, its
+    :class:`~skfedriem.privacy.units.PrivacyUnit` (``unit``: ``"record"`` or
+    ``"subject"``, and ``group_size``). k is how many of its records one
+    protected unit may own: 1 for a record-level step and for a subject-level
+    step that samples subjects; k for a subject-level step that samples
+    records, each subject holding exactly k of them (``records_per_subject``).
+    The ledger's ε is then for substituting one such unit: group privacy over
+    the largest k of every step recorded
+    (:func:`~skfedriem.privacy.chaining.chained_epsilon` of the composition;
+    docs: what is protected). Every step with a smaller k fits the same chain,
+    as a unit owning fewer of its records.
 
     Examples
     --------
@@ -67,21 +72,22 @@ class PrivacyAccountant:
             "num_steps": [Interval(Integral, 0, None, closed="left")],
             "sampling": [StrOptions({"fixed", "poisson"})],
             "group_size": [Interval(Integral, 1, None, closed="left")],
+            "unit": [StrOptions({"record", "subject"})],
         },
         prefer_skip_nested_validation=True,
     )
     def step(self, *, mu0: float, sample_rate: float, num_steps: int = 1, sampling: str = "fixed",
-             group_size: int = 1) -> None:
-        """Record ``num_steps`` local steps at per-step μ0 (inf: not private) and rate q, each protected unit owning
-        up to ``group_size`` of their records."""
+             group_size: int = 1, unit: str = "record") -> None:
+        """Record ``num_steps`` local steps at per-step μ0 (inf: not private) and rate q, each protected ``unit``
+        owning up to ``group_size`` of their records."""
         if num_steps == 0:
             return
         last = self.history[-1] if self.history else None
-        key = (mu0, sample_rate, sampling, group_size)
-        if last is not None and (last.mu0, last.sample_rate, last.sampling, last.group_size) == key:
-            self.history[-1] = _Entry(last.mu0, last.sample_rate, sampling, last.steps + num_steps, last.group_size)
+        entry = _Entry(float(mu0), float(sample_rate), sampling, int(num_steps), int(group_size), unit)
+        if last is not None and dataclasses.replace(last, steps=entry.steps) == entry:
+            self.history[-1] = dataclasses.replace(last, steps=last.steps + entry.steps)
         else:
-            self.history.append(_Entry(float(mu0), float(sample_rate), sampling, int(num_steps), int(group_size)))
+            self.history.append(entry)
 
     @property
     def steps(self) -> int:
@@ -92,6 +98,13 @@ class PrivacyAccountant:
     def group_size(self) -> int:
         """The most records one protected unit owns in any recorded step (1: a record, or a sampled subject)."""
         return max((e.group_size for e in self.history), default=1)
+
+    @property
+    def unit(self) -> str:
+        """What every recorded step protects: ``"subject"`` when each does (a subject-level run), else ``"record"``
+        (a ledger holding a record-level step certifies no subject)."""
+        subject = self.history and all(e.unit == "subject" for e in self.history)
+        return "subject" if subject else "record"
 
     @property
     def private(self) -> bool:
@@ -121,7 +134,7 @@ class PrivacyAccountant:
         """Record every step of ``other`` after this ledger's own (composition of the two)."""
         for e in other.history:
             self.step(mu0=e.mu0, sample_rate=e.sample_rate, num_steps=e.steps, sampling=e.sampling,
-                      group_size=e.group_size)
+                      group_size=e.group_size, unit=e.unit)
 
     def state_dict(self) -> dict:
         """Plain-Python state (JSON-serialisable)."""

@@ -19,7 +19,7 @@ from numbers import Integral, Real
 from ..exceptions import InvalidInstructionsError
 from .ledger import PrivacyAccountant
 from .sampling import BatchSampler, make_sampler
-from .units import check_privacy_unit
+from .units import RECORD, PrivacyUnit
 
 __all__ = ["SAMPLINGS", "StepPlan", "round_release", "sensitivity_factor"]
 
@@ -103,19 +103,14 @@ def _check_bounded(clip: float, noise: float, count: float) -> None:
                                        "on the sensitivity protects nothing. Send a finite clip.")
 
 
-def _records_per_subject(privacy_unit, records_per_subject, n_records: int) -> int | None:
-    """``records_per_subject`` checked against the unit and the client's records (k n of them), or why not."""
-    check_privacy_unit(privacy_unit)
-    if records_per_subject is None:
-        return None
-    if privacy_unit != "subject":
-        raise InvalidInstructionsError("The round sets 'records_per_subject' for record-level steps: it caps a "
-                                       "subject's records, for privacy_unit='subject' only.")
-    k = _integer("records_per_subject", records_per_subject, 1)
-    if n_records % k:
-        raise ValueError(f"A client sampling {k} records per subject holds a multiple of {k} records. "
-                         f"Got n_records={n_records}.")
-    return k
+def _check_unit(unit: PrivacyUnit, n_records: int) -> PrivacyUnit:
+    """``unit``, checked against the client's records (k n of them with ``records_per_subject``), or why not."""
+    if not isinstance(unit, PrivacyUnit):
+        raise TypeError(f"A step plan's 'unit' must be a PrivacyUnit. Got {unit!r} instead.")
+    if n_records % unit.group_size:
+        raise ValueError(f"A client sampling {unit.group_size} records per subject holds a multiple of "
+                         f"{unit.group_size} records. Got n_records={n_records}.")
+    return unit
 
 
 @dataclass(frozen=True)
@@ -156,16 +151,14 @@ class StepPlan:
         squares in an optimiser's moments or its product with the learning
         rate overflow, and a release charged at a vanishing μ0 would come out
         infinite.
-    privacy_unit : {"record", "subject"}, default="record"
-        What one of ``n_records`` is: a record, or a subject with all its
-        records (:mod:`skfedriem.privacy.units`; the sampler then draws
-        subjects, and B, q and every charge count them).
-    records_per_subject : int or None, default=None
-        ``privacy_unit="subject"`` only. None: the steps sample subjects
-        whole. k: every subject holds exactly k of the ``n_records`` records
-        (k n subjects in all), which the steps sample and clip as records; each
-        charge is then for a group of k records (its ledger entries'
-        ``group_size``), the guarantee of one subject.
+    unit : PrivacyUnit, default=RECORD
+        What the steps protect (:mod:`skfedriem.privacy.units`): a record; a
+        subject with all its records (one of ``n_records`` is a subject, the
+        sampler draws subjects, and B, q and every charge count them); or,
+        with ``records_per_subject`` k, a subject holding exactly k of the
+        ``n_records`` records (k n in all), which the steps sample and clip as
+        records, each charge then for a group of k records, the guarantee of
+        one subject. Every ledger entry of :meth:`release` carries it.
     count_noise_std : float, default=0.0
         σ_b > 0: every step also releases the noisy count of its records whose
         gradient norm is at most C, Σ (1[‖g_z‖ ≤ C] − ½) + N(0, σ_b²) (adaptive
@@ -192,8 +185,7 @@ class StepPlan:
     floor: float = 0.0
     ceiling: float = math.inf
     count_noise_std: float = 0.0
-    privacy_unit: str = "record"
-    records_per_subject: int | None = None
+    unit: PrivacyUnit = RECORD
 
     def __post_init__(self) -> None:
         n = _integer("n_records", self.n_records, 1)
@@ -210,14 +202,14 @@ class StepPlan:
             raise InvalidInstructionsError(f"The round's 'sampling' must be one of {list(SAMPLINGS)}. "
                                            f"Got {self.sampling!r} instead.")
         fields["sampling"] = str(self.sampling)
-        fields["records_per_subject"] = _records_per_subject(self.privacy_unit, self.records_per_subject, n)
+        fields["unit"] = _check_unit(self.unit, n)
         for name, value in fields.items():  # canonical types: plans compare and hash by value
             object.__setattr__(self, name, value)
 
     @property
     def group_size(self) -> int:
-        """How many of the records one protected unit owns: ``records_per_subject``, else 1."""
-        return 1 if self.records_per_subject is None else self.records_per_subject
+        """How many of the records one protected unit owns (``unit.group_size``)."""
+        return self.unit.group_size
 
     @property
     def private(self) -> bool:
@@ -258,7 +250,7 @@ class StepPlan:
         """These steps as a ledger entry (μ0 = inf when they add no noise)."""
         ledger = PrivacyAccountant()
         ledger.step(mu0=self.mu0, sample_rate=self.sample_rate, num_steps=self.local_steps, sampling=self.sampling,
-                    group_size=self.group_size)
+                    group_size=self.group_size, unit=self.unit.kind)
         return ledger
 
 
@@ -269,7 +261,8 @@ def round_release(plans: Iterable[StepPlan]) -> PrivacyAccountant:
     client's steps; every client's steps are dominated by τ steps at the
     largest μ0 and the largest rate of the round (the subsampled Gaussian's
     tradeoff curve is monotone in both) for the largest group of records one
-    unit owns, one entry per sampling mode.
+    unit owns, one entry per sampling mode (a round mixing units is charged as
+    record-level: it certifies no subject).
 
     Parameters
     ----------
@@ -279,12 +272,12 @@ def round_release(plans: Iterable[StepPlan]) -> PrivacyAccountant:
     -------
     PrivacyAccountant
     """
-    envelopes: dict[str, tuple[float, float, int, int]] = {}
+    envelopes: dict[str, tuple[float, float, int, int, str]] = {}
     for plan in plans:
-        mu0, rate, steps, group = envelopes.get(plan.sampling, (0.0, 0.0, 0, 1))
+        mu0, rate, steps, group, unit = envelopes.get(plan.sampling, (0.0, 0.0, 0, 1, plan.unit.kind))
         envelopes[plan.sampling] = (max(mu0, plan.mu0), max(rate, plan.sample_rate), max(steps, plan.local_steps),
-                                    max(group, plan.group_size))
+                                    max(group, plan.group_size), unit if unit == plan.unit.kind else "record")
     ledger = PrivacyAccountant()
-    for sampling, (mu0, rate, steps, group) in sorted(envelopes.items()):
-        ledger.step(mu0=mu0, sample_rate=rate, num_steps=steps, sampling=sampling, group_size=group)
+    for sampling, (mu0, rate, steps, group, unit) in sorted(envelopes.items()):
+        ledger.step(mu0=mu0, sample_rate=rate, num_steps=steps, sampling=sampling, group_size=group, unit=unit)
     return ledger

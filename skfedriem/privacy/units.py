@@ -41,8 +41,8 @@ from torch import nn
 from .mechanism import clipped_gradient_diameter
 from .randomness import SecretRandomness
 
-__all__ = ["PRIVACY_UNITS", "SubjectIndex", "check_privacy_unit", "check_records_per_subject", "split_units",
-           "step_diameter", "subject_reason", "unit_count"]
+__all__ = ["PRIVACY_UNITS", "RECORD", "PrivacyUnit", "SubjectIndex", "check_privacy_unit", "check_records_per_subject",
+           "split_units", "step_diameter", "subject_reason", "unit_count"]
 
 #: What a step can protect: one record, or one subject (all its records).
 PRIVACY_UNITS = ("record", "subject")
@@ -90,7 +90,56 @@ def check_records_per_subject(privacy_unit: str, records_per_subject) -> int | N
     return int(records_per_subject)
 
 
-def step_diameter(module: nn.Module, privacy_unit: str, records_per_subject: int | None = None) -> float:
+@dataclass(frozen=True)
+class PrivacyUnit:
+    """What a step protects, one value from the settings to the plan, the client and every ledger entry.
+
+    Parameters
+    ----------
+    kind : {"record", "subject"}, default="record"
+        A record, or a subject with all its records.
+    records_per_subject : int or None, default=None
+        With ``kind="subject"``: None, the steps sample subjects whole; k,
+        every round takes exactly k records of each subject and the steps
+        sample them as records, charged for groups of k.
+
+    Examples
+    --------
+    >>> PrivacyUnit("subject", 4).group_size, str(PrivacyUnit("subject", 4))
+    (4, 'subject (4 records a round)')
+    >>> PrivacyUnit().samples_subjects_whole, PrivacyUnit("subject").samples_subjects_whole
+    (False, True)
+    """
+
+    kind: str = "record"
+    records_per_subject: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", check_privacy_unit(self.kind))
+        object.__setattr__(self, "records_per_subject", check_records_per_subject(self.kind,
+                                                                                  self.records_per_subject))
+
+    @property
+    def group_size(self) -> int:
+        """How many of a step's records one protected unit may own: k with ``records_per_subject``, else 1."""
+        return 1 if self.records_per_subject is None else self.records_per_subject
+
+    @property
+    def samples_subjects_whole(self) -> bool:
+        """Whether a step samples subjects, each with all its records (else it samples records)."""
+        return self.kind == "subject" and self.records_per_subject is None
+
+    def __str__(self) -> str:
+        if self.records_per_subject is None:
+            return self.kind
+        return f"subject ({self.records_per_subject} records a round)"
+
+
+#: The record-level unit (the default).
+RECORD = PrivacyUnit()
+
+
+def step_diameter(module: nn.Module, unit: PrivacyUnit) -> float:
     """Δ of a step, in units of C: the model's :func:`~skfedriem.privacy.clipped_gradient_diameter` for a step that
     clips records (record-level, or subject-level with ``records_per_subject``); 2 (the clip ball's) for one that
     clips subjects' means.
@@ -103,19 +152,16 @@ def step_diameter(module: nn.Module, privacy_unit: str, records_per_subject: int
     Parameters
     ----------
     module : torch.nn.Module
-    privacy_unit : {"record", "subject"}
-    records_per_subject : int or None, default=None
+    unit : PrivacyUnit
 
     Returns
     -------
     float
     """
-    if check_privacy_unit(privacy_unit) == "record" or records_per_subject is not None:
-        return clipped_gradient_diameter(module)
-    return 2.0
+    return 2.0 if unit.samples_subjects_whole else clipped_gradient_diameter(module)
 
 
-def subject_reason(batch_size: int | None, smallest: int, records_per_subject: int | None = None) -> str:
+def subject_reason(batch_size: int | None, smallest: int, unit: PrivacyUnit) -> str:
     """A plan's reason for a subject-level run: which unit it protects, and at what rate.
 
     Parameters
@@ -125,13 +171,15 @@ def subject_reason(batch_size: int | None, smallest: int, records_per_subject: i
     smallest : int
         The smallest client's number of units: subjects, or with
         ``records_per_subject`` its k n slots.
-    records_per_subject : int or None, default=None
+    unit : PrivacyUnit
+        A subject-level unit.
 
     Returns
     -------
     str
     """
     b = smallest if batch_size is None else min(batch_size, smallest)
+    records_per_subject = unit.records_per_subject
     if records_per_subject is not None:
         return (f"privacy_unit='subject', records_per_subject={records_per_subject}: every subject gives exactly "
                 f"{records_per_subject} of its trials each round and every step samples B = {b} of the smallest "
@@ -231,22 +279,22 @@ class SubjectIndex:
         return records, np.repeat(np.arange(subjects.size), counts)
 
 
-def split_units(data: tuple[torch.Tensor, ...], privacy_unit: str) -> tuple[tuple[torch.Tensor, ...],
-                                                                               SubjectIndex | None]:
-    """A client's records and, with ``privacy_unit="subject"``, its :class:`SubjectIndex` (the data's last tensor).
+def split_units(data: tuple[torch.Tensor, ...], unit: PrivacyUnit) -> tuple[tuple[torch.Tensor, ...],
+                                                                           SubjectIndex | None]:
+    """A client's records and, for a subject-level unit, its :class:`SubjectIndex` (the data's last tensor).
 
     Parameters
     ----------
     data : tuple of torch.Tensor
         ``(inputs, *targets)``, or ``(inputs, *targets, subjects)`` with subjects.
-    privacy_unit : {"record", "subject"}
+    unit : PrivacyUnit
 
     Returns
     -------
     records : tuple of torch.Tensor
     subjects : SubjectIndex or None
     """
-    if check_privacy_unit(privacy_unit) == "record":
+    if unit.kind == "record":
         return data, None
     if len(data) < 2 or data[-1].dim() != 1 or data[-1].shape[0] != data[0].shape[0]:
         raise ValueError("privacy_unit='subject' needs each client's records as (inputs, *targets, subjects), the "
@@ -254,21 +302,20 @@ def split_units(data: tuple[torch.Tensor, ...], privacy_unit: str) -> tuple[tupl
     return data[:-1], SubjectIndex(data[-1].cpu().numpy())
 
 
-def unit_count(data: tuple[torch.Tensor, ...], privacy_unit: str, records_per_subject: int | None = None) -> int:
+def unit_count(data: tuple[torch.Tensor, ...], unit: PrivacyUnit) -> int:
     """What the client's sampler draws from: its records, its subjects, or with ``records_per_subject`` k its k n
     subjects' slots.
 
     Parameters
     ----------
     data : tuple of torch.Tensor
-    privacy_unit : {"record", "subject"}
-    records_per_subject : int or None, default=None
+    unit : PrivacyUnit
 
     Returns
     -------
     int
     """
-    records, subjects = split_units(data, privacy_unit)
+    records, subjects = split_units(data, unit)
     if subjects is None:
         return int(records[0].shape[0])
-    return subjects.n_subjects if records_per_subject is None else records_per_subject * subjects.n_subjects
+    return unit.group_size * subjects.n_subjects

@@ -8,6 +8,7 @@ import torch
 
 from skfedriem.exceptions import InvalidIterateError
 from skfedriem.federated.client import ClientState
+from skfedriem.privacy.units import PrivacyUnit
 from skfedriem.federated.client_round import run_client_round
 from skfedriem.federated.instructions import RoundInstructions, check_iterate
 from skfedriem.models import SPDNet
@@ -85,5 +86,5 @@ def test_a_subject_level_round_moves_the_model_by_one_clipped_mean_per_subject(t
     module = _Direction()
     submission, _ = run_client_round(module, {"w": torch.zeros(3, dtype=torch.float64)}, (X, subjects),
                                      ClientState.fresh(np.random.SeedSequence(0)), instructions,
-                                     loss_fn=lambda out: out, privacy_unit="subject")
+                                     loss_fn=lambda out: out, unit=PrivacyUnit("subject"))
     assert torch.allclose(submission["w"], torch.tensor([-0.5, 0.0, 0.0], dtype=torch.float64))

@@ -17,6 +17,7 @@ from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
 from skfedriem.flower.deployment import apps  # noqa: E402
 from skfedriem.flower.deployment.apps import client_apps  # noqa: E402
+from skfedriem.privacy.units import PrivacyUnit
 from skfedriem.privacy import PrivacyBudget  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:Round .* left out:RuntimeWarning")
@@ -144,7 +145,7 @@ def test_a_subject_level_site_must_name_its_subjects_and_keeps_its_ledger_per_su
                   run_config={"privacy-unit": "subject", "n-components": 2})
     assert apps.site_setup("pca", one).n_records == 1  # the whole site is one subject
     plan = StepPlan(n_records=4, batch_size=2, local_steps=1, clip=1.0, noise_std=2.0, sampling="fixed")
-    subjects = StepPlan(**{**plan.__dict__, "privacy_unit": "subject"})
+    subjects = StepPlan(**{**plan.__dict__, "unit": PrivacyUnit("subject")})
     ledger = str(tmp_path / "ledger.json")
     SiteGuard(ledger, max_epsilon=math.inf).charge(plan, label="run 1 round 1 request x")
     with pytest.raises(PrivacyBudgetExceeded, match="already holds record-level fits"):

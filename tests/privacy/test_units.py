@@ -12,7 +12,9 @@ from skfedriem.federated.client import ClientRecipe
 from skfedriem.federated.instructions import RoundInstructions, step_plan
 from skfedriem.privacy import PrivateManifoldOptimizer
 from skfedriem.privacy.mechanism import private_gradient
-from skfedriem.privacy.units import SubjectIndex, split_units, step_diameter, unit_count
+from skfedriem.privacy.units import RECORD, PrivacyUnit, SubjectIndex, split_units, step_diameter, unit_count
+
+SUBJECT = PrivacyUnit("subject")
 
 CLIP = 1.0
 
@@ -56,7 +58,7 @@ def test_one_subject_moves_a_step_by_at_most_its_clipped_vector_whatever_its_tri
     1, 5 or 40 trials, and reached (the bound is tight)."""
     honest, replaced = federation(k, extreme=False), federation(k, extreme=True)
     moved = float(torch.linalg.vector_norm(release(*honest) - release(*replaced)))
-    bound = step_diameter(Direction(), "subject") * CLIP / honest[2]
+    bound = step_diameter(Direction(), SUBJECT) * CLIP / honest[2]
     assert moved <= bound * (1 + 1e-12)
     assert moved >= 0.999 * bound
 
@@ -99,11 +101,11 @@ def test_subject_codes_that_skip_a_subject_or_are_not_integers_are_refused(codes
 
 def test_a_subject_level_client_counts_and_splits_its_subjects():
     data = (torch.zeros(5, 2), torch.zeros(5), torch.tensor([0, 0, 1, 1, 1]))
-    assert unit_count(data, "subject") == 2 and unit_count(data, "record") == 5
-    records, index = split_units(data, "subject")
+    assert unit_count(data, SUBJECT) == 2 and unit_count(data, RECORD) == 5
+    records, index = split_units(data, SUBJECT)
     assert len(records) == 2 and index.n_subjects == 2
     with pytest.raises(ValueError, match="privacy_unit"):
-        unit_count(data, "person")
+        PrivacyUnit("person")
 
 
 def test_a_client_refuses_a_round_planned_for_another_unit():
@@ -111,23 +113,23 @@ def test_a_client_refuses_a_round_planned_for_another_unit():
     instructions = RoundInstructions(lr=0.1, local_steps=1, batch_size=2, clip=1.0, noise_std=1.0, sampling="fixed",
                                      aggregation="projavg", privacy_unit="subject")
     with pytest.raises(InvalidInstructionsError, match="planned to protect each 'subject'"):
-        step_plan(instructions, 10, module, "record")
-    plan = step_plan(instructions, 4, module, "subject")
+        step_plan(instructions, 10, module, RECORD)
+    plan = step_plan(instructions, 4, module, SUBJECT)
     assert plan.sample_rate == 0.5 and math.isclose(plan.mu0, 2 * 1.0 / (2 * 1.0))
     with pytest.raises(InvalidInstructionsError, match="planned to protect each 'record'"):
-        step_plan(RoundInstructions(**{**instructions.__dict__, "privacy_unit": "record"}), 4, module, "subject")
+        step_plan(RoundInstructions(**{**instructions.__dict__, "privacy_unit": "record"}), 4, module, SUBJECT)
 
 
 def test_a_model_that_confines_its_records_gradients_is_charged_the_clip_ball_for_subjects():
     """A record-level model's smaller diameter (the second moments' √2) is not assumed for a subject's mean."""
     from skfedriem.models import SecondMoment
 
-    assert step_diameter(SecondMoment(3), "record") == math.sqrt(2) and step_diameter(SecondMoment(3), "subject") == 2
+    assert step_diameter(SecondMoment(3), RECORD) == math.sqrt(2) and step_diameter(SecondMoment(3), SUBJECT) == 2
 
 
 def test_subject_level_clients_never_run_in_lockstep():
     with pytest.raises(ValueError, match="lockstep"):
-        ClientRecipe(Direction(), own_loss, lockstep=True, privacy_unit="subject")
+        ClientRecipe(Direction(), own_loss, lockstep=True, unit=SUBJECT)
 
 
 def test_each_step_samples_fresh_uniform_subjects():
@@ -183,7 +185,7 @@ def _els_round(extreme: bool, n_target: int, k: int, seed: int = 0):
                                      records_per_subject=k)
     submission, _ = run_client_round(Direction(), {"w": torch.zeros(3, dtype=torch.float64)}, (X, segments),
                                      ClientState.fresh(np.random.SeedSequence(seed)), instructions,
-                                     loss_fn=own_loss, privacy_unit="subject", records_per_subject=k)
+                                     loss_fn=own_loss, unit=PrivacyUnit("subject", k))
     return -submission["w"], k * n_subjects
 
 
@@ -194,7 +196,7 @@ def test_a_subject_moves_a_step_of_sampled_records_by_k_clipped_records_whatever
     honest, b = _els_round(False, n_target, k)
     replaced, _ = _els_round(True, n_target, k)
     moved = float(torch.linalg.vector_norm(honest - replaced))
-    bound = k * step_diameter(Direction(), "subject", k) * CLIP / b
+    bound = k * step_diameter(Direction(), PrivacyUnit("subject", k)) * CLIP / b
     assert moved <= bound * (1 + 1e-12)
     assert moved >= 0.999 * bound
 
@@ -203,10 +205,11 @@ def test_a_step_of_sampled_records_is_charged_for_groups_of_k():
     module = Direction()
     instructions = RoundInstructions(lr=0.1, local_steps=3, batch_size=4, clip=1.0, noise_std=1.0, sampling="fixed",
                                      aggregation="projavg", privacy_unit="subject", records_per_subject=3)
-    plan = step_plan(instructions, 12, module, "subject", 3)
+    plan = step_plan(instructions, 12, module, PrivacyUnit("subject", 3))
     (entry,) = plan.release().history
     assert (entry.group_size, entry.sample_rate, entry.steps) == (3, 4 / 12, 3)
-    assert plan.mu0 == pytest.approx(step_diameter(module, "record") * 1.0 / 4)  # each record clipped alone
+    assert plan.mu0 == pytest.approx(step_diameter(module, RECORD) * 1.0 / 4)  # each record clipped alone
+    assert entry.unit == "subject"  # the entry carries what it protects
 
 
 def test_a_client_refuses_a_round_planned_for_another_count_of_records_per_subject():
@@ -214,14 +217,14 @@ def test_a_client_refuses_a_round_planned_for_another_count_of_records_per_subje
     instructions = RoundInstructions(lr=0.1, local_steps=1, batch_size=2, clip=1.0, noise_std=1.0, sampling="fixed",
                                      aggregation="projavg", privacy_unit="subject", records_per_subject=3)
     with pytest.raises(InvalidInstructionsError, match="records_per_subject=3"):
-        step_plan(instructions, 4, module, "subject")
+        step_plan(instructions, 4, module, SUBJECT)
     with pytest.raises(InvalidInstructionsError, match="records_per_subject=3"):
-        step_plan(instructions, 12, module, "subject", 2)
+        step_plan(instructions, 12, module, PrivacyUnit("subject", 2))
     with pytest.raises(ValueError, match="needs privacy_unit='subject'"):
-        ClientRecipe(module, own_loss, privacy_unit="record", records_per_subject=3)
+        PrivacyUnit("record", 3)
     for bad in (0, 2.5, True, "3"):
         with pytest.raises(ValueError, match="records_per_subject"):
-            ClientRecipe(module, own_loss, privacy_unit="subject", records_per_subject=bad)
+            PrivacyUnit("subject", bad)
     data = (torch.zeros(5, 3), torch.tensor([0, 0, 1, 1, 1]))
-    assert unit_count(data, "subject", 3) == 6 and ClientRecipe(module, own_loss, privacy_unit="subject",
-                                                                records_per_subject=3).n_units(data) == 6
+    assert unit_count(data, PrivacyUnit("subject", 3)) == 6 and ClientRecipe(
+        module, own_loss, unit=PrivacyUnit("subject", 3)).n_units(data) == 6

@@ -24,14 +24,14 @@ from ...manifolds import ManifoldParameter
 from ...privacy.capabilities import capabilities_of
 from ...privacy.hooks import has_hooks
 from ...privacy.layerwise import supports_layerwise
+from ...privacy.units import RECORD, PrivacyUnit
 from ..optimizers import is_elementwise
 
 __all__ = ["lockstep_eligible", "stacked_gradients_available", "stacked_module", "stacked_parameter",
            "stacking_obstacle", "supports_stacking"]
 
 
-def lockstep_eligible(module: nn.Module, optimizer, sampling: str, privacy_unit: str = "record",
-                      records_per_subject: int | None = None) -> bool:
+def lockstep_eligible(module: nn.Module, optimizer, sampling: str, unit: PrivacyUnit = RECORD) -> bool:
     """Whether clients of this model, optimiser and sampling may take their steps in lockstep: the one rule.
 
     Steps that sample records (record-level, or subject-level with
@@ -51,8 +51,7 @@ def lockstep_eligible(module: nn.Module, optimizer, sampling: str, privacy_unit:
     optimizer : str or callable
         The clients' optimiser.
     sampling : {"fixed", "poisson"}
-    privacy_unit : {"record", "subject"}, default="record"
-    records_per_subject : int or None, default=None
+    unit : PrivacyUnit, default=RECORD
 
     Returns
     -------
@@ -60,8 +59,7 @@ def lockstep_eligible(module: nn.Module, optimizer, sampling: str, privacy_unit:
     """
     if sampling not in ("fixed", "poisson"):
         raise ValueError(f"The 'sampling' parameter must be one of ['fixed', 'poisson']. Got {sampling!r} instead.")
-    samples_records = privacy_unit == "record" or records_per_subject is not None
-    return samples_records and is_elementwise(optimizer) and stacked_gradients_available(module)
+    return not unit.samples_subjects_whole and is_elementwise(optimizer) and stacked_gradients_available(module)
 
 
 def _unstackable_layer(module: nn.Module) -> tuple[str, nn.Module] | None:

@@ -72,6 +72,7 @@ from sklearn.base import is_classifier
 
 from ...federated import ClientRecipe, TrainingState
 from ...federated.fixed_features import on_fixed_features
+from ...privacy.units import PrivacyUnit
 from ..protocol.client_app import DEFAULT_MAX_EPSILON, ClientSetup, SiteGuard, make_client_app
 from ..protocol.messages import FlowerTransport, NodeDirectory
 from .run_config import (DEPLOYMENT_KEYS, ESTIMATORS, classes_from_run_config, estimator_from_run_config,
@@ -128,8 +129,8 @@ def site_setup(kind: str, context: Context) -> ClientSetup:
             records = (*records, torch.from_numpy(_site_subjects(node, path, len(X))))
         module, loss_fn = est.make_model(X.shape[1:], classes)
         digest = _records_digest(records)
-        recipe = ClientRecipe(module, loss_fn, est.client_optimizer(), privacy_unit=est.privacy_unit,
-                              records_per_subject=est.records_per_subject)
+        recipe = ClientRecipe(module, loss_fn, est.client_optimizer(),
+                              unit=PrivacyUnit(est.privacy_unit, est.records_per_subject))
         recipe, (records,) = on_fixed_features(recipe, [records])
         _SITES[key] = records, recipe, digest, X.shape[1:]
         while len(_SITES) > _SITES_KEPT:

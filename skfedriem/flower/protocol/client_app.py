@@ -90,7 +90,7 @@ class SiteGuard:
         its ledger (one that composes runs:
         :attr:`~skfedriem.privacy.RunAccounting.composes_runs`).
 
-    Each charge records what its plan protects (``StepPlan.privacy_unit``): a
+    Each charge records what its plan protects (``StepPlan.unit``, in every ledger entry): a
     subject-level site's ledger and ``max_epsilon`` are per subject, and its
     ledger refuses a subject-level round while it holds a record-level round
     on these records (:meth:`~skfedriem.privacy.PrivacyBudget.charge`).
@@ -138,8 +138,7 @@ class SiteGuard:
         if plan.local_steps > MAX_STEPS_PER_ROUND:
             raise PrivacyBudgetExceeded(f"The site refuses a round of {plan.local_steps} local steps "
                                         f"(at most {MAX_STEPS_PER_ROUND}).")
-        self.ledger().charge(plan.release(), label=label, privacy_unit=plan.privacy_unit,
-                             steps_per_round=plan.local_steps, n_rounds=1)
+        self.ledger().charge(plan.release(), label=label, steps_per_round=plan.local_steps, n_rounds=1)
 
 
 @dataclass
@@ -288,8 +287,7 @@ def make_client_app(setup: Callable[[Context], ClientSetup]) -> ClientApp:
         def take_round(client: ClientSetup) -> RecordDict:
             theta = check_iterate(client.recipe.module, decode_arrays(msg.content["theta"]))
             instructions = decode_instructions(msg.content["instructions"])
-            plan = step_plan(instructions, client.n_records, client.recipe.module, client.recipe.privacy_unit,
-                             client.recipe.records_per_subject)
+            plan = step_plan(instructions, client.n_records, client.recipe.module, client.recipe.unit)
             guard = client.guard
             replies = None if guard is None else guard.replies()
             key = None if replies is None else ReplyCache.key(theta, instructions, client.scope)

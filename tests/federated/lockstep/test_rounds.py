@@ -15,6 +15,7 @@ from skfedriem.federated.client_round import lockstep_groups, run_clients, run_r
 from skfedriem.federated.optimizers import register_optimizer
 from skfedriem.federated.parallel import ParallelTransport
 from skfedriem.privacy import ModelCapabilities
+from skfedriem.privacy.units import PrivacyUnit
 from skfedriem.privacy.mechanism import private_step
 from skfedriem.models import BiMap, EEGNet, LogEig, PCAProjector, SPDNet, TangentSpaceLogistic
 from skfedriem.federated.lockstep import ClientStack, stacked_gradients_available, supports_stacking
@@ -248,8 +249,8 @@ def test_both_samplings_of_records_are_eligible_and_an_unknown_one_is_refused():
 
     model = SPDNet(6, 2, dims=(4,))
     assert lockstep_eligible(model, "sgd", "fixed") and lockstep_eligible(model, "sgd", "poisson")
-    assert not lockstep_eligible(model, "sgd", "poisson", "subject")
-    assert lockstep_eligible(model, "sgd", "poisson", "subject", 3)  # k records of each subject, sampled as records
+    assert not lockstep_eligible(model, "sgd", "poisson", PrivacyUnit("subject"))
+    assert lockstep_eligible(model, "sgd", "poisson", PrivacyUnit("subject", 3))  # k records of each subject, sampled as records
     with pytest.raises(ValueError, match="'sampling'.*'shuffle'"):
         lockstep_eligible(model, "sgd", "shuffle")
     settings = FederationSettings(n_rounds=1, batch_size=10, local_steps=1, eps=5.0, sampling="poisson")
@@ -619,7 +620,7 @@ def test_subjects_giving_k_records_a_round_run_in_lockstep_as_one_by_one(kind, s
     instructions = _instructions(sampling=sampling, batch_size=6, privacy_unit="subject", records_per_subject=4)
     runs = []
     for lockstep in (False, True):
-        recipe = ClientRecipe(copy.deepcopy(model), loss, "sgd", True, lockstep, "subject", 4)
+        recipe = ClientRecipe(copy.deepcopy(model), loss, "sgd", True, lockstep, PrivacyUnit("subject", 4))
         states = [ClientState.fresh(np.random.SeedSequence([7, i])) for i in range(len(clients))]
         selected = list(range(len(clients)))
         for _ in range(2):
