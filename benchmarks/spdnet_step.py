@@ -37,9 +37,10 @@ from _shared import timed
 from skfedriem import FederatedSPDNetClassifier
 from skfedriem.datasets import make_spd_classification
 from skfedriem.models import SPDNet
-from skfedriem.privacy import (DenseGradients, PrivateManifoldOptimizer, SeededRandomness,
+from skfedriem.privacy import (DenseGradients, LoneClient, PrivateManifoldOptimizer, SeededRandomness,
                                layerwise_per_sample_gradients, per_sample_gradients)
-from skfedriem.privacy.mechanism import clip_factors, noisy_mean, project_per_sample
+from skfedriem.privacy.gradients import project_per_sample
+from skfedriem.privacy.mechanism import clip_factors, clip_margin, noisy_release
 from skfedriem.privacy.per_sample import trainable_parameters
 
 N_CH, D, K, B = 22, 16, 4, 64
@@ -53,8 +54,9 @@ def generic_private_gradient(model, batch, per_sample, randomness, clip=1.0, noi
     params = trainable_parameters(model)
     grads = per_sample(model, batch)
     grads = DenseGradients(grads if tangent else project_per_sample(grads, params))
-    sums = grads.weighted_sum(clip_factors(grads.norms(), clip))
-    return noisy_mean(sums, params, denominator=B, noise_std=noise_std, randomness=randomness)
+    sums = grads.weighted_sum(clip_factors(grads.norms(), clip, clip_margin(p.dtype for p in params.values())))
+    return noisy_release(LoneClient(model), {name: total.unsqueeze(0) for name, total in sums.items()},
+                         denominator=B, noise_std=noise_std, randomness=[randomness])
 
 
 def closed_form_gradients(model, batch):

@@ -19,18 +19,13 @@ from torch import nn
 
 from ..exceptions import InvalidInstructionsError, InvalidIterateError
 from ..manifolds import manifold_of
+from ..privacy.copies import check_private_dtypes
 from ..privacy.per_sample import trainable_parameters
 from ..privacy.step_plan import StepPlan
 from ..privacy.units import RECORD, PrivacyUnit, step_diameter
 from .aggregation import AGGREGATIONS
 
-__all__ = ["CLIPPED_FRACTION", "PRIVATE_DTYPES", "RoundInstructions", "check_iterate", "check_private_dtypes",
-           "iterate_tolerance", "step_plan"]
-
-#: The parameter dtypes a private step computes in: half precision rounds a clipped record past C (a bfloat16
-#: entry keeps 8 bits) and its noise to a few bits.
-PRIVATE_DTYPES = (torch.float32, torch.float64)
-
+__all__ = ["CLIPPED_FRACTION", "RoundInstructions", "check_iterate", "iterate_tolerance", "step_plan"]
 
 #: The key of a submission's noisy fraction of unclipped records (adaptive clipping); never a parameter's name
 #: (a parameter's name has no spaces).
@@ -139,26 +134,6 @@ class RoundInstructions:
     def unit(self) -> PrivacyUnit:
         """What the round was planned to protect, as one value (the message carries it as its two fields)."""
         return PrivacyUnit(self.privacy_unit, self.records_per_subject)
-
-
-def check_private_dtypes(module: nn.Module) -> list[torch.dtype]:
-    """The dtypes of ``module``'s trainable blocks, or a ValueError naming a block that is not in :data:`PRIVATE_DTYPES`.
-
-    Parameters
-    ----------
-    module : torch.nn.Module
-
-    Returns
-    -------
-    list of torch.dtype
-    """
-    params = trainable_parameters(module)
-    for name, param in params.items():
-        if param.dtype not in PRIVATE_DTYPES:
-            raise ValueError(f"{type(module).__name__}'s parameter {name!r} is {param.dtype}; private steps compute in "
-                             "torch.float32 or torch.float64 (half precision rounds a clipped record past C and its "
-                             "noise to a few bits). Convert the model with .float() or .double().")
-    return [p.dtype for p in params.values()]
 
 
 def _check_planned_for(instructions: RoundInstructions, n_records: int, unit: PrivacyUnit) -> None:

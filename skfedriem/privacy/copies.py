@@ -24,7 +24,32 @@ from ..manifolds import Manifold, manifold_of, project_parameters_
 from .gradients import PerRecordGradients, per_record_gradients, with_client_axis
 from .per_sample import LossFn, trainable_parameters
 
-__all__ = ["ClientCopies", "LoneClient", "check_records_apart"]
+__all__ = ["PRIVATE_DTYPES", "ClientCopies", "LoneClient", "check_private_dtypes", "check_records_apart"]
+
+#: The parameter dtypes a private step computes in: half precision rounds a clipped record past C (a bfloat16
+#: entry keeps 8 bits) and its noise to a few bits.
+PRIVATE_DTYPES = (torch.float32, torch.float64)
+
+
+def check_private_dtypes(module: nn.Module) -> list[torch.dtype]:
+    """The dtypes of ``module``'s trainable blocks, or a ValueError naming a block that is not in :data:`PRIVATE_DTYPES`.
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+
+    Returns
+    -------
+    list of torch.dtype
+    """
+    params = trainable_parameters(module)
+    for name, param in params.items():
+        if param.dtype not in PRIVATE_DTYPES:
+            raise ValueError(f"{type(module).__name__}'s parameter {name!r} is {param.dtype}; private steps compute in "
+                             "torch.float32 or torch.float64 (half precision rounds a clipped record past C and its "
+                             "noise to a few bits). Convert the model with .float() or .double().")
+    return [p.dtype for p in params.values()]
+
 
 #: How many records :func:`check_records_apart` differentiates alone.
 _APART_CHECKS = 8
@@ -111,6 +136,7 @@ class LoneClient(ClientCopies):
     n_clients = 1
 
     def __init__(self, module: nn.Module) -> None:
+        check_private_dtypes(module)
         self.module = module
         self.blocks = trainable_parameters(module)
         self.manifolds = {name: manifold_of(p) for name, p in self.blocks.items()}

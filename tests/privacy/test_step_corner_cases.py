@@ -59,6 +59,9 @@ def test_half_precision_models_are_refused_before_anything_runs():
         X = torch.randn(8, 3).to(dtype)
         with pytest.raises(ValueError, match=rf"parameter 'weight' is {dtype}.*float32 or torch.float64"):
             trainer.fit([(X, torch.zeros(8, dtype=torch.long))] * 2)
+        with pytest.raises(ValueError, match=rf"parameter 'weight' is {dtype}"):  # the step on its own too
+            private_gradient(model, lambda out, y: F.cross_entropy(out.float(), y, reduction="none"),
+                             (X, torch.zeros(8, dtype=torch.long)), clip=1.0, noise_std=1.0, denominator=8)
 
 
 class _Rescaled(nn.Module):

@@ -30,7 +30,7 @@ from torch import nn
 
 from ...manifolds import ManifoldParameter, manifold_of
 from ...privacy.capabilities import capabilities_of
-from ...privacy.copies import ClientCopies
+from ...privacy.copies import ClientCopies, check_private_dtypes
 from ...privacy.gradients import PerRecordGradients, StackedDenseGradients
 from ...privacy.layerwise import layerwise_per_sample_gradients
 from ...privacy.per_sample import LossFn, per_sample_gradients, trainable_parameters
@@ -81,6 +81,7 @@ class ClientStack(ClientCopies):
     """
 
     def __init__(self, module: nn.Module, n_clients: int) -> None:
+        check_private_dtypes(module)
         obstacle = stacking_obstacle(module)
         if obstacle is not None:
             raise ValueError(f"{obstacle}: its clients run one by one.")
