@@ -77,9 +77,11 @@ def finite_eigh(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
     ``eigh`` fails for the whole batch when one matrix holds an inf or a NaN
     (an input of 1e38 whose BiMap overflowed, say): one record would then
-    fail every client's step. Here such a record's output is NaN, so its
-    gradient is not finite and the private step clips it to zero, as it does
-    any record whose gradient overflows.
+    fail every client's step. Here, when it fails, such a record's output is
+    NaN, so its gradient is not finite and the private step clips it to zero,
+    as it does any record whose gradient overflows (a non-finite matrix that
+    ``eigh`` does not refuse gives a record whose gradient, whatever it is,
+    the step clips like any other).
 
     Parameters
     ----------
@@ -91,9 +93,12 @@ def finite_eigh(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     eigenvalues : torch.Tensor, shape (..., n)
     eigenvectors : torch.Tensor, shape (..., n, n)
     """
+    if not _functorch_active():  # eager: eigh alone, the masked form only when the batch holds a failing matrix
+        try:  # (torch.func cannot branch on data: it always takes the masked form)
+            return torch.linalg.eigh(X)
+        except torch.linalg.LinAlgError:
+            pass
     finite = torch.isfinite(X).all(-1).all(-1)
-    if not _functorch_active() and bool(finite.all()):  # the usual batch: eigh alone (no data-dependent branch
-        return torch.linalg.eigh(X)  # under torch.func, which always takes the masked form)
     eye = torch.eye(X.shape[-1], dtype=X.dtype, device=X.device)
     eigenvalues, U = torch.linalg.eigh(torch.where(finite[..., None, None], X, eye))
     return (torch.where(finite[..., None], eigenvalues, torch.nan),

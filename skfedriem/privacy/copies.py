@@ -141,9 +141,11 @@ class LoneClient(ClientCopies):
         self.blocks = trainable_parameters(module)
         self.manifolds = {name: manifold_of(p) for name, p in self.blocks.items()}
         self.parameters = list(module.parameters())
+        # views of the parameters, which the optimiser and the projection update in place
+        self._points = {name: p.detach().unsqueeze(0) for name, p in self.blocks.items()}
 
     def points(self) -> dict[str, torch.Tensor]:
-        return {name: p.detach().unsqueeze(0) for name, p in self.blocks.items()}
+        return self._points
 
     def outputs(self, inputs: torch.Tensor) -> torch.Tensor:
         return self.module(inputs[0]).unsqueeze(0)

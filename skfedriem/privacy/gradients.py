@@ -147,6 +147,8 @@ class StackedDenseGradients(PerRecordGradients):
         """Σ_z w_kz g_kz per client, shape ``(K, *shape)``: client k's sum is the lone client's sum of its records."""
         sums = [DenseGradients({name: g[k] for name, g in self.grads.items()}).weighted_sum(weights[k])
                 for k in range(weights.shape[0])]
+        if len(sums) == 1:  # a lone client: its sum, viewed with a client axis (no copy)
+            return {name: total.unsqueeze(0) for name, total in sums[0].items()}
         return {name: torch.stack([s[name] for s in sums]) for name in self.grads}
 
 

@@ -284,9 +284,14 @@ def noisy_release(copies: ClientCopies, sums: dict[str, torch.Tensor], *, denomi
     if noise_std > 0:
         drawn = [draw_noise(source, {name: point[k] for name, point in points.items()})
                  for k, source in enumerate(randomness)]
-        released = {name: mean + noise_std * torch.stack([d[name] for d in drawn]).to(mean.device)
+        released = {name: mean + noise_std * _stacked([d[name] for d in drawn]).to(mean.device)
                     for name, mean in released.items()}
     return {name: copies.manifolds[name].proju(points[name], g) for name, g in released.items()}
+
+
+def _stacked(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """The clients' tensors along a new client axis (one client's viewed, not copied)."""
+    return tensors[0].unsqueeze(0) if len(tensors) == 1 else torch.stack(tensors)
 
 
 def private_step(copies: ClientCopies, loss_fn: LossFn, passes: list[Pass], *, clip: float, noise_std: float,
