@@ -206,7 +206,7 @@ class PriRFedAccounting(RunAccounting):
         if len({(e.mu0, e.sample_rate) for e in ledger.history}) > 1:
             raise ValueError("PriRFed's accounting needs every step at one (mu0, q); this ledger mixes several.")
         last = ledger.history[-1]
-        rounds = max(1, ledger.steps // steps_per_round)
+        rounds = max(1, -(-ledger.steps // steps_per_round))  # a partial round counts as one (conservative)
         return prirfed_epsilon(last.mu0, delta, last.sample_rate, steps_per_round, rounds,
                                total_rounds=max(n_rounds, rounds), discretization=discretization)
 

@@ -142,6 +142,9 @@ class RunAccounting(ABC):
         runs = [run for run in runs if run.ledger.history]
         if not runs:
             return 0.0
+        for entry in (entry for run in runs for entry in run.ledger.history):  # steps it reads, or why not
+            self.check_sampling(entry.sampling)
+            self.check_group(entry.group_size)
         if not all(run.ledger.private for run in runs):
             return math.inf
         if len(runs) > 1:

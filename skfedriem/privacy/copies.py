@@ -14,7 +14,6 @@ for both.
 from __future__ import annotations
 
 import copy
-import math
 from abc import ABC, abstractmethod
 
 import torch
@@ -24,7 +23,7 @@ from ..manifolds import Manifold, manifold_of, project_parameters_
 from .gradients import PerRecordGradients, per_record_gradients, with_client_axis
 from .per_sample import LossFn, trainable_parameters
 
-__all__ = ["PRIVATE_DTYPES", "ClientCopies", "LoneClient", "check_private_dtypes", "check_records_apart"]
+__all__ = ["PRIVATE_DTYPES", "ClientCopies", "LoneClient", "check_private_dtypes"]
 
 #: The parameter dtypes a private step computes in: half precision rounds a clipped record past C (a bfloat16
 #: entry keeps 8 bits) and its noise to a few bits.
@@ -51,10 +50,6 @@ def check_private_dtypes(module: nn.Module) -> list[torch.dtype]:
     return [p.dtype for p in params.values()]
 
 
-#: How many records :func:`check_records_apart` differentiates alone.
-_APART_CHECKS = 8
-
-
 class ClientCopies(ABC):
     """K clients' copies of one model at their own iterates: what the private step reads of a model.
 
@@ -77,7 +72,7 @@ class ClientCopies(ABC):
     blocks: dict[str, nn.Parameter]
     manifolds: dict[str, Manifold]
     parameters: list[nn.Parameter]
-    #: Whether :func:`check_records_apart` has passed for the loss these copies were last run with.
+    #: The loss :func:`~skfedriem.privacy.apart.check_records_apart` last passed these copies with.
     _apart: object = None
 
     @abstractmethod
@@ -141,11 +136,9 @@ class LoneClient(ClientCopies):
         self.blocks = trainable_parameters(module)
         self.manifolds = {name: manifold_of(p) for name, p in self.blocks.items()}
         self.parameters = list(module.parameters())
-        # views of the parameters, which the optimiser and the projection update in place
-        self._points = {name: p.detach().unsqueeze(0) for name, p in self.blocks.items()}
 
     def points(self) -> dict[str, torch.Tensor]:
-        return self._points
+        return {name: p.detach().unsqueeze(0) for name, p in self.blocks.items()}
 
     def outputs(self, inputs: torch.Tensor) -> torch.Tensor:
         return self.module(inputs[0]).unsqueeze(0)
@@ -175,68 +168,3 @@ class LoneClient(ClientCopies):
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         project_parameters_(self.module)
-
-
-def _differs_alone(loss_fn: LossFn, flat: torch.Tensor, targets: list[torch.Tensor], z: int, value: torch.Tensor,
-                   row: torch.Tensor, scales: tuple[float, float]) -> bool:
-    """Whether record z's loss or output gradient computed alone differs from its ``value`` and ``row`` in the
-    batch by more than rounding (√ε of the dtype, relative to ``scales``: the batch's largest loss and row entry)."""
-    alone = flat[z:z + 1].detach().requires_grad_(True)
-    loss = loss_fn(alone, *(t[z:z + 1] for t in targets))
-    gradient = torch.autograd.grad(loss.sum(), alone)[0][0]
-    resolution = math.sqrt(torch.finfo(row.dtype).eps) if row.dtype.is_floating_point else 0.0
-    same_value = math.isclose(float(loss.detach().sum()), float(value), rel_tol=resolution,
-                              abs_tol=resolution * scales[0])
-    return not (same_value and torch.allclose(gradient, row, rtol=resolution, atol=resolution * scales[1]))
-
-
-def _first_coupled(loss_fn: LossFn, flat: torch.Tensor, targets: list[torch.Tensor],
-                   losses: torch.Tensor) -> int | None:
-    """The first of a few records spread over the batch (finite ones) whose loss reads other records; None."""
-    n = flat.shape[0]
-    rows = torch.autograd.grad(losses.sum(), flat)[0]
-    losses = losses.detach()
-    finite = torch.isfinite(rows.reshape(n, -1)).all(1) & torch.isfinite(losses)
-    checked = [z for z in sorted({round(i * (n - 1) / (_APART_CHECKS - 1)) for i in range(_APART_CHECKS)})
-               if bool(finite[z])]
-    if not checked:
-        return None
-    scales = (float(losses[finite].abs().max()), float(rows[finite].abs().max()))
-    return next((z for z in checked if _differs_alone(loss_fn, flat, targets, z, losses[z], rows[z], scales)), None)
-
-
-def check_records_apart(copies: ClientCopies, loss_fn: LossFn, batch: tuple[torch.Tensor, ...]) -> None:
-    """ValueError unless ``loss_fn`` gives each record a loss of its own output alone; checked once per copies and loss.
-
-    The per-record routes (a closed form, the layer rules) differentiate the
-    batch's summed loss and read record z's row as record z's gradient; a loss
-    whose value for z reads other records' outputs (centred on the batch mean,
-    scaled by the batch size) would then move z's clipped gradient with the
-    other records, and a stack's with the other clients. So a few records'
-    losses and output gradients are computed alone and compared with their rows
-    in the batch, up to rounding at the dtype's resolution.
-
-    Parameters
-    ----------
-    copies : ClientCopies
-    loss_fn : callable
-    batch : tuple of torch.Tensor
-        ``(K, B, ...)`` records the copies are about to step on.
-    """
-    if copies._apart is loss_fn or batch[0].shape[1] < 2:
-        return
-    with torch.no_grad():
-        flat = copies.outputs(batch[0]).flatten(0, 1).detach().requires_grad_(True)
-    targets = [t.flatten(0, 1) for t in batch[1:]]
-    losses = loss_fn(flat, *targets)
-    n = flat.shape[0]
-    if losses.shape != (n,):
-        raise ValueError(f"The loss must return one value per record: shape ({n},) for {n} records. Got "
-                         f"{tuple(losses.shape)}: the loss is not per record.")
-    coupled = _first_coupled(loss_fn, flat, targets, losses)
-    if coupled is not None:
-        raise ValueError(f"The loss couples the records of a batch: record {coupled}'s loss or its gradient "
-                         "differs when the record is alone (a loss centred on the batch, or scaled by its size, is "
-                         "not per record). The private step clips each record's gradient on its own, which needs "
-                         "loss_fn(output, *targets)[z] to read record z's output and targets only.")
-    copies._apart = loss_fn

@@ -30,14 +30,17 @@ matrix a NaN output rather than failing (:mod:`skfedriem.models.spectral`).
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 
 import numpy as np
 import torch
 from torch import nn
 
 from .capabilities import capabilities_of
-from .copies import ClientCopies, LoneClient, check_records_apart
+from .apart import check_records_apart
+from .copies import PRIVATE_DTYPES, ClientCopies, LoneClient
 from .gradients import subject_means
 from .per_sample import LossFn
 from .randomness import SecretRandomness, SeededRandomness
@@ -73,10 +76,14 @@ def clip_margin(dtypes) -> float:
     """How much below C a scaled record's float64 norm is aimed, so that it stays within C in the blocks' dtypes.
 
     A record scaled by c = C (1 − m) / ‖g‖ (‖g‖ computed in float64,
-    relatively exact to D·2⁻⁵³) is rounded twice in a block's dtype: c cast
-    to it, then each entry c·g_i. Each rounding grows the norm by at most a
-    factor 1 + u (u its unit roundoff), so m = 4u of the narrowest dtype keeps
-    the rounded record within C.
+    relatively exact to D·2⁻⁵³ for dense rows, to a few ulps of the blocks'
+    dtype for a closed form's formula of norms, e.g. PCA's) is rounded twice
+    in a block's dtype: c cast to it, then each entry c·g_i, or a closed form's
+    product of factors. Each rounding grows the norm by at most a factor 1 + u
+    (u its unit roundoff), so m = 16 ε = 32u of the narrowest dtype keeps the
+    rounded record within C (measured over random dense, PCA and
+    second-moment records: at most 1 − 1.8e-6 in float32 and 1 − 3e-15 in
+    float64, where a margin of 4u still let closed forms reach 1 + 4e-16).
 
     Parameters
     ----------
@@ -87,15 +94,16 @@ def clip_margin(dtypes) -> float:
     -------
     float
     """
-    return 2 * max((torch.finfo(d).eps for d in dtypes if d.is_floating_point), default=0.0)
+    return 16 * max((torch.finfo(d).eps for d in dtypes if d.is_floating_point), default=0.0)
 
 
-def clip_factors(norms: torch.Tensor, clip: float, margin: float = 0.0) -> torch.Tensor:
+def clip_factors(norms: torch.Tensor, clip: float, margin: float = 0.0, dtypes=()) -> torch.Tensor:
     """min(1, C (1 − m) / ‖g_z‖) per record (clip_C(g) = g · min(1, C / ‖g‖)), and 0 where ‖g_z‖ is not finite.
 
-    A factor that would be subnormal (‖g_z‖ > C / the smallest normal) is 0 too:
-    a subnormal keeps only a few significant bits, and rounding could scale
-    g_z to nearly 2C.
+    A factor that would be subnormal (‖g_z‖ > C / the smallest normal, of the
+    norms' dtype or of the narrowest of ``dtypes``, the blocks' the factor
+    scales) is 0 too: a subnormal keeps only a few significant bits, and
+    rounding could scale g_z to nearly 2C.
 
     Parameters
     ----------
@@ -106,6 +114,9 @@ def clip_factors(norms: torch.Tensor, clip: float, margin: float = 0.0) -> torch
     margin : float, default=0.0
         m (:func:`clip_margin`): a record is scaled to C (1 − m), so that its
         rounding in the blocks' dtype keeps it within C.
+    dtypes : iterable of torch.dtype, default=()
+        The dtypes of the blocks the factors scale (float64 norms scale
+        float32 blocks: a factor normal in float64 may be subnormal there).
 
     Returns
     -------
@@ -118,7 +129,8 @@ def clip_factors(norms: torch.Tensor, clip: float, margin: float = 0.0) -> torch
     tiny = torch.finfo(norms.dtype).tiny
     factors = torch.where(norms > target, target / norms.clamp_min(tiny), 1.0)
     # C / ‖g‖ below the smallest normal is subnormal, a few bits wide: rounded up, it could scale g to twice C
-    return torch.where(finite & (factors >= tiny), factors, 0.0)
+    smallest = max([tiny, *(torch.finfo(d).tiny for d in dtypes if d.is_floating_point)])
+    return torch.where(finite & (factors >= smallest), factors, 0.0)
 
 
 def check_count(count_noise_std: float, clip: float) -> None:
@@ -209,7 +221,8 @@ def clipped_sums(copies: ClientCopies, loss_fn: LossFn, passes: list[Pass], clip
     norms : list of torch.Tensor
         Client k's real records' (or subjects') norms, in order.
     """
-    margin = clip_margin(p.dtype for p in copies.points().values())
+    dtypes = [p.dtype for p in copies.points().values()]
+    margin = clip_margin(dtypes)
     totals, kept = None, []
     for batch, real in passes:
         gradients = copies.per_record_gradients(loss_fn, batch)
@@ -217,7 +230,7 @@ def clipped_sums(copies: ClientCopies, loss_fn: LossFn, passes: list[Pass], clip
             segments = segments.to(batch[0].device)  # where the records' gradients are (a GPU's, say)
             gradients = subject_means(gradients, segments, int(segments.max()) + 1)
         norms = gradients.norms()
-        factors = clip_factors(norms, clip, margin)
+        factors = clip_factors(norms, clip, margin, dtypes)
         if real is not None:  # a padded record adds exactly 0 (weighted_sum drops it)
             factors = torch.where(real, factors, 0.0)
         totals = _accumulate(totals, gradients.weighted_sum(factors), real)
@@ -306,7 +319,7 @@ def private_step(copies: ClientCopies, loss_fn: LossFn, passes: list[Pass], *, c
         The K clients' models at their iterates.
     loss_fn : callable
         ``loss_fn(output, *targets)`` -> one loss per record, reading that
-        record alone (:func:`~skfedriem.privacy.copies.check_records_apart`).
+        record alone (:func:`~skfedriem.privacy.apart.check_records_apart`).
     passes : list of (batch, real)
         Client k's records of this step (usually one pass; clients that sample
         by Poisson in a stack, several of a public width, padded).
@@ -336,17 +349,47 @@ def private_step(copies: ClientCopies, loss_fn: LossFn, passes: list[Pass], *, c
     gradients are not needed: the projected gradient of the summed loss is
     the same quantity and costs one ordinary backward pass.
     """
-    check_records_apart(copies, loss_fn, passes[0][0])
-    if counts is not None:
-        check_count(count_noise_std, clip)
-    if math.isinf(clip) and noise_std == 0 and counts is None:
-        return _summed_release(copies, loss_fn, passes, denominator, segments)
-    sums, norms = clipped_sums(copies, loss_fn, passes, clip, segments)
-    released = noisy_release(copies, sums, denominator=denominator, noise_std=noise_std, randomness=randomness)
-    if counts is not None:
-        for k, source in enumerate(randomness):
-            counts[k].append(noisy_clipped_count(norms[k], clip, count_noise_std, source))
-    return released
+    _check_record_dtypes(passes[0][0])
+    with _full_precision():
+        check_records_apart(copies, loss_fn, passes[0][0])
+        if counts is not None:
+            check_count(count_noise_std, clip)
+        if math.isinf(clip) and noise_std == 0 and counts is None:
+            return _summed_release(copies, loss_fn, passes, denominator, segments)
+        sums, norms = clipped_sums(copies, loss_fn, passes, clip, segments)
+        released = noisy_release(copies, sums, denominator=denominator, noise_std=noise_std, randomness=randomness)
+        if counts is not None:
+            for k, source in enumerate(randomness):
+                counts[k].append(noisy_clipped_count(norms[k], clip, count_noise_std, source))
+        return released
+
+
+def _check_record_dtypes(batch: tuple[torch.Tensor, ...]) -> None:
+    """ValueError for records in half precision (their gradients would be formed, and clipped, in it)."""
+    for x in batch:
+        if x.is_floating_point() and x.dtype not in PRIVATE_DTYPES:
+            raise ValueError(f"The step's records are {x.dtype}; private steps compute in torch.float32 or "
+                             "torch.float64 (half precision rounds a clipped record past C). Convert them.")
+
+
+@contextlib.contextmanager
+def _full_precision() -> Iterator[None]:
+    """No autocast, and float32 matrix products in full precision, while a step runs, whatever the caller set.
+
+    Under ``torch.autocast`` the clipped sum would be formed in bfloat16, whose
+    rounding is a function of the other records (a release moved by 2.3 times
+    its sensitivity was measured); TF32 products would do the same on a GPU.
+    """
+    precision = torch.get_float32_matmul_precision()
+    devices = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
+    with contextlib.ExitStack() as stack:
+        for device in devices:
+            stack.enter_context(torch.autocast(device, enabled=False))
+        torch.set_float32_matmul_precision("highest")
+        try:
+            yield
+        finally:
+            torch.set_float32_matmul_precision(precision)
 
 
 def _summed_release(copies: ClientCopies, loss_fn: LossFn, passes: list[Pass], denominator: float,

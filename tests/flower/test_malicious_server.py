@@ -430,7 +430,7 @@ def test_the_referee_measures_the_noise_the_site_really_added(kind, tmp_path_fac
 def test_the_referee_measures_the_clipping_the_site_really_applied(tmp_path_factory, monkeypatch):
     tight = [("round", {**PLAUSIBLE[0][1], "clip": 0.01, "noise_std": 0.005}, "on")]  # every record reaches C
     assert caught(("pca", tight), tmp_path_factory) is None
-    monkeypatch.setattr(mechanism_module, "clip_factors", lambda norms, clip, margin=0.0: torch.ones_like(norms))
+    monkeypatch.setattr(mechanism_module, "clip_factors", lambda norms, clip, margin=0.0, dtypes=(): torch.ones_like(norms))
     assert caught(("pca", tight), tmp_path_factory).startswith("charged mu0")
 
 

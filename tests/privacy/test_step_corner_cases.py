@@ -181,3 +181,85 @@ def test_an_extreme_finite_record_contributes_zero_to_an_spdnet_step():
     expected = without.weighted_sum(clip_factors(without.norms(), 1.0, clip_margin([torch.float32])))
     for name, g in released.items():
         torch.testing.assert_close(g, expected[name] / 6, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["stiefel", "grassmann", "moment"])
+def test_a_structured_record_whose_factor_is_subnormal_in_its_blocks_dtype_contributes_nothing(kind):
+    """float64 norms of a float32 model: C / ‖g‖ may be normal in float64 and subnormal in float32, where rounding
+    scaled a crafted record to 1.96–2 C (a review found it in the PCA and second-moment closed forms)."""
+    from skfedriem.models import PCAProjector, SecondMoment
+    from skfedriem.privacy import LoneClient
+    from skfedriem.privacy.mechanism import clipped_sums
+
+    clip, smallest = (1e-7 if kind == "moment" else 1.0), 2.0 ** -149
+    if kind == "moment":
+        model, x = SecondMoment(2, dtype=torch.float32), math.sqrt(clip / (0.51 * smallest))
+        record = torch.tensor([[x, 0.0]])
+    else:
+        model = PCAProjector(4, 1, kind, dtype=torch.float32)
+        with torch.no_grad():
+            model.weight.copy_(torch.tensor([[1.0], [0.0], [0.0], [0.0]]) if kind == "stiefel"
+                               else torch.diag(torch.tensor([1.0, 0.0, 0.0, 0.0])))
+        norm = clip / (0.51 * smallest)
+        a = math.sqrt(norm / 2) if kind == "stiefel" else math.sqrt(norm / math.sqrt(2))
+        record = torch.tensor([[a, a, 0.0, 0.0]])
+    assert torch.isfinite(record).all()
+    batch = torch.cat([record, torch.zeros_like(record)]).unsqueeze(0)
+    sums, _ = clipped_sums(LoneClient(model), lambda out: out, [((batch,), None)], clip)
+    assert float(torch.linalg.vector_norm(sums["weight"].double())) <= clip
+
+
+def test_autocast_does_not_reach_the_step():
+    """Under bfloat16 autocast the clipped sum was formed in bfloat16, its rounding a function of the other records:
+    one record's substitution moved a release by 2.3 times its sensitivity. The step runs in full precision."""
+    g = torch.Generator().manual_seed(8)
+    model = nn.Linear(12, 3)
+    X, y = torch.randn(300, 12, generator=g), torch.arange(300) % 3
+    released = []
+    for first in (X[0], -X[0]):
+        data = torch.cat([first.unsqueeze(0) * 50, X[1:]])
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            released.append(private_gradient(model, cross_entropy, (data, y), clip=0.5, noise_std=0.0,
+                                             denominator=300))
+    assert all(g.dtype == torch.float32 for g in released[0].values())
+    moved = math.sqrt(sum(float((released[0][n] - released[1][n]).double().pow(2).sum()) for n in released[0]))
+    assert moved * 300 / 0.5 <= 2 * (1 + 1e-4)
+
+
+def test_a_model_that_couples_the_records_is_refused():
+    """Batch normalisation in training mode holds no trainable parameter, so the layer rules ran past it: a record
+    moved a release by 5 times its sensitivity."""
+    model = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4, affine=False), nn.Linear(4, 3)).double()
+    X = torch.randn(16, 4, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
+    with pytest.raises(ValueError, match="model couples the records"):
+        private_gradient(model, cross_entropy, (X, torch.arange(16) % 3), clip=1.0, noise_std=0.5, denominator=16)
+
+
+def test_a_loss_that_couples_two_records_anywhere_in_the_batch_is_refused():
+    """Every record's loss is checked alone, not only a few spread over the batch."""
+
+    def linked(output, target):  # record 1's loss reads record 2's (none of the records a spread check takes)
+        losses = F.cross_entropy(output, target, reduction="none")
+        if losses.shape[0] < 3:
+            return losses
+        return losses + torch.zeros_like(losses).index_fill(0, torch.tensor([1]), 1.0) * losses[2]
+
+    model = nn.Linear(4, 3).double()
+    X = torch.randn(64, 4, generator=torch.Generator().manual_seed(10), dtype=torch.float64)
+    with pytest.raises(ValueError, match="record 1's loss"):
+        private_gradient(model, linked, (X, torch.arange(64) % 3), clip=1.0, noise_std=0.5, denominator=64)
+
+
+def test_an_accounting_method_refuses_to_compose_steps_it_cannot_read():
+    """PriRFed reads one (μ0, q) of Poisson steps: charged fixed-size or grouped steps, it certified 3.33 for a
+    subject whose ledger certifies 16."""
+    import skfedriem.baselines  # noqa: F401 - registers accounting="prirfed"
+    from skfedriem.privacy import PrivacyAccountant, PrivacyBudget
+
+    grouped = PrivacyAccountant()
+    grouped.step(mu0=0.5, sample_rate=0.02, num_steps=40, sampling="poisson", group_size=32, unit="subject")
+    fixed = PrivacyAccountant()
+    fixed.step(mu0=0.5, sample_rate=0.02, num_steps=40, sampling="fixed")
+    for ledger, match in ((grouped, "records_per_subject"), (fixed, "sampling")):
+        with pytest.raises(ValueError, match=match):
+            PrivacyBudget(100.0, accounting="prirfed").charge(ledger, label="a fit")

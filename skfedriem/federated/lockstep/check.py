@@ -21,7 +21,8 @@ import functools
 import math
 import torch
 
-from ...privacy.copies import ClientCopies, check_records_apart
+from ...privacy.apart import check_records_apart
+from ...privacy.copies import ClientCopies
 from ...privacy.gradients import per_record_gradients
 from ...privacy.per_sample import LossFn, trainable_parameters
 

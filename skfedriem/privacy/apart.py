@@ -1,0 +1,130 @@
+"""That a model and its loss keep the records of a batch apart: checked before a first private step.
+
+The per-record routes (a closed form, the layer rules) differentiate the
+batch's summed loss and read record z's row as record z's gradient, and a
+stack puts K clients' records through one forward. Both are record z's own
+only if record z's output reads its input alone (no batch normalisation in
+training mode, say) and its loss reads its output alone (no logits centred on
+the batch mean, no loss scaled by the batch size). Otherwise one record would
+move another's clipped gradient, or another client's. So, once per copies and
+loss, :func:`check_records_apart` computes every record's loss and output
+gradient alone and a few records' outputs alone, and compares them with their
+rows in the batch, up to rounding at the dtype's resolution.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch.func import grad, vmap
+
+from .copies import ClientCopies
+from .per_sample import LossFn
+
+__all__ = ["check_records_apart"]
+
+#: How many records, spread over the batch, :func:`check_records_apart` puts through the model alone.
+OUTPUT_CHECKS = 8
+
+
+def _resolution(dtype: torch.dtype) -> float:
+    return math.sqrt(torch.finfo(dtype).eps) if dtype.is_floating_point else 0.0
+
+
+def _alone(loss_fn: LossFn, flat: torch.Tensor, targets: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every record's loss and output gradient with the record alone (vmapped; a loop where the loss cannot be).
+    A loss that fails on one record alone raises ValueError: it is not per record."""
+
+    def one(output: torch.Tensor, *target: torch.Tensor) -> torch.Tensor:
+        return loss_fn(output.unsqueeze(0), *(t.unsqueeze(0) for t in target)).sum()
+
+    try:
+        return vmap(one)(flat.detach(), *targets), vmap(grad(one))(flat.detach(), *targets)
+    except Exception:  # noqa: BLE001 - a loss torch.func cannot trace is checked record by record
+        values, gradients = [], []
+        for z in range(flat.shape[0]):
+            record = flat[z].detach().requires_grad_(True)
+            try:
+                value = one(record, *(t[z] for t in targets))
+            except Exception as error:  # noqa: BLE001 - whatever it raises, the loss reads more than one record
+                raise ValueError(f"The loss cannot be computed for record {z} alone ({error}): it is not per "
+                                 "record, and the private step clips each record's gradient on its own.") from error
+            values.append(value.detach())
+            gradients.append(torch.autograd.grad(value, record)[0])
+        return torch.stack(values), torch.stack(gradients)
+
+
+def _coupled_loss(loss_fn: LossFn, flat: torch.Tensor, targets: list[torch.Tensor],
+                  losses: torch.Tensor) -> int | None:
+    """The first record whose loss or output gradient alone differs from its row in the batch; None."""
+    n = flat.shape[0]
+    rows = torch.autograd.grad(losses.sum(), flat)[0]
+    losses = losses.detach()
+    finite = torch.isfinite(rows.reshape(n, -1)).all(1) & torch.isfinite(losses)
+    if not bool(finite.any()):
+        return None
+    values, gradients = _alone(loss_fn, flat, targets)
+    resolution = _resolution(rows.dtype)
+    value_tolerance = resolution * (losses[finite].abs().max() + losses.abs())
+    row_tolerance = resolution * (rows[finite].abs().max() + rows.abs())
+    differs = ((values - losses).abs() > value_tolerance) | ((gradients - rows).abs() > row_tolerance).reshape(
+        n, -1).any(1)
+    coupled = torch.nonzero(differs & finite).flatten()
+    return int(coupled[0]) if coupled.numel() else None
+
+
+def _coupled_output(copies: ClientCopies, inputs: torch.Tensor, outputs: torch.Tensor) -> int | None:
+    """The first of a few records (spread over the batch) whose output alone differs from its row; None."""
+    width = inputs.shape[1]
+    resolution = _resolution(outputs.dtype)
+    finite = torch.isfinite(outputs)
+    scale = float(outputs[finite].abs().max()) if bool(finite.any()) else 1.0
+    for z in sorted({round(i * (width - 1) / (OUTPUT_CHECKS - 1)) for i in range(OUTPUT_CHECKS)}):
+        try:
+            with torch.no_grad():
+                alone = copies.outputs(inputs[:, z:z + 1])[:, 0]
+        except (RuntimeError, ValueError):  # a model that cannot take one record alone (batch norm in training mode)
+            return z
+        row = outputs[:, z]
+        mask = torch.isfinite(row) & torch.isfinite(alone)
+        if not torch.allclose(alone[mask], row[mask], rtol=resolution, atol=resolution * scale):
+            return z
+    return None
+
+
+def check_records_apart(copies: ClientCopies, loss_fn: LossFn, batch: tuple[torch.Tensor, ...]) -> None:
+    """ValueError unless the model gives each record an output of its input alone and ``loss_fn`` a loss of its
+    output alone (module docstring); checked once per copies and loss.
+
+    Parameters
+    ----------
+    copies : ClientCopies
+    loss_fn : callable
+    batch : tuple of torch.Tensor
+        ``(K, B, ...)`` records the copies are about to step on.
+    """
+    if copies._apart is loss_fn or batch[0].shape[1] < 2:
+        return
+    with torch.no_grad():
+        outputs = copies.outputs(batch[0])
+    record = _coupled_output(copies, batch[0], outputs)
+    if record is not None:
+        raise ValueError(f"The model couples the records of a batch: record {record}'s output differs when it is "
+                         "alone (a layer that reads the batch, such as batch normalisation in training mode). The "
+                         "private step clips each record's gradient on its own, which needs every record's output to "
+                         "read its input only.")
+    flat = outputs.flatten(0, 1).detach().requires_grad_(True)
+    targets = [t.flatten(0, 1) for t in batch[1:]]
+    losses = loss_fn(flat, *targets)
+    n = flat.shape[0]
+    if losses.shape != (n,):
+        raise ValueError(f"The loss must return one value per record: shape ({n},) for {n} records. Got "
+                         f"{tuple(losses.shape)}: the loss is not per record.")
+    coupled = _coupled_loss(loss_fn, flat, targets, losses)
+    if coupled is not None:
+        raise ValueError(f"The loss couples the records of a batch: record {coupled}'s loss or its gradient "
+                         "differs when the record is alone (a loss centred on the batch, or scaled by its size, is "
+                         "not per record). The private step clips each record's gradient on its own, which needs "
+                         "loss_fn(output, *targets)[z] to read record z's output and targets only.")
+    copies._apart = loss_fn
