@@ -26,7 +26,7 @@ from ..federated import client_round as round_module
 from ..federated.client import ClientState
 from ..privacy import PrivacyAccountant, WholeRunAccounting
 from ..privacy import mechanism as mechanism_module
-from ..privacy.gradients import StackedDenseGradients, record_norms
+from ..privacy.gradients import StackedDenseGradients, dense_rows, record_norms
 from ..privacy.sampling import make_sampler
 from ..privacy.units import RECORD
 
@@ -201,10 +201,11 @@ def noise_stream_restarted() -> Iterator[None]:
 
 def _blocks_clipped_alone(gradients, clip: float, real) -> dict[str, torch.Tensor]:
     """Each block's per-record gradients clipped to C on its own (the whole gradient then reaches C √(blocks))."""
-    if not isinstance(gradients, StackedDenseGradients):
+    rows = dense_rows(gradients)
+    if rows is None:
         raise ValueError("The per-block clipping mutation needs dense per-record gradients.")
     sums = {}
-    for name, g in gradients.grads.items():
+    for name, g in rows.items():
         factors = mechanism_module.clip_factors(record_norms(g.reshape(*g.shape[:2], -1)), clip)
         factors = factors if real is None else torch.where(real, factors, 0.0)
         sums[name] = StackedDenseGradients({name: g}).weighted_sum(factors)[name]

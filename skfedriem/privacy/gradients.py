@@ -26,7 +26,7 @@ from .capabilities import capabilities_of
 from .layerwise import layerwise_per_sample_gradients
 from .per_sample import LossFn, per_sample_gradients, trainable_parameters
 
-__all__ = ["DenseGradients", "PerRecordGradients", "StackedDenseGradients", "per_record_gradients",
+__all__ = ["DenseGradients", "PerRecordGradients", "StackedDenseGradients", "dense_rows", "per_record_gradients",
            "project_per_sample", "record_norms", "subject_means", "with_client_axis"]
 
 
@@ -165,6 +165,25 @@ class _OneClient(PerRecordGradients):
         return {name: total.unsqueeze(0) for name, total in self.gradients.weighted_sum(weights[0]).items()}
 
 
+def dense_rows(gradients: PerRecordGradients) -> dict[str, torch.Tensor] | None:
+    """Every record's gradient of every block, ``(K, B, *shape)``, when ``gradients`` are stored densely; else None.
+
+    Parameters
+    ----------
+    gradients : PerRecordGradients
+        With a client axis.
+
+    Returns
+    -------
+    dict of str to torch.Tensor or None
+    """
+    if isinstance(gradients, StackedDenseGradients):
+        return gradients.grads
+    if isinstance(gradients, _OneClient) and isinstance(gradients.gradients, DenseGradients):
+        return {name: g.unsqueeze(0) for name, g in gradients.gradients.grads.items()}
+    return None
+
+
 def with_client_axis(gradients: PerRecordGradients) -> PerRecordGradients:
     """A lone client's gradients (norms (B,)) as one client of a stack (norms (1, B)), without a copy.
 
@@ -176,8 +195,6 @@ def with_client_axis(gradients: PerRecordGradients) -> PerRecordGradients:
     -------
     PerRecordGradients
     """
-    if isinstance(gradients, DenseGradients):
-        return StackedDenseGradients({name: g.unsqueeze(0) for name, g in gradients.grads.items()})
     return _OneClient(gradients)
 
 
@@ -209,6 +226,8 @@ def subject_means(grads: PerRecordGradients, segments: torch.Tensor, n_subjects:
     PerRecordGradients
         ``n_subjects`` rows (per client).
     """
+    if isinstance(grads, _OneClient):
+        return _OneClient(subject_means(grads.gradients, segments, n_subjects))
     counts = torch.bincount(segments, minlength=n_subjects)
     if isinstance(grads, DenseGradients):
         return DenseGradients(_dense_means(grads.grads, segments, counts, 0))

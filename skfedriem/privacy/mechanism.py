@@ -221,7 +221,7 @@ def clipped_sums(copies: ClientCopies, loss_fn: LossFn, passes: list[Pass], clip
     norms : list of torch.Tensor
         Client k's real records' (or subjects') norms, in order.
     """
-    dtypes = [p.dtype for p in copies.points().values()]
+    dtypes = [block.dtype for block in copies.blocks.values()]
     margin = clip_margin(dtypes)
     totals, kept = None, []
     for batch, real in passes:
@@ -381,15 +381,14 @@ def _full_precision() -> Iterator[None]:
     its sensitivity was measured); TF32 products would do the same on a GPU.
     """
     precision = torch.get_float32_matmul_precision()
-    devices = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
+    devices = [device for device in ("cpu", "cuda") if torch.is_autocast_enabled(device)]
     with contextlib.ExitStack() as stack:
         for device in devices:
             stack.enter_context(torch.autocast(device, enabled=False))
-        torch.set_float32_matmul_precision("highest")
-        try:
-            yield
-        finally:
-            torch.set_float32_matmul_precision(precision)
+        if precision != "highest":
+            torch.set_float32_matmul_precision("highest")
+            stack.callback(torch.set_float32_matmul_precision, precision)
+        yield
 
 
 def _summed_release(copies: ClientCopies, loss_fn: LossFn, passes: list[Pass], denominator: float,
