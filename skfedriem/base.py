@@ -57,6 +57,7 @@ from ._seeding import RunSeeds, run_seeds
 from ._utils.user_warnings import warn_user
 from .exceptions import NoiseSwampsSignalWarning, PositionalClientsWarning, PrivacyBudgetExceeded
 from .federated import Aggregation, FederatedTrainer, FederationSettings, PrivacyPlan, TrainingState
+from .federated.pricing import model_dimension
 from .federated.settings import SettingDoc
 from .privacy import PrivacyAccountant, PrivacyBudget, get_accounting
 from .privacy.accounting_methods import ChargedRun
@@ -96,6 +97,8 @@ class FederatedEstimatorMixin(_EstimatorParameters):
     sampling: str = setting("sampling")
     privacy_unit: str = setting("privacy_unit")
     records_per_subject: int | None = setting("records_per_subject")
+    noise: str = setting("noise")
+    colluders: int | None = setting("colluders")
     n_clients: int = parameter(
         3, "int", "When ``fit`` gets no ``groups``: the number of clients of a random split by record position only "
         "(never by value or label: a split that read the records would let one record move others between clients).",
@@ -271,7 +274,8 @@ class FederatedEstimatorMixin(_EstimatorParameters):
                           "(eps=None): its rounds are in the ledger as infinite loss, so epsilon_ will be inf "
                           "whatever eps this fit uses. To fine-tune privately from a model trained on public "
                           "data, start a new fit from it (init=) instead.")
-            prior = TrainingState(0, {}, self.ledger_.state_dict(), self.history_)
+            prior = TrainingState(0, {}, self.ledger_.state_dict(), self.history_,
+                                  local_ledger=getattr(self, "local_ledger_", self.ledger_).state_dict())
         else:
             generator = torch.Generator().manual_seed(int(seeds.init.generate_state(1)[0]))
             module, loss_fn = self.make_model(input_shape, classes, generator=generator)
@@ -281,8 +285,12 @@ class FederatedEstimatorMixin(_EstimatorParameters):
         if spent is not None:
             eps = self._left_after(spent, eps, module, loss_fn, input_shape, clients)
             ledger = PrivacyAccountant.from_state_dict(prior.ledger) if prior is not None else PrivacyAccountant()
+            local = PrivacyAccountant.from_state_dict(prior.local_ledger or prior.ledger) if prior is not None \
+                else PrivacyAccountant()
             ledger.extend(spent)
-            prior = TrainingState(0, {}, ledger.state_dict(), [] if prior is None else prior.history)
+            local.extend(spent)
+            prior = TrainingState(0, {}, ledger.state_dict(), [] if prior is None else prior.history,
+                                  local_ledger=local.state_dict())
         return self._planned_trainer(
             module, loss_fn, input_shape, clients, eps, seed_sequence=seeds.server, client_seed=seeds.clients,
             privacy_budget=self.privacy_budget, run_name=repr(self), prior=prior,
@@ -293,7 +301,8 @@ class FederatedEstimatorMixin(_EstimatorParameters):
         """A trainer of ``module`` for a run targeting ``eps``, planned once: the complete settings the model's
         planner returns, and the server's plan of them where the planner made it (the trainer does not make it
         again)."""
-        settings, plan = self._plan_run(input_shape, clients, eps, diameter=step_diameter(module, self._unit))
+        settings, plan = self._plan_run(input_shape, clients, eps, diameter=step_diameter(module, self._unit),
+                                        dimension=model_dimension(module))
         return FederatedTrainer(module, loss_fn, settings, plan=plan, **options)
 
     def _left_after(self, spent: PrivacyAccountant, eps: float | None, module, loss_fn, input_shape,
@@ -413,10 +422,10 @@ class FederatedEstimatorMixin(_EstimatorParameters):
 
     # ------------------------------------------------------------------ helpers
     def _plan_run(self, input_shape: tuple[int, ...], clients: _Clients, eps: float | None, *,
-                  diameter: float = 2.0) -> tuple[FederationSettings, PrivacyPlan | None]:
+                  diameter: float = 2.0, dimension: int = 0) -> tuple[FederationSettings, PrivacyPlan | None]:
         """The run's complete settings for its target ``eps`` (what the model fixes or plans in place of its
         settings' ``"auto"``), and the server's plan of them when the planner made one (σ calibrated with the
-        model's ``diameter``)."""
+        model's ``diameter``; the grid of distributed noise with its ``dimension``)."""
         return FederationSettings.from_params(self.get_params(deep=False), eps=eps), None
 
     def client_optimizer(self):

@@ -10,6 +10,9 @@
   model (:class:`TwoBlocks`) against a static or an adaptive server (θ and
   clip changed between rounds); :func:`audit_off_manifold_server`: a client's
   step against a server that sends θ off the manifold.
+* :func:`audit_distributed_rounds`: K clients' rounds of distributed noise,
+  the server's decoded sum and t colluders' shares (shares sized by K, shares
+  from a public seed and a sum decoded short of K − t shares are caught).
 * :func:`audit_scores`: the bounds (Clopper–Pearson, then the certified
   family and the assumption-free (ε, δ) bound) for any distinguisher's scores.
 * :func:`subject_pair_epsilon`: what one concrete pair of federations shows a
@@ -20,6 +23,7 @@
 from .bounds import AuditResult, audit_scores, clopper_pearson_upper, family_tradeoff, mu0_lower_bound
 from .classifier import audit_spdnet_classifier, canary_trials
 from .client_rounds import TwoBlocks, audit_client_rounds
+from .distributed import audit_distributed_rounds
 from .pca import (audit_covariance_release, audit_federated_pca, audit_off_manifold_server, audit_subject_level,
                   canary_federation)
 from .subject_pair import subject_pair_epsilon
@@ -29,6 +33,7 @@ __all__ = [
     "TwoBlocks",
     "audit_client_rounds",
     "audit_covariance_release",
+    "audit_distributed_rounds",
     "audit_federated_pca",
     "audit_off_manifold_server",
     "audit_scores",

@@ -27,10 +27,14 @@ from ..federated.client import ClientState
 from ..privacy import PrivacyAccountant, WholeRunAccounting
 from ..privacy import mechanism as mechanism_module
 from ..privacy.gradients import StackedDenseGradients, dense_rows, record_norms
+from ..federated.distributed_server import DistributedServer
+from ..privacy import discrete as discrete_module
+from ..privacy import distributed as distributed_module
 from ..privacy.sampling import make_sampler
 from ..privacy.units import RECORD
 
-__all__ = ["noise_projected_alone", "noise_scaled", "noise_stream_restarted", "per_block_clipping",
+__all__ = ["missing_share_counted", "noise_projected_alone", "noise_scaled", "noise_stream_restarted",
+           "per_block_clipping", "rounding_past_the_bound", "shares_from_a_public_seed", "shares_sized_by_clients",
            "site_charges_the_servers_numbers", "site_drops_invalid_records", "site_ignores_the_planned_size",
            "subjects_charged_as_records", "subjects_clipped_by_record"]
 
@@ -106,6 +110,7 @@ class _ServersNumbers:
     sample_rate = property(lambda self: min(1.0, self.batch_size / self.n_records))
     count_noise_std = property(lambda self: 0.0)  # the pre-fix client released no count
     unit = property(lambda self: RECORD)  # and protected records only
+    encoding = property(lambda self: None)  # and added its noise locally
     denominator = property(lambda self: float(int(self.batch_size)))  # what the sampler really divides by
     mu0 = property(lambda self: 2 * self.clip / (self.batch_size * self.noise_std) if self.private else float("inf"))
 
@@ -270,4 +275,63 @@ def subjects_charged_as_records() -> Iterator[None]:
         return honest_calibrate(self, *args, **kw)
 
     with _patched((PrivacyAccountant, "step", step), (WholeRunAccounting, "calibrate", calibrate)):
+        yield
+
+
+@contextmanager
+def shares_sized_by_clients() -> Iterator[None]:
+    """Distributed noise: every share sized V / (2K), as if all K clients were honest, while the ledger charges the
+    K − t honest shares with V: with t colluders the honest noise falls to (K − t) / K of what is charged."""
+    honest = discrete_module.plan_encoding
+
+    def by_clients(dimension, clip, total_batch, clients, colluders, calibrate):
+        encoding = honest(dimension, clip, total_batch, clients, colluders, calibrate)
+        return dataclasses.replace(encoding, share=encoding.share * (clients - colluders) / clients)
+
+    with _patched((discrete_module, "plan_encoding", by_clients)):
+        yield
+
+
+@contextmanager
+def shares_from_a_public_seed() -> Iterator[None]:
+    """Distributed noise: every client draws its share from the round's public rotation seed, which the server
+    knows and can regenerate (the rounding still uses its secret randomness)."""
+    honest = distributed_module.encode_records
+
+    def seeded(rows, encoding, clip, randomness):
+        # the release without a share (Poisson(1e-300) is 0), plus the share every client draws from the public seed
+        without = honest(rows, dataclasses.replace(encoding, share=1e-300), clip, randomness)
+        rng = np.random.default_rng(encoding.rotation_seed)
+        public = rng.poisson(encoding.share, encoding.padded) - rng.poisson(encoding.share, encoding.padded)
+        return np.mod(without + public, encoding.modulus)
+
+    with _patched((distributed_module, "encode_records", seeded)):
+        yield
+
+
+@contextmanager
+def missing_share_counted() -> Iterator[None]:
+    """Distributed noise: the server decodes a sum that fewer than K − t clients answered, as if every missing
+    client's share were in it."""
+    honest = DistributedServer.apply
+
+    def counted(self, theta, releases, denominator, encoding, lr):
+        present = dataclasses.replace(encoding, colluders=encoding.clients - max(len(releases), 1))
+        return honest(self, theta, releases, denominator, present, lr)
+
+    with _patched((DistributedServer, "apply", counted)):
+        yield
+
+
+@contextmanager
+def rounding_past_the_bound() -> Iterator[None]:
+    """Distributed noise: randomized rounding kept on the first try, whatever its norm (no conditioning), while the
+    ledger charges the bound R."""
+
+    def unconditional(scaled, bound, randomness):
+        floor = torch.floor(scaled)
+        draws = randomness.uniform(scaled.numel()).reshape(tuple(scaled.shape))
+        return (floor + torch.from_numpy((draws < (scaled - floor).numpy()).astype(np.float64))).to(torch.int64)
+
+    with _patched((discrete_module, "_conditional_round", unconditional)):
         yield

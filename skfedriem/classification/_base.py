@@ -377,14 +377,15 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
                                  f"(its weights only mean something with its own): set this estimator's {block!r} "
                                  "to the one the public model used.")
 
-    def _plan_run(self, input_shape, clients, eps, *, diameter=2.0):
+    def _plan_run(self, input_shape, clients, eps, *, diameter=2.0, dimension=0):
         """The run's complete settings and the server's plan of them, planned from public quantities
         (:func:`~skfedriem.classification.planning.plan_classifier_run`)."""
         if clients.sizes is None:
             raise ValueError(f"{type(self).__name__}.make_trainer needs client_sizes (the clients' public numbers "
                              "of records) to plan its 'auto' settings.")
         self._plan = plan_classifier_run(self.schedule, {**self.get_params(deep=False), "eps": eps},
-                                         list(clients.sizes), diameter=diameter, client_names=clients.names)
+                                         list(clients.sizes), diameter=diameter, client_names=clients.names,
+                                         dimension=dimension)
         return self._plan.trainer_settings, self._plan.privacy
 
     def client_optimizer(self):

@@ -79,6 +79,9 @@ ROUND_STEP = 0.5
 NOISE_WALK = 0.4
 """η σ̄ √(T τ), the planned spread of the noise's random walk in each coordinate of the model."""
 DEFAULT_ROUNDS = 200
+DISTRIBUTED_ROUNDS = 300
+"""T under ``noise="distributed"``: every round is one step of every client's whole records (full batches: the
+noise is paid once on the sum of all of them), so a run of T rounds is T steps."""
 
 _CHOSEN = ("chosen by :func:`~skfedriem.classification.planning.plan_classifier` from public quantities only (the "
            "model's kind, ε, δ, C, the clients' sizes, B); ``plan_`` says what and why.")
@@ -129,6 +132,11 @@ class ClassifierSchedule:
         Why ``sgd_lr`` (for ``plan_``).
     optimizer_reason : str, default=""
         Why this model's optimiser, when not the planner's general reason (for ``plan_``).
+    distributed_sgd_lr : float or None, default=None
+        SGD's step when ``lr="auto"`` and ``noise="distributed"``; None: the
+        rule, σ̄ the noise std of the server's decoded mean step.
+    distributed_sgd_lr_reason : str, default=""
+        Why ``distributed_sgd_lr``.
     """
 
     name: str
@@ -139,6 +147,8 @@ class ClassifierSchedule:
     sgd_lr: float | None = None
     sgd_lr_reason: str = ""
     optimizer_reason: str = ""
+    distributed_sgd_lr: float | None = None
+    distributed_sgd_lr_reason: str = ""
 
 
 #: The model kinds :func:`plan_classifier` knows by name: each classifier's ``schedule``, registered by its class.
@@ -301,7 +311,7 @@ def plan_classifier(
 
 def plan_classifier_run(model: str | ClassifierSchedule, params: Mapping, client_sizes: list[int], *,
                         noise_walk: float = NOISE_WALK, diameter: float = 2.0,
-                        client_names: list | None = None) -> ClassifierPlan:
+                        client_names: list | None = None, dimension: int = 0) -> ClassifierPlan:
     """:func:`plan_classifier` from an estimator's parameters: the run's complete settings, planned once.
 
     Parameters
@@ -314,6 +324,8 @@ def plan_classifier_run(model: str | ClassifierSchedule, params: Mapping, client
     client_sizes : list of int
     noise_walk, diameter, client_names
         As in :func:`plan_classifier`.
+    dimension : int, default=0
+        The model's trainable coordinates (the grid of ``noise="distributed"``).
 
     Returns
     -------
@@ -327,18 +339,20 @@ def plan_classifier_run(model: str | ClassifierSchedule, params: Mapping, client
     auto = {name for name in PLANNED if _is_auto(params.get(name))}
     private = params.get("eps") is not None
     chosen = planned_optimizer(schedule, params["optimizer"], private=private)
-    planned = {"n_rounds": DEFAULT_ROUNDS, "batch_size": _planned_batch_size(schedule, client_sizes, params),
+    distributed = private and params.get("noise") == "distributed"
+    planned = {"n_rounds": DISTRIBUTED_ROUNDS if distributed else DEFAULT_ROUNDS,
+               "batch_size": None if distributed else _planned_batch_size(schedule, client_sizes, params),
                "local_epochs": 1.0, "optimizer": chosen, "lr_schedule": "constant" if chosen == "sgd" else "cosine"}
     # η is planned from the server's plan, which does not read it (PLANNED_FROM): the settings' default stands in
     given = {name: value for name, value in params.items() if name not in auto}
     settings = FederationSettings.from_params(given, **{name: planned[name] for name in auto if name != "lr"})
-    reasons = _unplanned_reasons(settings, schedule, auto)
+    reasons = [_distributed_reason(auto)] if distributed else _unplanned_reasons(settings, schedule, auto)
     # the run's own plan (it warns of a clamped B or a large δ once, here): the trainer takes it as it is
     names = list(range(len(client_sizes))) if client_names is None else list(client_names)
-    privacy = plan_run(list(client_sizes), names, settings, diameter=diameter)
-    if settings.privacy_unit == "subject":
+    privacy = plan_run(list(client_sizes), names, settings, diameter=diameter, dimension=dimension)
+    if settings.privacy_unit == "subject" and settings.batch_size is not None:
         reasons.append(subject_reason(settings.batch_size, min(client_sizes), settings.unit))
-    if "batch_size" in auto and settings.batch_size < schedule.batch_size:
+    if "batch_size" in auto and not distributed and settings.batch_size < schedule.batch_size:
         _warn_of_a_small_client(client_sizes, settings.batch_size, privacy, settings.local_steps is not None)
     if "optimizer" in auto:
         reasons.append(f"{chosen}: {_optimizer_reason(schedule, chosen)}")
@@ -349,6 +363,18 @@ def plan_classifier_run(model: str | ClassifierSchedule, params: Mapping, client
         settings = settings.replace(lr=float(lr))
         reasons.append(why)
     return ClassifierPlan(trainer_settings=settings, privacy=privacy, reason="; ".join(reasons) or "every setting given")
+
+
+def _distributed_reason(auto: set[str]) -> str:
+    """Why ``"auto"`` plans full batches and T = 300 under distributed noise."""
+    planned = [text for name, text in (("n_rounds", f"T = {DISTRIBUTED_ROUNDS}"),
+                                       ("batch_size", "full batches (every client's whole records each round)"))
+               if name in auto]
+    if not planned:
+        return "distributed noise: one step a round"
+    return (", ".join(planned) + ": distributed noise pays the noise once on the round's sum, so its one step a "
+            "round takes every record (on the 24 real PhysioNet subjects, one client each, ε = 10, the tangent "
+            "model reached 0.64 held-out at T = 300 against 0.54 at T = 100, η = 1)")
 
 
 def _planned_batch_size(schedule: ClassifierSchedule, client_sizes: list[int], params: Mapping) -> int:
@@ -407,12 +433,17 @@ def _planned_lr(schedule: ClassifierSchedule, chosen: str, optimizer, privacy: P
                 noise_walk: float) -> tuple[float, str]:
     """η for ``lr="auto"`` and why: the model's fixed SGD step, the noise-walk rule, or Adam's step."""
     tau = privacy.steps_per_round
-    if chosen == "sgd" and schedule.sgd_lr is not None:
+    if chosen == "sgd" and privacy.encoding is not None and schedule.distributed_sgd_lr is not None:
+        lr = schedule.distributed_sgd_lr
+        return lr, f"η = {lr:g} (distributed noise): {schedule.distributed_sgd_lr_reason}"
+    if chosen == "sgd" and schedule.sgd_lr is not None and privacy.encoding is None:
         lr = schedule.sgd_lr
         return lr, (f"η = {lr:g}: {schedule.sgd_lr_reason}" if schedule.sgd_lr_reason else f"η = {lr:g}")
     if chosen == "sgd":
         sigmas = [privacy.client_noise_std(i) for i in range(len(privacy.local_steps))]
         spread = math.sqrt(sum(x * x for x in sigmas) / len(sigmas) / k)  # σ̄: the noise of a k-client mean
+        if privacy.encoding is not None:  # distributed noise: that of the server's decoded mean step
+            spread = privacy.noise_std
         walk = spread * math.sqrt(rounds * tau)
         lr = ROUND_STEP / tau if walk == 0 else min(ROUND_STEP / tau, noise_walk / walk)
         return lr, (f"η = min({ROUND_STEP:g} / τ, {noise_walk:g} / (σ̄ √(T τ))) = {lr:.4g} with τ = {tau} local "

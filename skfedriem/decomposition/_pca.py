@@ -212,7 +212,7 @@ class FederatedPCA(FederatedEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Tra
                               basis=self._initial_basis(n_features))
         return module, identity_loss
 
-    def _plan_run(self, input_shape, clients, eps, *, diameter=2.0):
+    def _plan_run(self, input_shape, clients, eps, *, diameter=2.0, dimension=0):
         """The run's complete settings, with the solver and schedule planned from public quantities
         (:func:`~.planning.plan_pca`)."""
         client_sizes = clients.sizes

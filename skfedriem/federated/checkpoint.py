@@ -42,6 +42,9 @@ class TrainingState:
     round_cost : dict or None
         The started round's charge, as a ledger state: a resume that re-sends
         the round at that cost does not charge it again.
+    local_ledger : dict or None
+        What every client's own releases guarantee alone (distributed noise:
+        its shares), as a ledger state; None: the same as ``ledger``.
     """
 
     round: int
@@ -52,6 +55,7 @@ class TrainingState:
     started: bool = False
     plan: dict | None = None
     round_cost: dict | None = None
+    local_ledger: dict | None = None
 
     @classmethod
     def empty(cls) -> TrainingState:

@@ -42,12 +42,13 @@ import torch
 from torch import nn
 
 from ..privacy.copies import ClientCopies
+from ..privacy.distributed import distributed_release
 from ..privacy.mechanism import private_step
 from ..privacy.per_sample import LossFn
 from ..privacy.units import RECORD, PrivacyUnit, SubjectIndex
 from .aggregation import get_aggregation
 from .client import ClientRecipe, ClientState, round_units
-from .instructions import CLIPPED_FRACTION, RoundInstructions, check_iterate, step_plan
+from .instructions import CLIPPED_FRACTION, ENCODED_RELEASE, RoundInstructions, check_iterate, step_plan
 from .lockstep.widths import padded_picks, poisson_width
 from .optimizers import make_optimizer
 
@@ -193,6 +194,19 @@ def _take_steps(recipe: ClientRecipe, copies: ClientCopies, optimizer: torch.opt
     return counts
 
 
+def _distributed_round(recipe: ClientRecipe, copies: ClientCopies, plans: list, states: Sequence[ClientState],
+                       records: list, subjects: SubjectIndex | None) -> list[Reply]:
+    """The one step of a round of distributed noise: every client's encoded release, its reply's only entry."""
+    plan = plans[0]
+    picks = [np.asarray(p.sampler().sample(state.randomness)) for p, state in zip(plans, states)]
+    passes, segments = _step_passes(records, picks, subjects, _poisson_width(plans))
+    started = time.perf_counter()
+    releases = distributed_release(copies, recipe.loss_fn, passes, clip=plan.clip, encoding=plan.encoding,
+                                   randomness=[s.randomness for s in states], segments=segments)
+    seconds = (time.perf_counter() - started) / len(releases)
+    return [({ENCODED_RELEASE: torch.from_numpy(release)}, seconds) for release in releases]
+
+
 def run_round(recipe: ClientRecipe, theta: dict[str, torch.Tensor], clients: Sequence[tuple[torch.Tensor, ...]],
               states: Sequence[ClientState], instructions: RoundInstructions) -> list[Reply]:
     """K clients' rounds from θ_t under the same instructions (K = 1: a lone client); their replies in order.
@@ -226,6 +240,8 @@ def run_round(recipe: ClientRecipe, theta: dict[str, torch.Tensor], clients: Seq
     copies = recipe.copies(len(clients))
     copies.load(theta)
     copies.verify(recipe.loss_fn, records)
+    if plans[0].encoding is not None:
+        return _distributed_round(recipe, copies, plans, states, records, subjects)
     optimizer = _round_optimizer(recipe, copies, states, instructions.lr)
     counts = _take_steps(recipe, copies, optimizer, plans, states, records, subjects)
     if not recipe.reset_optimizer:

@@ -28,6 +28,7 @@ from .._utils.user_warnings import warn_user
 from ..exceptions import OneByOneClientsWarning
 from ..manifolds import manifold_of
 from ..privacy import PrivacyAccountant, PrivacyBudget
+from ..privacy.discrete import sum_releases
 from ..privacy.per_sample import LossFn, trainable_parameters
 from ..privacy.units import unit_count
 from .adaptive_clip import clip_after, clipped_fraction
@@ -35,10 +36,12 @@ from .charging import RunCharge
 from .checkpoint import TrainingState
 from .client import ClientRecipe
 from .devices import resolve_device
+from .distributed_server import DistributedServer
+from .instructions import ENCODED_RELEASE
 from .lockstep import lockstep_eligible, stacking_obstacle
 from .optimizers import resolve_optimizer
 from .parallel import effective_n_jobs, thread_budget
-from .plan import PrivacyPlan, check_client_sizes, warn_if_noise_swamps
+from .plan import PrivacyPlan, check_client_sizes, distributed_clients, warn_if_noise_swamps
 from .pricing import RoundPricing
 from .progress import round_progress
 from .resume import check_resume, remaining_from
@@ -201,6 +204,9 @@ class FederatedTrainer:
         self.clients_per_round(len(clients))
         check_client_sizes(sizes, names, self.settings.unit)
         run = BACKENDS.get(self.settings.backend)
+        if self.settings.backend != "local" and self.settings.noise == "distributed":
+            raise ValueError(f"noise='distributed' runs with backend='local' for now (Flower sites need secure "
+                             f"aggregation, which they do not run yet). Got backend={self.settings.backend!r}.")
         if self.settings.backend != "local" and effective_n_jobs(self.settings.n_jobs) != 1:
             raise ValueError(f"n_jobs runs clients in worker processes of backend='local'; "
                              f"backend={self.settings.backend!r} places its clients itself. "
@@ -339,6 +345,15 @@ class FederatedTrainer:
                 for name, p in trainable_parameters(self.module).items():
                     p.copy_(resume.theta[name])
         self.accountant_ = PrivacyAccountant.from_state_dict(prior.ledger)
+        # what each client's own release guarantees alone; an earlier run of local noise guarantees its ε alone
+        self.local_accountant_ = PrivacyAccountant.from_state_dict(prior.local_ledger or prior.ledger)
+        self._server = None
+        if self.plan_.encoding is not None:
+            encoding, planned = self.plan_.encoding, distributed_clients(len(client_sizes), self.settings)
+            if (encoding.clients, encoding.colluders) != (k, planned[1]):  # the certificate counts these shares
+                raise ValueError(f"The plan's encoding is for K = {encoding.clients} clients, t = "
+                                 f"{encoding.colluders}; this run selects {k} a round with t = {planned[1]}.")
+            self._server = DistributedServer(self.module, self.settings.optimizer)
         self._epsilon_so_far = self.pricing.running_epsilon(self.accountant_)
         # ε of the ledger once every remaining round is charged, on the fine grid (what epsilon_ will be): every ε
         # in history_ is at most it, so the curve never crosses the final figure
@@ -362,17 +377,26 @@ class FederatedTrainer:
         theta = {name: p.detach().clone() for name, p in trainable_parameters(self.module).items()}
         rng_before = copy.deepcopy(server_rng.bit_generator.state)
         selected = np.sort(server_rng.choice(len(self.pricing.client_sizes), size=k, replace=False))
+        # distributed noise: the round's public rotation, drawn after the selection from the same public stream
+        rotation = int(server_rng.integers(2 ** 63)) if self._server is not None else 0
         cost = self.pricing.round_release(lr, clip)
         if resent is None or resent.round_cost != cost.state_dict():
             self.accountant_.extend(cost)
+            self.local_accountant_.extend(self.pricing.local_round_release(lr))
         if on_round is not None:
             on_round(TrainingState(t, theta, self.accountant_.state_dict(), self.history_, rng_before, True,
-                                   plan=self.pricing.record(), round_cost=cost.state_dict()))
-        replies = transport.run_round(t, selected.tolist(), theta,
-                                      {int(i): self.pricing.client_instructions(int(i), lr, clip) for i in selected})
-        aggregation_seconds = self._aggregate(theta, replies)
+                                   plan=self.pricing.record(), round_cost=cost.state_dict(),
+                                   local_ledger=self.local_accountant_.state_dict()))
+        instructions = {int(i): self.pricing.client_instructions(int(i), lr, clip, rotation) for i in selected}
+        replies = transport.run_round(t, selected.tolist(), theta, instructions)
+        if self._server is None:
+            aggregation_seconds, discarded = self._aggregate(theta, replies), None
+        else:
+            aggregation_seconds, discarded = self._aggregate_sum(theta, replies, instructions, lr)
         self._end_round(t, lr, selected, sorted(replies), aggregation_seconds,
                         sum(seconds for _, seconds in replies.values()), time.perf_counter() - round_started)
+        if discarded is not None:
+            self.history_[-1]["discarded"] = discarded
         if self.plan_.adaptive_clip:
             self.history_[-1].update(clip=clip, clipped_fraction=clipped_fraction(sub for sub, _ in replies.values()))
             clip = self._next_clip(self.history_[-1])
@@ -397,6 +421,24 @@ class FederatedTrainer:
             self.transcript_.append({"theta": theta, "clients": replied, "submissions": submissions})
         return seconds
 
+    def _aggregate_sum(self, theta: dict[str, torch.Tensor], replies: dict, instructions: dict,
+                       lr: float) -> tuple[float, str | None]:
+        """Distributed noise: θ_{t+1} from the sum of the releases that arrived
+        (:class:`~skfedriem.federated.distributed_server.DistributedServer`); the seconds it took, and why the
+        round was discarded (None: applied). The transcript records the sum alone, what the server learns."""
+        replied = sorted(replies)
+        started = time.perf_counter()
+        encoding = instructions[replied[0]].encoding if replied else next(iter(instructions.values())).encoding
+        releases = [replies[i][0][ENCODED_RELEASE] for i in replied]
+        denominator = sum(self.plan_.client_batch_size(i) for i in replied)
+        discarded = self._server.apply(theta, releases, denominator, encoding, lr)
+        seconds = time.perf_counter() - started
+        if self.transcript_ is not None:  # secure aggregation with too few survivors reveals nothing
+            total = None if len(releases) < encoding.honest else torch.from_numpy(
+                sum_releases([r.numpy() for r in releases], encoding))
+            self.transcript_.append({"theta": theta, "clients": replied, "sum": total})
+        return seconds, discarded
+
     def _next_clip(self, row: dict | None) -> float:
         """C of the next round (:func:`~skfedriem.federated.adaptive_clip.clip_after`; the plan's C without
         adaptive clipping)."""
@@ -409,12 +451,13 @@ class FederatedTrainer:
         theta = {name: p.detach().clone() for name, p in trainable_parameters(self.module).items()}
         rng = None if server_rng is None else copy.deepcopy(server_rng.bit_generator.state)
         return TrainingState(completed_rounds, theta, self.accountant_.state_dict(), self.history_, rng, False,
-                             plan=self.pricing.record())
+                             plan=self.pricing.record(), local_ledger=self.local_accountant_.state_dict())
 
     def _end_round(self, t: int, lr: float, selected: np.ndarray, replied: list[int], aggregation_seconds: float,
                    submission_seconds: float, round_seconds: float) -> None:
         epsilon = min(self._epsilon_so_far(), self._final_epsilon) if self.accountant_.private else math.inf
         entry = {"round": self._round_offset + t + 1, "epsilon": epsilon, "lr": lr,
+                 **({"local_epsilon": self.local_epsilon_} if self._server is not None else {}),
                  "clients": selected.tolist(), "replied": replied, "aggregation_seconds": aggregation_seconds}
         if self.settings.client_timings:
             entry.update(submission_seconds=submission_seconds, round_seconds=round_seconds)
@@ -430,10 +473,20 @@ class FederatedTrainer:
         step charged, earlier runs included: what a warm start continues).
         """
         plan = self.plan_
-        return {"epsilon_": self.epsilon_, "delta_": self.settings.delta, "mu0_": plan.mu0,
+        return {"epsilon_": self.epsilon_, "local_epsilon_": self.local_epsilon_, "delta_": self.settings.delta,
+                "mu0_": plan.mu0,
                 "noise_std_": plan.noise_std,
                 "batch_size_": plan.batch_size, "history_": self.history_,
-                "ledger_": PrivacyAccountant.from_state_dict(self.accountant_.state_dict())}
+                "ledger_": PrivacyAccountant.from_state_dict(self.accountant_.state_dict()),
+                "local_ledger_": PrivacyAccountant.from_state_dict(self.local_accountant_.state_dict())}
+
+    @property
+    def local_epsilon_(self) -> float:
+        """What every client's own releases guarantee alone, against a server that breaks the protocol: with
+        distributed noise its shares' ε, with local noise :attr:`epsilon_`."""
+        if self._server is None and self.local_accountant_.history == self.accountant_.history:
+            return self.epsilon_
+        return self.pricing.epsilon(self.local_accountant_)
 
     @property
     def epsilon_(self) -> float:

@@ -20,16 +20,19 @@ from torch import nn
 from ..exceptions import InvalidInstructionsError, InvalidIterateError
 from ..manifolds import manifold_of
 from ..privacy.copies import check_private_dtypes
+from ..privacy.discrete import DistributedEncoding
 from ..privacy.per_sample import trainable_parameters
 from ..privacy.step_plan import StepPlan
 from ..privacy.units import RECORD, PrivacyUnit, step_diameter
 from .aggregation import AGGREGATIONS
 
-__all__ = ["CLIPPED_FRACTION", "RoundInstructions", "check_iterate", "iterate_tolerance", "step_plan"]
+__all__ = ["CLIPPED_FRACTION", "ENCODED_RELEASE", "RoundInstructions", "check_iterate", "iterate_tolerance", "step_plan"]
 
 #: The key of a submission's noisy fraction of unclipped records (adaptive clipping); never a parameter's name
 #: (a parameter's name has no spaces).
 CLIPPED_FRACTION = "clipped fraction"
+#: The key of a distributed-noise round's reply: the client's encoded release (int64, modulo 2^bits), its only entry.
+ENCODED_RELEASE = "encoded release"
 
 
 def iterate_tolerance(dtype: torch.dtype) -> float:
@@ -116,6 +119,11 @@ class RoundInstructions:
         steps sample as records (``batch_size`` and ``planned_records`` then
         count these k n records). A client refuses a round planned for another
         k than its own.
+    encoding : DistributedEncoding or None, default=None
+        Distributed noise (:mod:`skfedriem.privacy.discrete`): the round's
+        grid, modulus, noise share, K, t and public rotation; the client's one
+        step releases its encoded sum plus its share instead of a submission.
+        None: local noise.
     """
 
     lr: float
@@ -129,6 +137,7 @@ class RoundInstructions:
     planned_records: int = 0
     privacy_unit: str = "record"
     records_per_subject: int | None = None
+    encoding: DistributedEncoding | None = None
 
     @property
     def unit(self) -> PrivacyUnit:
@@ -195,7 +204,13 @@ def step_plan(instructions: RoundInstructions, n_records: int, module: nn.Module
         raise InvalidInstructionsError(f"The round's 'aggregation' must be one of {list(AGGREGATIONS.names())}. "
                                        f"Got {instructions.aggregation!r} instead.")
     _check_planned_for(instructions, n_records, unit)
+    encoding = instructions.encoding
+    if encoding is not None and getattr(encoding, "dimension", None) != sum(
+            p.numel() for p in trainable_parameters(module).values()):
+        raise InvalidInstructionsError(f"The round's encoding is for {getattr(encoding, 'dimension', None)!r} "
+                                       "coordinates; this client's model has "
+                                       f"{sum(p.numel() for p in trainable_parameters(module).values())}.")
     return StepPlan(n_records=n_records, batch_size=instructions.batch_size, local_steps=instructions.local_steps,
                     clip=instructions.clip, noise_std=instructions.noise_std, sampling=instructions.sampling,
                     diameter=step_diameter(module, unit), floor=floor, ceiling=ceiling,
-                    count_noise_std=instructions.count_noise_std, unit=unit)
+                    count_noise_std=instructions.count_noise_std, unit=unit, encoding=encoding)

@@ -8,17 +8,18 @@ from dataclasses import dataclass, field
 from .._utils.user_warnings import warn_user
 from ..exceptions import NoiseSwampsSignalWarning
 from ..privacy.accounting_methods import RunAccounting, get_accounting
+from ..privacy.discrete import DistributedEncoding, plan_encoding
 from ..privacy.step_plan import sensitivity_factor
 from ..privacy.units import PrivacyUnit
 from .adaptive_clip import INITIAL_CLIP, split_mu0
 from .settings import FederationSettings
 
-__all__ = ["PLANNED_FROM", "PrivacyPlan", "check_client_sizes", "noise_swamps_signal", "plan_basis", "plan_run",
-           "warn_if_noise_swamps"]
+__all__ = ["PLANNED_FROM", "PrivacyPlan", "check_client_sizes", "distributed_clients", "noise_swamps_signal",
+           "plan_basis", "plan_run", "warn_if_noise_swamps"]
 
 #: The settings :func:`plan_run` reads: with the clients' sizes, the accounting method and Δ, what a plan is made of.
 PLANNED_FROM = ("eps", "delta", "clip", "n_rounds", "local_epochs", "local_steps", "batch_size", "sampling",
-                "privacy_unit", "records_per_subject")
+                "privacy_unit", "records_per_subject", "noise", "colluders", "clients_per_round")
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,13 @@ class PrivacyPlan:
     gradient_mu0 : float or None, default=None
         μ_g, the gradient's part of μ0 (:func:`~skfedriem.federated.adaptive_clip.split_mu0`);
         None: all of μ0.
+    encoding : DistributedEncoding or None, default=None
+        ``noise="distributed"``: the grid, modulus, noise share, K and t of
+        every round (:func:`~skfedriem.privacy.discrete.plan_encoding`); μ0 is
+        then the Gaussian's at the honest shares' variance, Δ2 / √V (the
+        ledger charges the Skellam mechanism itself), and ``noise_std`` the
+        noise std, per coordinate, of the server's decoded mean step,
+        √V / (s B_total). None: local noise.
 
     Attributes
     ----------
@@ -88,6 +96,7 @@ class PrivacyPlan:
     sensitivity: float = 2.0
     count_noise_std: float = 0.0
     gradient_mu0: float | None = None
+    encoding: DistributedEncoding | None = None
     basis: tuple = field(default=(), init=False, repr=False, compare=False)
 
     def client_batch_size(self, client: int) -> int:
@@ -95,7 +104,10 @@ class PrivacyPlan:
         return self.batch_size if self.batch_sizes is None else self.batch_sizes[client]
 
     def client_noise_std(self, client: int) -> float:
-        """σ_i = Δ C / (B_i μ_g): ``noise_std`` unless the run is full-batch (0 for a non-private run)."""
+        """σ_i = Δ C / (B_i μ_g): ``noise_std`` unless the run is full-batch (0 for a non-private run, and with
+        distributed noise, whose clients add no Gaussian noise)."""
+        if self.encoding is not None:
+            return 0.0
         if self.batch_sizes is None or self.mu0 is None:
             return self.noise_std
         mu_g = self.mu0 if self.gradient_mu0 is None else self.gradient_mu0
@@ -142,6 +154,8 @@ def noise_swamps_signal(plan: PrivacyPlan, clients_per_round: int = 1) -> bool:
     """
     if plan.mu0 is None or math.isinf(plan.clip):
         return False
+    if plan.encoding is not None:  # noise_std is already that of the server's mean step
+        return plan.noise_std > math.sqrt(plan.total_steps) * plan.clip
     sigmas = [plan.client_noise_std(i) for i in range(len(plan.local_steps))]
     spread = math.sqrt(sum(s * s for s in sigmas) / len(sigmas) / clients_per_round)
     return spread > math.sqrt(plan.total_steps) * plan.clip
@@ -184,7 +198,7 @@ def check_client_sizes(client_sizes: list[int], client_names: list, unit: Privac
 
 
 def plan_basis(client_sizes: list[int], settings: FederationSettings, accounting: str | RunAccounting,
-               diameter: float) -> tuple:
+               diameter: float, dimension: int = 0) -> tuple:
     """What :func:`plan_run` plans from: the clients' sizes, the accounting method, Δ and the settings it reads.
 
     Two plans of the same basis are the same plan, so a plan made once (by a
@@ -196,12 +210,16 @@ def plan_basis(client_sizes: list[int], settings: FederationSettings, accounting
     settings : FederationSettings
     accounting : str or RunAccounting
     diameter : float
+    dimension : int, default=0
+        The model's trainable coordinates (the grid of distributed noise).
 
     Returns
     -------
     tuple
     """
-    return (tuple(int(m) for m in client_sizes), get_accounting(accounting), float(diameter),
+    # d shapes only a plan of distributed noise (its grid)
+    dimension = int(dimension) if settings.noise == "distributed" else 0
+    return (tuple(int(m) for m in client_sizes), get_accounting(accounting), float(diameter), dimension,
             *(getattr(settings, name) for name in PLANNED_FROM))
 
 
@@ -212,6 +230,7 @@ def plan_run(
     *,
     accounting: RunAccounting | None = None,
     diameter: float = 2.0,
+    dimension: int = 0,
 ) -> PrivacyPlan:
     """Clamp B, fix each client's τ_i and calibrate σ for the settings' (eps, delta).
 
@@ -239,6 +258,9 @@ def plan_run(
     diameter : float, default=2.0
         Δ, the model's :func:`~skfedriem.privacy.clipped_gradient_diameter`:
         a step's mean moves by at most Δ C / B when one record is replaced.
+    dimension : int, default=0
+        d, the model's trainable coordinates: ``noise="distributed"`` needs it
+        (its grid).
 
     Returns
     -------
@@ -253,6 +275,10 @@ def plan_run(
     (0.1, 250)
     """
     method = get_accounting(settings.accounting if accounting is None else accounting)
+    if settings.noise == "distributed":
+        plan = _distributed_plan(client_sizes, client_names, settings, method, diameter, dimension)
+        object.__setattr__(plan, "basis", plan_basis(client_sizes, settings, method, diameter, dimension))
+        return plan
     method.check_sampling(settings.sampling)
     method.check_group(settings.unit.group_size)
     check_client_sizes(client_sizes, client_names, settings.unit)
@@ -266,8 +292,68 @@ def plan_run(
                  total_steps=settings.n_rounds * tau, accounting=method.name, sampling=settings.sampling,
                  batch_sizes=tuple(int(m) for m in client_sizes) if full_batch else None, sensitivity=factor)
     plan = _calibrated(shape, settings, method, private, m_star)
-    object.__setattr__(plan, "basis", plan_basis(client_sizes, settings, method, diameter))  # plan_run's mark
+    object.__setattr__(plan, "basis", plan_basis(client_sizes, settings, method, diameter, dimension))  # plan_run's mark
     return plan
+
+
+def _distributed_plan(client_sizes: list[int], client_names: list, settings: FederationSettings,
+                      method: RunAccounting, diameter: float, dimension: int) -> PrivacyPlan:
+    """One step a round, the Skellam noise of the K − t honest shares calibrated to (ε, δ), the grid and modulus."""
+    clients, colluders = distributed_clients(len(client_sizes), settings)
+    if settings.eps is None or settings.clip == "auto" or settings.local_steps not in (None, 1) or dimension < 1:
+        raise ValueError(
+            "noise='distributed' needs a target eps, a fixed clip, one step a round (local_steps=1 or None) and a "
+            f"model with trainable parameters. Got eps={settings.eps!r}, clip={settings.clip!r}, "
+            f"local_steps={settings.local_steps!r}, dimension={dimension!r}.")
+    method.check_sampling(settings.sampling)
+    method.check_group(settings.unit.group_size)
+    if settings.unit.group_size != 1:
+        raise ValueError("noise='distributed' protects a record, or a subject sampled whole; "
+                         f"records_per_subject={settings.records_per_subject!r} is not supported. Leave it None.")
+    check_client_sizes(client_sizes, client_names, settings.unit)
+    batch_size, full_batch = _batch_size(client_sizes, client_names, settings)
+    batches = sorted(client_sizes if full_batch else [batch_size] * len(client_sizes), reverse=True)
+    total_batch = sum(batches[:clients])
+    if settings.sampling == "poisson":  # a Poisson batch exceeds its mean by 5 standard deviations only rarely
+        total_batch += 5 * math.sqrt(total_batch) + 5
+    m_star = min(client_sizes)
+    q = batch_size / m_star
+    encoding = plan_encoding(dimension, settings.clip, total_batch, clients, colluders,
+                             lambda l2, l1: method.calibrate_variance(settings.eps, settings.delta, sample_rate=q,
+                                                                      n_steps=settings.n_rounds,
+                                                                      sampling=settings.sampling, l2=l2, l1=l1))
+    l2, _ = encoding.sensitivity(settings.clip)
+    mean_batch = sum(batches[:clients]) if settings.sampling == "fixed" else total_batch - 5 * math.sqrt(
+        total_batch) - 5
+    return PrivacyPlan(batch_size=batch_size, local_steps=tuple(1 for _ in client_sizes), sample_rate=q,
+                       steps_per_round=1, total_steps=settings.n_rounds, mu0=l2 / math.sqrt(encoding.central_variance),
+                       noise_std=math.sqrt(encoding.central_variance) / (encoding.scale * mean_batch),
+                       clip=settings.clip, accounting=method.name, sampling=settings.sampling,
+                       batch_sizes=tuple(int(m) for m in client_sizes) if full_batch else None,
+                       sensitivity=sensitivity_factor(diameter, settings.sampling), encoding=encoding)
+
+
+def distributed_clients(n_clients: int, settings: FederationSettings) -> tuple[int, int]:
+    """(K, t): the clients of a round and how many may drop out or collude (``colluders``, else ⌈K / 10⌉, at least
+    1 when K > 1); ValueError unless t < K.
+
+    Parameters
+    ----------
+    n_clients : int
+    settings : FederationSettings
+
+    Returns
+    -------
+    tuple of int
+    """
+    clients = n_clients if settings.clients_per_round is None else min(settings.clients_per_round, n_clients)
+    colluders = settings.colluders
+    if colluders is None:
+        colluders = 0 if clients == 1 else max(1, math.ceil(clients / 10))
+    if colluders >= clients:
+        raise ValueError(f"The 'colluders' parameter must be below the {clients} clients of a round (the others' "
+                         f"shares carry the noise). Got colluders={settings.colluders!r} instead.")
+    return clients, int(colluders)
 
 
 def _calibrated(shape: dict, settings: FederationSettings, method: RunAccounting, private: bool,

@@ -19,7 +19,8 @@ from torch import nn
 
 from ..privacy import PrivacyAccountant
 from ..privacy.accounting_methods import get_accounting
-from ..privacy.step_plan import round_release
+from ..privacy.per_sample import trainable_parameters
+from ..privacy.step_plan import local_round_release, round_release
 from ..privacy.subsampled_gaussian import DISCRETIZATION
 from ..privacy.units import step_diameter
 from .aggregation import get_aggregation
@@ -27,7 +28,7 @@ from .instructions import RoundInstructions, step_plan
 from .plan import PrivacyPlan, plan_basis, plan_run
 from .settings import FederationSettings
 
-__all__ = ["RoundPricing", "lr_at_round"]
+__all__ = ["RoundPricing", "lr_at_round", "model_dimension"]
 
 
 def lr_at_round(lr: float, schedule: str | Callable[[int], float], round_: int, n_rounds: int) -> float:
@@ -122,7 +123,8 @@ class RoundPricing:
         PrivacyPlan
         """
         diameter = step_diameter(self.module, self.settings.unit)
-        basis = plan_basis(client_sizes, self.settings, self.accounting, diameter)
+        dimension = model_dimension(self.module)
+        basis = plan_basis(client_sizes, self.settings, self.accounting, diameter, dimension)
         if self.plan_ is None or self.plan_.basis != basis:
             if self._charged is not None:
                 raise ValueError(f"A privacy budget was charged for this trainer's plan of other clients, settings or "
@@ -132,7 +134,7 @@ class RoundPricing:
                                  f"({self._given.basis}) than this run's ({basis}): plan the run with these "
                                  "(plan_run), or pass no plan.")
             self.plan_ = self._given or plan_run(client_sizes, client_names, self.settings,
-                                                 accounting=self.accounting, diameter=diameter)
+                                                 accounting=self.accounting, diameter=diameter, dimension=dimension)
         self.client_sizes = [int(m) for m in client_sizes]
         return self.plan_
 
@@ -140,12 +142,14 @@ class RoundPricing:
         """η of round ``t``."""
         return lr_at_round(self.settings.lr, self.settings.lr_schedule, t, self.settings.n_rounds)
 
-    def client_instructions(self, client: int, lr: float, clip: float | None = None) -> RoundInstructions:
+    def client_instructions(self, client: int, lr: float, clip: float | None = None,
+                            rotation_seed: int = 0) -> RoundInstructions:
         """The public instructions for client ``client`` in a round at learning rate ``lr``.
 
         ``clip`` (adaptive clipping): this round's C_t; the noise follows it,
         σ_t = σ_0 C_t / C_0, nudged up by 1e-12 so that rounding never makes a
         step's μ0 exceed the planned one (what the ledger charges).
+        ``rotation_seed``: the round's public rotation (distributed noise).
         """
         plan = self.plan_
         noise_std, count_noise_std = plan.client_noise_std(client), plan.count_noise_std
@@ -157,7 +161,15 @@ class RoundPricing:
                                  batch_size=plan.client_batch_size(client), clip=clip, noise_std=noise_std,
                                  sampling=self.settings.sampling, aggregation=self.aggregation.name,
                                  count_noise_std=count_noise_std, privacy_unit=self.settings.privacy_unit,
-                                 records_per_subject=self.settings.records_per_subject)
+                                 records_per_subject=self.settings.records_per_subject,
+                                 encoding=None if plan.encoding is None else plan.encoding.with_seed(rotation_seed))
+
+    def local_round_release(self, lr: float) -> PrivacyAccountant:
+        """What one round guarantees each client by its own release alone (its share, with distributed noise;
+        :meth:`round_release` with local noise)."""
+        pairs = dict.fromkeys((self.client_instructions(i, lr), size) for i, size in enumerate(self.client_sizes))
+        return local_round_release(step_plan(instructions, size, self.module, self.settings.unit)
+                                   for instructions, size in pairs)
 
     def round_release(self, lr: float, clip: float | None = None) -> PrivacyAccountant:
         """What one round costs: the steps every client would take for its instructions, dominated as one.
@@ -229,6 +241,11 @@ class RoundPricing:
                 "clip_quantile": self.settings.clip_quantile, "privacy_unit": self.settings.privacy_unit,
                 "records_per_subject": self.settings.records_per_subject,
                 **{f.name: getattr(self.plan_, f.name) for f in dataclasses.fields(self.plan_) if f.name != "basis"}}
+
+
+def model_dimension(module: nn.Module) -> int:
+    """d, the number of trainable coordinates of ``module`` (all blocks)."""
+    return sum(p.numel() for p in trainable_parameters(module).values())
 
 
 def _dominates(planned: PrivacyAccountant, cost: PrivacyAccountant) -> bool:

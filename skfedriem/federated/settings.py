@@ -208,6 +208,21 @@ class FederationSettings:
         "How σ is calibrated and ε reported: ``\"rfedproj\"`` (the paper's whole-run composition), "
         "``\"prirfed\"`` (PriRFed's per-round accounting and advanced composition, a baseline with "
         "``sampling=\"poisson\"``; about 5x more noise at equal ε) or a registered method.")
+    noise: str = _setting(
+        "local", "{\"local\", \"distributed\"}", [StrOptions({"local", "distributed"})],
+        "Where the noise is added. ``\"local\"``: every client adds the whole noise to its own release, which "
+        "protects against any server. ``\"distributed\"``: every round is one step (τ = 1) of every selected client, "
+        "which releases its clipped sum on a public integer grid plus an integer share of the noise; the server, "
+        "running secure aggregation, learns only the sum, whose K − t honest shares carry the noise one trusted "
+        "curator would add (Skellam mechanism, :mod:`skfedriem.privacy.discrete`). ``epsilon_`` is then the "
+        "guarantee against a server that sees only the sum and colludes with at most ``colluders`` clients, and "
+        "``local_epsilon_`` what each client's own share guarantees against a server that breaks the protocol. "
+        "See the docs page \"Where the noise is added\".")
+    colluders: int | None = _setting(
+        None, "int or None", [Interval(Integral, 0, None, closed="left"), None],
+        "``noise=\"distributed\"`` only: t, how many of a round's K clients may drop out or collude with the server; "
+        "each share is sized so that the other K − t alone carry the noise. None: ⌈K / 10⌉ (at least 1 when K > 1; "
+        "0 for a lone client). Must be below K.")
     reset_optimizer: bool = _setting(
         True, "bool", ["boolean"],
         "Start each client's round from a fresh optimiser state (else a client keeps its own, e.g. Adam's "

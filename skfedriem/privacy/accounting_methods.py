@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from .._utils.registry import Registry, registered_name
 from .group import calibrate_group_mu0, group_epsilon
 from .ledger import PrivacyAccountant, RunningEpsilon
+from .skellam import calibrate_skellam_variance
 from .subsampled_gaussian import DISCRETIZATION, calibrate_mu0
 
 __all__ = ["ACCOUNTINGS", "ChargedRun", "RunAccounting", "WholeRunAccounting", "accounting_names", "get_accounting",
@@ -71,6 +72,10 @@ class RunAccounting(ABC):
     composes_runs : bool
         Whether :meth:`composed_epsilon` composes several runs (what a budget
         of several fits and a deployed site's ledger need).
+    noises : tuple of str
+        Where the noise may be added in runs it calibrates: ``"local"``, and
+        ``"distributed"`` when it implements :meth:`calibrate_variance` and
+        reads a ledger of Skellam steps.
 
     Examples
     --------
@@ -86,6 +91,7 @@ class RunAccounting(ABC):
     samplings: tuple[str, ...] = ("fixed", "poisson")
     accounts_groups: bool = False
     composes_runs: bool = False
+    noises: tuple[str, ...] = ("local",)
 
     @abstractmethod
     def calibrate(self, eps: float, delta: float, *, sample_rate: float, steps_per_round: int, n_rounds: int,
@@ -96,6 +102,16 @@ class RunAccounting(ABC):
     def epsilon(self, ledger: PrivacyAccountant, delta: float, *, steps_per_round: int, n_rounds: int,
                 discretization: float = DISCRETIZATION) -> float:
         """The ε this method certifies for every step in ``ledger`` (a run planned with ``n_rounds`` rounds)."""
+
+    def calibrate_variance(self, eps: float, delta: float, *, sample_rate: float, n_steps: int, sampling: str,
+                           l2: float, l1: float) -> float:
+        """Distributed noise: the smallest variance V of the honest shares' Skellam sum whose ``n_steps`` steps
+        (sensitivity Δ2 = ``l2``, Δ1 = ``l1``, integer domain) this method certifies at (ε, δ).
+
+        This default refuses: a method that accounts distributed noise overrides it and lists it in ``noises``.
+        """
+        raise ValueError(f"accounting={self.name!r} does not account distributed noise: use noise='local', or "
+                         "accounting='rfedproj'.")
 
     def running_epsilon(self, ledger: PrivacyAccountant, delta: float, *, steps_per_round: int, n_rounds: int,
                         discretization: float = DISCRETIZATION) -> Callable[[], float]:
@@ -212,6 +228,7 @@ class WholeRunAccounting(RunAccounting):
     name = "rfedproj"
     accounts_groups = True
     composes_runs = True
+    noises = ("local", "distributed")
 
     def calibrate(self, eps, delta, *, sample_rate, steps_per_round, n_rounds, sampling, group_size=1):
         """The largest μ0 certifying (ε, δ) over the run, for a unit owning ``group_size`` of its records
@@ -219,6 +236,11 @@ class WholeRunAccounting(RunAccounting):
         if group_size > 1:
             return calibrate_group_mu0(eps, delta, sample_rate, n_rounds * steps_per_round, group_size, sampling)
         return calibrate_mu0(eps, delta, sample_rate, n_rounds * steps_per_round, sampling)
+
+    def calibrate_variance(self, eps, delta, *, sample_rate, n_steps, sampling, l2, l1):
+        """V by Rényi DP of the subsampled Skellam mechanism (:func:`~skfedriem.privacy.skellam.calibrate_skellam_variance`;
+        Poisson and fixed-size sampling alike, substitution of one record)."""
+        return calibrate_skellam_variance(eps, delta, sample_rate, n_steps, lambda: (l2, l1))
 
     def epsilon(self, ledger, delta, *, steps_per_round, n_rounds, discretization=DISCRETIZATION):
         return ledger.get_epsilon(delta, discretization=discretization)

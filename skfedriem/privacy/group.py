@@ -76,6 +76,10 @@ def group_epsilon(ledger: PrivacyAccountant, group_size: int, delta: float) -> f
         return 0.0
     if group_size == 1:
         return ledger.get_epsilon(delta)
+    if ledger.discrete:
+        raise ValueError(f"A group of {group_size} is certified by group privacy over the privacy-loss distribution "
+                         "of Gaussian steps; this ledger holds distributed-noise (Skellam) steps, composed by Rényi "
+                         "DP, which certifies one record or subject.")
     return chained_epsilon(_composed(ledger), group_size * ledger.group_size, delta)
 
 

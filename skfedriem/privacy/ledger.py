@@ -14,6 +14,7 @@ import numpy as np
 from .._utils.compat import Interval, StrOptions, validate_params
 from .chaining import chained_epsilon
 from .pld_reading import epsilon_for_delta
+from .skellam import discrete_epsilon
 from .subsampled_gaussian import DISCRETIZATION, MIN_DELTA, grid_interval, single_step_pld
 
 __all__ = ["PrivacyAccountant", "RunningEpsilon"]
@@ -27,6 +28,18 @@ class _Entry:
     steps: int
     group_size: int = 1
     unit: str = "record"
+    #: A distributed-noise step's Skellam mechanism, (V, Δ2, Δ1) in the integer domain; () for a Gaussian step.
+    skellam: tuple = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "skellam", tuple(float(x) for x in self.skellam))  # a list, read back from JSON
+
+    @property
+    def rdp_kind(self) -> tuple:
+        """This step as :func:`~skfedriem.privacy.skellam.discrete_epsilon` reads it."""
+        if self.skellam:
+            return ("skellam", *self.skellam, self.sample_rate)
+        return ("gaussian", self.mu0, self.sample_rate)
 
 
 class PrivacyAccountant:
@@ -51,6 +64,13 @@ class PrivacyAccountant:
     docs: what is protected). Every step with a smaller k fits the same chain,
     as a unit owning fewer of its records.
 
+    A step of distributed noise (``skellam=(V, Δ2, Δ1)``: the Skellam
+    mechanism of :mod:`skfedriem.privacy.discrete`, its ``mu0`` the
+    Gaussian's Δ2 / √V at the same variance, for display) has no
+    privacy-loss distribution here: a ledger holding one composes all its
+    steps by Rényi DP (:func:`~skfedriem.privacy.skellam.discrete_epsilon`),
+    an upper bound too, looser than the PLD of Gaussian steps alone.
+
     Examples
     --------
     >>> acc = PrivacyAccountant()
@@ -73,17 +93,22 @@ class PrivacyAccountant:
             "sampling": [StrOptions({"fixed", "poisson"})],
             "group_size": [Interval(Integral, 1, None, closed="left")],
             "unit": [StrOptions({"record", "subject"})],
+            "skellam": [tuple],
         },
         prefer_skip_nested_validation=True,
     )
     def step(self, *, mu0: float, sample_rate: float, num_steps: int = 1, sampling: str = "fixed",
-             group_size: int = 1, unit: str = "record") -> None:
+             group_size: int = 1, unit: str = "record", skellam: tuple = ()) -> None:
         """Record ``num_steps`` local steps at per-step μ0 (inf: not private) and rate q, each protected ``unit``
-        owning up to ``group_size`` of their records."""
+        owning up to ``group_size`` of their records; ``skellam=(V, Δ2, Δ1)`` for steps of distributed noise."""
         if num_steps == 0:
             return
+        if skellam and (len(skellam) != 3 or group_size != 1 or not all(x > 0 for x in skellam)):
+            raise ValueError(f"A Skellam step needs skellam=(V, Δ2, Δ1), all > 0, and group_size=1. "
+                             f"Got skellam={skellam!r}, group_size={group_size!r}.")
         last = self.history[-1] if self.history else None
-        entry = _Entry(float(mu0), float(sample_rate), sampling, int(num_steps), int(group_size), unit)
+        entry = _Entry(float(mu0), float(sample_rate), sampling, int(num_steps), int(group_size), unit,
+                       tuple(skellam))
         if last is not None and dataclasses.replace(last, steps=entry.steps) == entry:
             self.history[-1] = dataclasses.replace(last, steps=last.steps + entry.steps)
         else:
@@ -124,17 +149,24 @@ class PrivacyAccountant:
             return 0.0
         if not self.private:
             return math.inf
+        if self.discrete:
+            return _discrete_epsilon(self, float(delta))
         merged: dict[tuple, int] = {}
         for e in self.history:
             key = (e.mu0, e.sample_rate, e.sampling)
             merged[key] = merged.get(key, 0) + e.steps
         return _composed_epsilon(tuple(sorted(merged.items())), float(delta), float(discretization), self.group_size)
 
+    @property
+    def discrete(self) -> bool:
+        """Whether a recorded step added distributed (Skellam) noise: ε is then composed by Rényi DP."""
+        return any(e.skellam for e in self.history)
+
     def extend(self, other: PrivacyAccountant) -> None:
         """Record every step of ``other`` after this ledger's own (composition of the two)."""
         for e in other.history:
             self.step(mu0=e.mu0, sample_rate=e.sample_rate, num_steps=e.steps, sampling=e.sampling,
-                      group_size=e.group_size, unit=e.unit)
+                      group_size=e.group_size, unit=e.unit, skellam=e.skellam)
 
     def state_dict(self) -> dict:
         """Plain-Python state (JSON-serialisable)."""
@@ -170,6 +202,17 @@ def _composed_epsilon(items: tuple, delta: float, discretization: float, group_s
     if group_size > 1:
         return chained_epsilon(composed, group_size, delta)
     return float(composed.get_epsilon_for_delta(delta))
+
+
+def _discrete_epsilon(ledger: PrivacyAccountant, delta: float) -> float:
+    """ε of a ledger holding distributed-noise steps: every step composed by Rényi DP (no group of records)."""
+    if ledger.group_size > 1:
+        raise ValueError("A ledger holding distributed-noise steps certifies no group of records "
+                         f"(records_per_subject={ledger.group_size}): Rényi DP is composed per record or subject.")
+    merged: dict[tuple, int] = {}
+    for e in ledger.history:
+        merged[e.rdp_kind] = merged.get(e.rdp_kind, 0) + e.steps
+    return discrete_epsilon(merged.items(), delta)
 
 
 _RUNNING_CACHE_SIZE = 4096
@@ -236,6 +279,8 @@ class RunningEpsilon:
             return 0.0
         if not self.ledger.private:
             return math.inf
+        if self.ledger.discrete:  # Rényi DP composes by adding curves: the whole ledger costs milliseconds
+            return self.ledger.get_epsilon(self.delta)
         # Values are shared by every RunningEpsilon (repeated fits with one plan: cross-validation, audits,
         # grid searches), as PrivacyAccountant.get_epsilon's are; a hit needs no composition at all.
         key = (tuple((e.mu0, e.sample_rate, e.sampling, e.steps, e.group_size) for e in self.ledger.history),

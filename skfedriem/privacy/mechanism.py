@@ -349,8 +349,8 @@ def private_step(copies: ClientCopies, loss_fn: LossFn, passes: list[Pass], *, c
     gradients are not needed: the projected gradient of the summed loss is
     the same quantity and costs one ordinary backward pass.
     """
-    _check_record_dtypes(passes[0][0])
-    with _full_precision():
+    check_record_dtypes(passes[0][0])
+    with full_precision():
         check_records_apart(copies, loss_fn, passes[0][0])
         if counts is not None:
             check_count(count_noise_std, clip)
@@ -364,7 +364,7 @@ def private_step(copies: ClientCopies, loss_fn: LossFn, passes: list[Pass], *, c
         return released
 
 
-def _check_record_dtypes(batch: tuple[torch.Tensor, ...]) -> None:
+def check_record_dtypes(batch: tuple[torch.Tensor, ...]) -> None:
     """ValueError for records in half precision (their gradients would be formed, and clipped, in it)."""
     for x in batch:
         if x.is_floating_point() and x.dtype not in PRIVATE_DTYPES:
@@ -373,7 +373,7 @@ def _check_record_dtypes(batch: tuple[torch.Tensor, ...]) -> None:
 
 
 @contextlib.contextmanager
-def _full_precision() -> Iterator[None]:
+def full_precision() -> Iterator[None]:
     """No autocast, and float32 matrix products in full precision, while a step runs, whatever the caller set.
 
     Under ``torch.autocast`` the clipped sum would be formed in bfloat16, whose

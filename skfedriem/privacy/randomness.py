@@ -53,6 +53,10 @@ class SecretRandomness(ABC):
         """Independent N(0, 1) coordinates in a tensor of ``shape``."""
 
     @abstractmethod
+    def poisson(self, lam: float, size: int) -> np.ndarray:
+        """``size`` independent Poisson(λ) counts, int64 (a share of distributed noise is a difference of two)."""
+
+    @abstractmethod
     def to_bytes(self) -> bytes:
         """The state to resume from, as JSON (no pickle: reading it back runs no code)."""
 
@@ -96,6 +100,9 @@ class SeededRandomness(SecretRandomness):
         np_dtype = _NUMPY_NORMAL_DTYPES.get(dtype, np.float64)
         return torch.from_numpy(self.rng.standard_normal(shape, dtype=np_dtype)).to(dtype)
 
+    def poisson(self, lam: float, size: int) -> np.ndarray:
+        return self.rng.poisson(lam, size).astype(np.int64)
+
     def to_bytes(self) -> bytes:
         return json.dumps(["seeded", self.rng.bit_generator.state]).encode()
 
@@ -134,6 +141,13 @@ class SecureRandomness(SecretRandomness):
         size = math.prod(shape)
         draws = self._box_muller(4 * size).reshape(4, size)
         return torch.from_numpy(draws.sum(0) / 2.0).reshape(shape).to(dtype)
+
+    def poisson(self, lam: float, size: int) -> np.ndarray:
+        # numpy's Poisson sampler on a Philox generator keyed by 128 fresh bits of OS entropy at every call:
+        # the counts are integers (no low-order float bits to leak, unlike Gaussian floats), and no state outlives
+        # the call. No cryptographic library offers a Poisson sampler.
+        key = int.from_bytes(os.urandom(16), "little")
+        return np.random.Generator(np.random.Philox(key=key)).poisson(lam, size).astype(np.int64)
 
     def to_bytes(self) -> bytes:
         return json.dumps(["secure", None]).encode()

@@ -17,11 +17,12 @@ from dataclasses import dataclass
 from numbers import Integral, Real
 
 from ..exceptions import InvalidInstructionsError
+from .discrete import DistributedEncoding
 from .ledger import PrivacyAccountant
 from .sampling import BatchSampler, make_sampler
 from .units import RECORD, PrivacyUnit
 
-__all__ = ["SAMPLINGS", "StepPlan", "round_release", "sensitivity_factor"]
+__all__ = ["SAMPLINGS", "StepPlan", "local_round_release", "round_release", "sensitivity_factor"]
 
 #: The batch samplings a client knows how to run and account.
 SAMPLINGS = ("fixed", "poisson")
@@ -165,6 +166,13 @@ class StepPlan:
         clipping); 0: no count. Replacing one record moves the centred count by
         at most 1, so the step's release is a Gaussian mechanism on the pair
         (mean gradient, count) whose μ0 is √(μ_g² + 1/σ_b²) (:attr:`mu0`).
+    encoding : DistributedEncoding, optional
+        Distributed noise (:mod:`skfedriem.privacy.discrete`): the one step
+        (τ = 1) releases the clipped sum on the encoding's grid plus the
+        client's share of the noise, ``noise_std`` is 0 and there is no count.
+        Its charges are the Skellam mechanism's: :meth:`release` the sum of
+        the K − t honest shares (ε against a server that sees only the sum),
+        :meth:`local_release` this client's share alone.
 
     Examples
     --------
@@ -186,6 +194,7 @@ class StepPlan:
     ceiling: float = math.inf
     count_noise_std: float = 0.0
     unit: PrivacyUnit = RECORD
+    encoding: DistributedEncoding | None = None
 
     def __post_init__(self) -> None:
         n = _integer("n_records", self.n_records, 1)
@@ -203,6 +212,8 @@ class StepPlan:
                                            f"Got {self.sampling!r} instead.")
         fields["sampling"] = str(self.sampling)
         fields["unit"] = _check_unit(self.unit, n)
+        if self.encoding is not None:
+            _check_distributed(self.encoding, fields)
         for name, value in fields.items():  # canonical types: plans compare and hash by value
             object.__setattr__(self, name, value)
 
@@ -214,7 +225,7 @@ class StepPlan:
     @property
     def private(self) -> bool:
         """Whether the steps add noise to clipped gradients (otherwise they are charged as infinite loss)."""
-        return self.noise_std > 0
+        return self.noise_std > 0 or self.encoding is not None
 
     @property
     def denominator(self) -> float:
@@ -237,6 +248,8 @@ class StepPlan:
         """
         if not self.private:
             return math.inf
+        if self.encoding is not None:  # the Gaussian's at the honest shares' variance (display; charged as Skellam)
+            return self.encoding.sensitivity(self.clip)[0] / math.sqrt(self.encoding.central_variance)
         mu_g = sensitivity_factor(self.diameter, self.sampling) * self.clip / (self.batch_size * self.noise_std)
         if self.count_noise_std == 0:
             return mu_g
@@ -247,11 +260,49 @@ class StepPlan:
         return make_sampler(self.sampling, self.n_records, self.batch_size)
 
     def release(self) -> PrivacyAccountant:
-        """These steps as a ledger entry (μ0 = inf when they add no noise)."""
+        """These steps as a ledger entry (μ0 = inf when they add no noise); with distributed noise, the Skellam
+        mechanism of the K − t honest shares' sum.
+
+        With distributed noise this holds only if the round really has the
+        encoding's K clients, at most t of them colluding, and the server
+        learns only their sum: a client can check its own share, not K or t
+        (:meth:`local_release` is what it guarantees on its own).
+        """
+        return self._entry(None if self.encoding is None else self.encoding.central_variance)
+
+    def local_release(self) -> PrivacyAccountant:
+        """What this client's own release guarantees alone, against a server that breaks the protocol: its share's
+        Skellam mechanism with distributed noise, else :meth:`release`."""
+        return self._entry(None if self.encoding is None else self.encoding.local_variance)
+
+    def _entry(self, variance: float | None) -> PrivacyAccountant:
         ledger = PrivacyAccountant()
-        ledger.step(mu0=self.mu0, sample_rate=self.sample_rate, num_steps=self.local_steps, sampling=self.sampling,
-                    group_size=self.group_size, unit=self.unit.kind)
+        skellam, mu0 = (), self.mu0
+        if variance is not None:
+            l2, l1 = self.encoding.sensitivity(self.clip)
+            skellam, mu0 = (variance, l2, l1), l2 / math.sqrt(variance)
+        ledger.step(mu0=mu0, sample_rate=self.sample_rate, num_steps=self.local_steps, sampling=self.sampling,
+                    group_size=self.group_size, unit=self.unit.kind, skellam=skellam)
         return ledger
+
+
+def _check_distributed(encoding: DistributedEncoding, fields: dict) -> None:
+    """InvalidInstructionsError unless distributed noise can run these steps: one step, no Gaussian noise or count,
+    a finite clip, records or whole subjects."""
+    if not isinstance(encoding, DistributedEncoding):
+        raise InvalidInstructionsError(f"The round's 'encoding' must be a DistributedEncoding. "
+                                       f"Got {type(encoding).__name__} instead.")
+    if fields["local_steps"] != 1 or fields["noise_std"] != 0 or fields["count_noise_std"] != 0:
+        raise InvalidInstructionsError(
+            "A round of distributed noise is one step (local_steps=1) whose only noise is the encoding's share "
+            f"(noise_std=0, count_noise_std=0). Got local_steps={fields['local_steps']!r}, "
+            f"noise_std={fields['noise_std']!r}, count_noise_std={fields['count_noise_std']!r}.")
+    if not math.isfinite(fields["clip"]):
+        raise InvalidInstructionsError("A round of distributed noise needs a finite clip. Got clip=inf.")
+    encoding.bound(fields["clip"])  # the grid must hold the clipped records exactly
+    if fields["unit"].group_size != 1:
+        raise InvalidInstructionsError("Distributed noise protects a record or a subject sampled whole; "
+                                       f"records_per_subject={fields['unit'].group_size} is not supported.")
 
 
 def round_release(plans: Iterable[StepPlan]) -> PrivacyAccountant:
@@ -272,6 +323,9 @@ def round_release(plans: Iterable[StepPlan]) -> PrivacyAccountant:
     -------
     PrivacyAccountant
     """
+    plans = list(plans)
+    if any(plan.encoding is not None for plan in plans):
+        return _distributed_envelope(plans, local=False)
     envelopes: dict[str, tuple[float, float, int, int, str]] = {}
     for plan in plans:
         mu0, rate, steps, group, unit = envelopes.get(plan.sampling, (0.0, 0.0, 0, 1, plan.unit.kind))
@@ -281,3 +335,32 @@ def round_release(plans: Iterable[StepPlan]) -> PrivacyAccountant:
     for sampling, (mu0, rate, steps, group, unit) in sorted(envelopes.items()):
         ledger.step(mu0=mu0, sample_rate=rate, num_steps=steps, sampling=sampling, group_size=group, unit=unit)
     return ledger
+
+
+def _distributed_envelope(plans: list[StepPlan], *, local: bool) -> PrivacyAccountant:
+    """One round of distributed noise as one Skellam step per sampling that dominates every client's: the smallest
+    variance, the largest sensitivities and rate (a round mixing in a step of local noise is refused)."""
+    if any(plan.encoding is None for plan in plans):
+        raise ValueError("A round mixes distributed and local noise: its clients' steps cannot be charged as one.")
+    envelopes: dict[str, list] = {}
+    for plan in plans:
+        (entry,) = (plan.local_release() if local else plan.release()).history
+        (variance, l2, l1), rate = entry.skellam, entry.sample_rate
+        known = envelopes.get(plan.sampling)
+        envelopes[plan.sampling] = [variance, l2, l1, rate, entry.unit] if known is None else [
+            min(known[0], variance), max(known[1], l2), max(known[2], l1), max(known[3], rate),
+            known[4] if known[4] == entry.unit else "record"]
+    ledger = PrivacyAccountant()
+    for sampling, (variance, l2, l1, rate, unit) in sorted(envelopes.items()):
+        ledger.step(mu0=l2 / math.sqrt(variance), sample_rate=rate, sampling=sampling, unit=unit,
+                    skellam=(variance, l2, l1))
+    return ledger
+
+
+def local_round_release(plans: Iterable[StepPlan]) -> PrivacyAccountant:
+    """What one round guarantees every client by its own release alone (:meth:`StepPlan.local_release`), dominated
+    as :func:`round_release` dominates; the round's release itself for local noise."""
+    plans = list(plans)
+    if any(plan.encoding is not None for plan in plans):
+        return _distributed_envelope(plans, local=True)
+    return round_release(plans)

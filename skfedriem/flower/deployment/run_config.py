@@ -80,6 +80,8 @@ def _convert(name: str, value):
         return None
     if name == "random_state" and value == "":  # no seed: the public seeds are fresh OS entropy
         return None
+    if name == "colluders" and value == "":  # ⌈K / 10⌉ (0 is a value of its own: no colluder)
+        return None
     if name in _NONE_IF_ZERO and value == 0:
         return None
     if name == "reference" and isinstance(value, str):  # "": the identity; a mode; else the matrix, row by row

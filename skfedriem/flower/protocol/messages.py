@@ -43,11 +43,15 @@ def decode_arrays(record: ArrayRecord) -> dict[str, torch.Tensor]:
 
 
 #: Instructions that may be None, which a ConfigRecord cannot hold: sent as 0 (never a valid value of theirs).
-_NONE_AS_ZERO = ("records_per_subject",)
+_NONE_AS_ZERO = ("records_per_subject", "encoding")
 
 
 def encode_instructions(instructions: RoundInstructions) -> ConfigRecord:
-    """The public per-round instructions -> ConfigRecord."""
+    """The public per-round instructions -> ConfigRecord (local noise only: a Flower site is never sent an
+    encoding, so no server can switch it to distributed noise)."""
+    if instructions.encoding is not None:
+        raise ValueError("noise='distributed' runs in-process (backend='local') for now: Flower sites need secure "
+                         "aggregation, which the deployment does not run yet. Use noise='local'.")
     fields = asdict(instructions)
     return ConfigRecord({k: 0 if k in _NONE_AS_ZERO and v is None else v for k, v in fields.items()})
 

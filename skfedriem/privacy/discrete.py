@@ -1,0 +1,399 @@
+"""Distributed noise: a step's clipped sum encoded on a public integer grid, plus one client's share of the noise.
+
+With ``noise="distributed"`` no client adds the whole noise: each releases
+its clipped per-record gradients' sum, encoded as integers modulo a public
+``2**bits``, plus an integer *share* of the noise, and the server learns only
+the sum of the releases (secure aggregation), which carries every answering
+client's share. The encoding, as in Kairouz, Liu & Steinke ("The Distributed
+Discrete Gaussian Mechanism for Federated Learning with Secure Aggregation",
+ICML 2021) and TensorFlow Federated's ``DistributedDpSumFactory``:
+
+1. every record's clipped tangent gradient (all blocks, flattened, padded
+   with zeros to n = 2^k coordinates) is rotated by a public randomized
+   Hadamard transform H D / √n (D random signs from the round's public
+   seed), which spreads its norm evenly over the coordinates;
+2. scaled by s, and rounded *record by record* with conditional randomized
+   rounding: each coordinate to its floor or ceiling with the probability
+   that keeps it unbiased, redrawn until the rounded record's L2 norm is at
+   most the public bound R (:func:`rounding_bound`; each try passes with
+   probability at least 1 − β). Every rounded record is within R, so
+   substituting one moves the client's integer sum by at most Δ2 = 2R, and
+   by Δ1 = 2R·min(√n, R) in L1: what the accountant is charged, not 2sC;
+3. summed, plus the client's share Sk(λ, λ) = Poisson(λ) − Poisson(λ) per
+   coordinate drawn from its secret randomness, reduced modulo 2^bits.
+
+The Skellam mechanism (Agarwal, Kairouz & Liu, NeurIPS 2021) rather than the
+distributed discrete Gaussian: a sum of independent Skellams is exactly a
+Skellam, so the shares of any K − t honest clients add up to exactly the
+noise one curator would add (Sk(λ(K − t), λ(K − t))), and its Rényi DP has a
+closed form (:mod:`skfedriem.privacy.skellam`); a sum of discrete Gaussians
+is only close to one, and its accounting carries that gap.
+
+The server reduces the sum to centred representatives, divides by s,
+rotates back and drops the padding. The modulus is sized so that the true
+sum lies within ±2^bits / 4 but with probability :data:`WRAP_PROBABILITY`;
+a decoded coordinate beyond that band marks the round as wrapped
+(:func:`decode_sum`): a sum that wrapped past ±2^bits / 2 by less than
+2^bits / 4 always lands there, so a wrap is detected unless the sum was
+three times the band, and a wrapped round is discarded (it was charged when
+it started).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from numbers import Integral, Real
+
+import numpy as np
+import torch
+
+from ..exceptions import InvalidInstructionsError
+from .randomness import SecretRandomness
+
+__all__ = ["MAX_BITS", "ROUNDING_BETA", "WRAP_PROBABILITY", "DistributedEncoding", "decode_sum", "encode_records",
+           "padded_dimension", "plan_encoding", "rotate", "rounding_bound", "sum_releases", "unrotate"]
+
+#: β of conditional rounding: a try is kept with probability at least 1 − β (TFF's e^{-1/2}).
+ROUNDING_BETA = math.exp(-0.5)
+#: The probability, per round, that a coordinate of the true sum leaves the band ±2^bits / 4 the modulus is sized for.
+WRAP_PROBABILITY = 1e-4
+#: The widest modulus: K sums of values below 2^bits stay exact in int64, decoded values in float64.
+MAX_BITS = 48
+#: The largest Poisson rate of a share (numpy's sampler refuses rates near 2^63; 1e15 is a noise std of 4e7 grid
+#: points a coordinate, far beyond any modulus).
+MAX_SHARE = 1e15
+#: Grid points per coordinate of a record scaled to C after rotation: s C = RESOLUTION √n (rounding then inflates
+#: R² by about 1 / (4 RESOLUTION²) + 1 / (RESOLUTION √n), under 0.5 % for n ≥ 16).
+RESOLUTION = 16
+#: How many times conditional rounding redraws a record before it sends the record as 0 (each try keeps it with
+#: probability ≥ 1 − β ≈ 0.39: 200 failures have probability below 1e-40).
+MAX_TRIES = 200
+
+
+def padded_dimension(dimension: int) -> int:
+    """n = the smallest power of 2 ≥ d (at least 1): the Hadamard transform's length.
+
+    Parameters
+    ----------
+    dimension : int
+        d.
+
+    Returns
+    -------
+    int
+    """
+    return 1 << max(int(dimension) - 1, 0).bit_length()
+
+
+def rounding_bound(norm: float, padded: int, beta: float = ROUNDING_BETA) -> float:
+    """R: the L2 bound a record of norm at most ``norm`` keeps after conditional rounding on the unit grid.
+
+    min(L + √n, √(L² + n/4 + √(2 ln(1/β)) (L + √n / 2))), L the scaled clip
+    s C (Kairouz, Liu & Steinke 2021; TensorFlow Federated's
+    ``inflated_l2_norm_bound``). The first term holds for any rounding; the
+    second is what randomized rounding exceeds with probability at most β.
+
+    Parameters
+    ----------
+    norm : float
+        L = s C.
+    padded : int
+        n.
+    beta : float, default=ROUNDING_BETA
+
+    Returns
+    -------
+    float
+    """
+    root = math.sqrt(padded)
+    tight = math.sqrt(norm ** 2 + padded / 4 + math.sqrt(2 * math.log(1 / beta)) * (norm + root / 2))
+    return min(norm + root, tight)
+
+
+def _walsh_hadamard(x: torch.Tensor) -> torch.Tensor:
+    """H x along the last axis (Sylvester order, unnormalised), its length a power of 2: the fast transform."""
+    n = x.shape[-1]
+    lead = x.shape[:-1]
+    h = 1
+    while h < n:
+        pairs = x.reshape(*lead, n // (2 * h), 2, h)
+        x = torch.stack((pairs[..., 0, :] + pairs[..., 1, :], pairs[..., 0, :] - pairs[..., 1, :]), dim=-2)
+        h *= 2
+    return x.reshape(*lead, n)
+
+
+def _signs(seed: int, n: int) -> torch.Tensor:
+    """The round's public random signs D (n of ±1), from its public seed."""
+    return torch.from_numpy(np.random.default_rng(seed).integers(0, 2, n) * 2.0 - 1.0)
+
+
+def rotate(x: torch.Tensor, seed: int) -> torch.Tensor:
+    """H D x / √n along the last axis (float64; its length n a power of 2): an orthogonal map.
+
+    Parameters
+    ----------
+    x : torch.Tensor of shape (..., n)
+    seed : int
+        The round's public rotation seed.
+
+    Returns
+    -------
+    torch.Tensor of shape (..., n)
+    """
+    n = x.shape[-1]
+    return _walsh_hadamard(x.double() * _signs(seed, n)) / math.sqrt(n)
+
+
+def unrotate(y: torch.Tensor, seed: int) -> torch.Tensor:
+    """The inverse of :func:`rotate`: D H y / √n (H is symmetric and H H = n I).
+
+    Parameters
+    ----------
+    y : torch.Tensor of shape (..., n)
+    seed : int
+        The round's public rotation seed.
+
+    Returns
+    -------
+    torch.Tensor of shape (..., n)
+    """
+    n = y.shape[-1]
+    return _walsh_hadamard(y.double()) / math.sqrt(n) * _signs(seed, n)
+
+
+@dataclass(frozen=True)
+class DistributedEncoding:
+    """The public encoding of a round's distributed release: grid, modulus, noise share, clients and colluders.
+
+    Parameters
+    ----------
+    dimension : int
+        d, the model's trainable coordinates (all blocks).
+    scale : float
+        s: a record's coordinates are multiplied by s before rounding.
+    bits : int
+        The modulus is 2^bits.
+    share : float
+        λ: each client adds Sk(λ, λ) to every coordinate (variance 2λ).
+    clients : int
+        K, the clients the round's shares were sized for.
+    colluders : int
+        t < K: how many of them may drop out or collude with the server; the
+        K − t others' shares alone carry the noise the budget needs.
+    rotation_seed : int, default=0
+        The round's public rotation seed.
+    beta : float, default=ROUNDING_BETA
+        Conditional rounding's β.
+    """
+
+    dimension: int
+    scale: float
+    bits: int
+    share: float
+    clients: int
+    colluders: int
+    rotation_seed: int = 0
+    beta: float = ROUNDING_BETA
+
+    def __post_init__(self) -> None:
+        for name in ("dimension", "bits", "clients", "colluders", "rotation_seed"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, Integral):
+                raise InvalidInstructionsError(f"The encoding's {name!r} must be an integer. Got {value!r} instead.")
+        for name in ("scale", "share", "beta"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value) or value <= 0:
+                raise InvalidInstructionsError(f"The encoding's {name!r} must be a finite number > 0. "
+                                               f"Got {value!r} instead.")
+        if self.rotation_seed < 0 or self.share > MAX_SHARE:
+            raise InvalidInstructionsError(f"The encoding needs rotation_seed >= 0 and share <= {MAX_SHARE:g}. Got "
+                                           f"rotation_seed={self.rotation_seed!r}, share={self.share!r}.")
+        if not 1 <= self.bits <= MAX_BITS or self.dimension < 1 or not 0 <= self.colluders < self.clients:
+            raise InvalidInstructionsError(
+                f"The encoding needs 1 <= bits <= {MAX_BITS}, dimension >= 1 and 0 <= colluders < clients. "
+                f"Got bits={self.bits!r}, dimension={self.dimension!r}, clients={self.clients!r}, "
+                f"colluders={self.colluders!r}.")
+        if self.beta >= 1:
+            raise InvalidInstructionsError(f"The encoding's 'beta' must be in (0, 1). Got {self.beta!r} instead.")
+
+    @property
+    def padded(self) -> int:
+        """n, the rotated vector's length."""
+        return padded_dimension(self.dimension)
+
+    @property
+    def modulus(self) -> int:
+        """2^bits."""
+        return 1 << self.bits
+
+    @property
+    def honest(self) -> int:
+        """K − t: the shares the noise is counted from."""
+        return self.clients - self.colluders
+
+    @property
+    def central_variance(self) -> float:
+        """V = 2λ (K − t): the variance, per coordinate, of the K − t honest shares' sum."""
+        return 2 * self.share * self.honest
+
+    @property
+    def local_variance(self) -> float:
+        """2λ: one client's share alone."""
+        return 2 * self.share
+
+    def bound(self, clip: float) -> float:
+        """R for records clipped to ``clip``: :func:`rounding_bound` of s C; InvalidInstructionsError when s C + √n
+        reaches 2^52, beyond which rounded values and their norms are no longer exact in float64 and int64."""
+        if not self.scale * clip + math.sqrt(self.padded) < 2.0 ** 52:
+            raise InvalidInstructionsError(f"The encoding's scale {self.scale!r} puts records clipped to {clip!r} "
+                                           "beyond 2^52 grid points a coordinate.")
+        return rounding_bound(self.scale * clip, self.padded, self.beta)
+
+    def sensitivity(self, clip: float, diameter: float = 2.0) -> tuple[float, float]:
+        """(Δ2, Δ1) of one client's integer sum when one record is substituted: (2R, 2R min(√n, R)).
+
+        ``diameter`` < 2 is not used: two rounded records are each within R,
+        so only 2R bounds their difference.
+        """
+        radius = self.bound(clip)
+        return 2 * radius, 2 * radius * min(math.sqrt(self.padded), radius)
+
+    def with_seed(self, seed: int) -> DistributedEncoding:
+        """The same encoding with another round's rotation seed."""
+        return DistributedEncoding(self.dimension, self.scale, self.bits, self.share, self.clients, self.colluders,
+                                   int(seed), self.beta)
+
+
+def _conditional_round(scaled: torch.Tensor, bound: float, randomness: SecretRandomness) -> torch.Tensor:
+    """Each row rounded unbiasedly to the integer grid, redrawn until its norm is at most ``bound`` (int64).
+
+    A row that fails :data:`MAX_TRIES` times is sent as 0 (within the bound).
+    """
+    floor = torch.floor(scaled)
+    fraction = (scaled - floor).numpy()
+    out = torch.zeros(scaled.shape, dtype=torch.int64)
+    pending = np.arange(scaled.shape[0])
+    for _ in range(MAX_TRIES):
+        if pending.size == 0:
+            break
+        draws = randomness.uniform(pending.size * scaled.shape[1]).reshape(pending.size, scaled.shape[1])
+        rounded = floor[pending] + torch.from_numpy((draws < fraction[pending]).astype(np.float64))
+        within = (rounded.square().sum(1) <= bound ** 2).numpy()
+        out[pending[within]] = rounded[within].to(torch.int64)
+        pending = pending[~within]
+    return out
+
+
+def encode_records(rows: torch.Tensor, encoding: DistributedEncoding, clip: float,
+                   randomness: SecretRandomness) -> np.ndarray:
+    """One client's release: Σ_z round(s · rotate(clip_C(g_z))) + Sk(λ, λ) per coordinate, modulo 2^bits.
+
+    Parameters
+    ----------
+    rows : torch.Tensor of shape (B, d)
+        The client's clipped records (each of norm at most C), flattened over
+        all blocks; a record that must not count is a row of zeros.
+    encoding : DistributedEncoding
+    clip : float
+        C.
+    randomness : SecretRandomness
+        The client's secret randomness: the rounding and the share.
+
+    Returns
+    -------
+    ndarray of int64, shape (n,)
+        In [0, 2^bits).
+    """
+    n = encoding.padded
+    padded = torch.zeros(rows.shape[0], n, dtype=torch.float64)
+    padded[:, :rows.shape[1]] = rows.detach().to("cpu", torch.float64)
+    scaled = rotate(padded, encoding.rotation_seed) * encoding.scale
+    total = _conditional_round(scaled, encoding.bound(clip), randomness).sum(0).numpy()
+    share = randomness.poisson(encoding.share, n) - randomness.poisson(encoding.share, n)
+    return np.mod(total + share, encoding.modulus)
+
+
+def sum_releases(releases: list[np.ndarray], encoding: DistributedEncoding) -> np.ndarray:
+    """Σ_k release_k modulo 2^bits: what secure aggregation reveals to the server.
+
+    Parameters
+    ----------
+    releases : list of ndarray of int64, shape (n,)
+    encoding : DistributedEncoding
+
+    Returns
+    -------
+    ndarray of int64, shape (n,)
+    """
+    total = np.zeros(encoding.padded, dtype=np.int64)
+    for release in releases:
+        total = np.mod(total + np.asarray(release, dtype=np.int64), encoding.modulus)
+    return total
+
+
+def decode_sum(total: np.ndarray, encoding: DistributedEncoding) -> tuple[torch.Tensor, bool]:
+    """The summed release decoded: (Σ_z clip_C(g_z) + noise, length d, float64) and whether it wrapped.
+
+    Parameters
+    ----------
+    total : ndarray of int64, shape (n,)
+        The clients' releases summed modulo 2^bits.
+    encoding : DistributedEncoding
+
+    Returns
+    -------
+    decoded : torch.Tensor of shape (d,)
+    wrapped : bool
+        Whether a coordinate lies beyond ±2^bits / 4, the band the modulus
+        was sized for: the round is then discarded.
+    """
+    m = encoding.modulus
+    centred = np.mod(np.asarray(total, dtype=np.int64) + m // 2, m) - m // 2
+    wrapped = bool(np.abs(centred).max(initial=0) > m // 4)
+    decoded = unrotate(torch.from_numpy(centred.astype(np.float64)) / encoding.scale, encoding.rotation_seed)
+    return decoded[:encoding.dimension], wrapped
+
+
+def plan_encoding(dimension: int, clip: float, total_batch: float, clients: int, colluders: int,
+                  calibrate: Callable[[float, float], float]) -> DistributedEncoding:
+    """The grid and modulus of a run: s from :data:`RESOLUTION`, bits from the sum's and the noise's spread.
+
+    Every coordinate of the rotated true sum (at most B_total records of norm
+    R, Hoeffding over the random signs) and of the K shares' noise stays
+    within z times its scale but with probability :data:`WRAP_PROBABILITY`,
+    z = √(2 ln(2n / p)); the modulus is 4 times that band (so a wrap lands
+    beyond ±2^bits / 4, where :func:`decode_sum` detects it).
+
+    Parameters
+    ----------
+    dimension : int
+        d.
+    clip : float
+        C.
+    total_batch : float
+        B_total, the records of a round's step summed over its clients.
+    clients, colluders : int
+        K and t.
+    calibrate : callable
+        ``calibrate(Δ2, Δ1) -> V``, the variance of the K − t honest shares'
+        sum the budget needs for one record's sensitivity on this grid.
+
+    Returns
+    -------
+    DistributedEncoding
+        Rotation seed 0 (each round sets its own).
+    """
+    n = padded_dimension(dimension)
+    scale = RESOLUTION * math.sqrt(n) / clip
+    radius = rounding_bound(scale * clip, n)
+    central_variance = calibrate(2 * radius, 2 * radius * min(math.sqrt(n), radius))
+    z = math.sqrt(2 * math.log(2 * n / WRAP_PROBABILITY))
+    share = central_variance / (2 * (clients - colluders))
+    band = z * (total_batch * radius / math.sqrt(n) + math.sqrt(2 * share * clients))
+    bits = math.ceil(math.log2(4 * band + 1))
+    if bits > MAX_BITS:
+        raise ValueError(f"A round of {total_batch:g} records and noise variance {central_variance:.3g} needs a "
+                         f"modulus of 2^{bits}, beyond 2^{MAX_BITS}: use smaller batches or fewer clients a round.")
+    return DistributedEncoding(int(dimension), scale, max(bits, 2), share, int(clients), int(colluders))

@@ -1,0 +1,108 @@
+"""The private step with distributed noise: every client's clipped records encoded, summed and given its noise share.
+
+:func:`distributed_release` is :func:`~skfedriem.privacy.mechanism.private_step`'s
+counterpart for ``noise="distributed"``, for the same K clients: the same
+per-record gradients, the same clip factors (:func:`~skfedriem.privacy.mechanism.clip_factors`),
+then each client's clipped records rounded one by one on the round's public
+grid and summed, plus the client's Skellam share drawn from its own secret
+randomness (:func:`~skfedriem.privacy.discrete.encode_records`). What client
+k releases depends only on its own records and randomness, whatever K is.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .apart import check_records_apart
+from .copies import ClientCopies
+from .discrete import DistributedEncoding, encode_records
+from .gradients import PerRecordGradients, dense_rows, subject_means
+from .mechanism import Pass, check_record_dtypes, clip_factors, clip_margin, full_precision
+from .per_sample import LossFn
+from .randomness import SecretRandomness
+
+__all__ = ["distributed_release", "flat_rows"]
+
+
+def flat_rows(gradients: PerRecordGradients, names: list[str]) -> torch.Tensor:
+    """Every record's gradient over the blocks ``names``, flattened in that order: ``(K, B, d)``.
+
+    Dense gradients are read as they are; structured ones (a closed form's)
+    are materialised record by record from their weighted sums.
+
+    Parameters
+    ----------
+    gradients : PerRecordGradients
+        With a client axis.
+    names : list of str
+        The blocks, in the model's order.
+
+    Returns
+    -------
+    torch.Tensor
+    """
+    dense = dense_rows(gradients)
+    if dense is not None:
+        return torch.cat([dense[name].flatten(2) for name in names], dim=2)
+    n_clients, batch = gradients.norms().shape
+    rows = []
+    for j in range(batch):
+        weights = torch.zeros(n_clients, batch, dtype=torch.float64)
+        weights[:, j] = 1.0
+        sums = gradients.weighted_sum(weights)
+        rows.append(torch.cat([sums[name].reshape(n_clients, -1) for name in names], dim=1))
+    return torch.stack(rows, dim=1)
+
+
+def distributed_release(copies: ClientCopies, loss_fn: LossFn, passes: list[Pass], *, clip: float,
+                        encoding: DistributedEncoding, randomness: list[SecretRandomness],
+                        segments: torch.Tensor | None = None) -> list[np.ndarray]:
+    """Every client's encoded release Σ_z round(s · rotate(clip_C(g_kz))) + Sk(λ, λ), modulo 2^bits.
+
+    Parameters
+    ----------
+    copies : ClientCopies
+        The K clients' models at θ_t.
+    loss_fn : callable
+        One loss per record, reading that record alone.
+    passes : list of (batch, real)
+        Client k's records of the step, ``(K, W, ...)`` a pass (padding, if
+        any, adds exactly 0).
+    clip : float
+        C (finite).
+    encoding : DistributedEncoding
+        The round's public grid, modulus, share and rotation.
+    randomness : list of SecretRandomness
+        Client k's secret randomness (rounding and share).
+    segments : torch.Tensor of int, optional
+        A subject-level step: record j belongs to the step's subject
+        ``segments[j]``; each subject's mean gradient is the clipped unit.
+
+    Returns
+    -------
+    list of ndarray of int64
+        Client k's release, ``(n,)``, in [0, 2^bits).
+    """
+    check_record_dtypes(passes[0][0])
+    names = list(copies.blocks)
+    dtypes = [block.dtype for block in copies.blocks.values()]
+    margin = clip_margin(dtypes)
+    kept: list[list[torch.Tensor]] = [[] for _ in range(copies.n_clients)]
+    with full_precision():
+        check_records_apart(copies, loss_fn, passes[0][0])
+        for batch, real in passes:
+            gradients = copies.per_record_gradients(loss_fn, batch)
+            if segments is not None and batch[0].shape[1] > 0:
+                segments = segments.to(batch[0].device)
+                gradients = subject_means(gradients, segments, int(segments.max()) + 1)
+            factors = clip_factors(gradients.norms(), clip, margin, dtypes)
+            if real is not None:
+                factors = torch.where(real, factors, 0.0)
+            rows = flat_rows(gradients, names).double()
+            factors = factors.to(rows.device, torch.float64).unsqueeze(-1)
+            # a record of factor 0 (padding, a non-finite norm) is a row of exact zeros, never 0 · inf
+            clipped = torch.where(factors > 0, rows * factors, 0.0)
+            for k in range(copies.n_clients):
+                kept[k].append(clipped[k])
+    return [encode_records(torch.cat(own), encoding, clip, source) for own, source in zip(kept, randomness)]

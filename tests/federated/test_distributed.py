@@ -1,0 +1,229 @@
+"""Rounds of distributed noise (noise="distributed"): one step, encoded releases, their sum decoded at the server."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from skfedriem import FederatedTangentSpaceClassifier
+from skfedriem.datasets import make_spd_classification
+from skfedriem.exceptions import InvalidInstructionsError
+from skfedriem.federated import FederatedTrainer, FederationSettings, LocalTransport
+from skfedriem.federated.client import ClientState
+from skfedriem.federated.instructions import ENCODED_RELEASE, RoundInstructions
+from skfedriem.flower.protocol.messages import encode_instructions
+from skfedriem.privacy import PrivacyAccountant, PrivacyBudget
+from skfedriem.privacy.skellam import discrete_epsilon
+
+from ..privacy.models import StiefelNet, cross_entropy, make_data
+
+
+def clients(n=4, m=40):
+    X, y = make_data(n * m, seed=1)
+    return [(X[i * m:(i + 1) * m], y[i * m:(i + 1) * m]) for i in range(n)]
+
+
+def trainer(seed=0, **kw):
+    settings = dict(n_rounds=4, batch_size=10, eps=5.0, clip=1.0, lr=0.5, noise="distributed")
+    settings.update(kw)
+    return FederatedTrainer(StiefelNet(seed=0), cross_entropy, FederationSettings(**settings),
+                            seed_sequence=np.random.SeedSequence(seed), client_seed=np.random.SeedSequence([seed, 1]))
+
+
+def test_a_distributed_run_certifies_both_guarantees_from_its_shares():
+    t = trainer().fit(clients())
+    plan, encoding = t.plan_, t.plan_.encoding
+    assert plan.steps_per_round == 1 and plan.local_steps == (1, 1, 1, 1)
+    assert (encoding.clients, encoding.colluders) == (4, 1)
+    assert t.epsilon_ <= 5.0
+    l2, l1 = encoding.sensitivity(1.0)
+    # ε_local: each client's share alone, Sk(λ, λ), over its 4 steps at q = 10 / 40
+    alone = discrete_epsilon([(("skellam", 2 * encoding.share, l2, l1, 0.25), 4)], 1e-5)
+    assert t.fitted_attributes()["local_epsilon_"] == pytest.approx(alone)
+    assert t.epsilon_ < alone
+    assert [h["epsilon"] for h in t.history_] == sorted(h["epsilon"] for h in t.history_)
+    assert all("local_epsilon" in h and "discarded" not in h for h in t.history_)
+    assert t.accountant_.discrete and t.local_accountant_.discrete
+
+
+def test_the_model_moves_and_stays_on_its_manifold():
+    t = trainer(n_rounds=6)
+    before = {n: p.detach().clone() for n, p in t.module.named_parameters()}
+    t.fit(clients())
+    weight = t.module.W
+    assert not torch.equal(weight.detach(), before["W"])
+    torch.testing.assert_close(weight.T @ weight, torch.eye(weight.shape[1], dtype=weight.dtype), atol=1e-6, rtol=0)
+
+
+def test_lockstep_and_one_by_one_release_the_same():
+    a = trainer(lockstep=True).fit(clients())
+    b = trainer(lockstep=False).fit(clients())
+    for (name, p), q in zip(a.module.named_parameters(), b.module.parameters()):
+        torch.testing.assert_close(p, q, atol=1e-9, rtol=0)
+
+
+def test_worker_processes_release_the_same():
+    a = trainer().fit(clients())
+    b = trainer(n_jobs=2).fit(clients())
+    for p, q in zip(a.module.parameters(), b.module.parameters()):
+        torch.testing.assert_close(p, q, atol=1e-9, rtol=0)
+
+
+@pytest.mark.parametrize("options", [{"sampling": "poisson"}, {"clients_per_round": 2}, {"batch_size": None},
+                                     {"optimizer": "adam", "lr": 0.05}])
+def test_distributed_noise_runs_with(options):
+    t = trainer(**options).fit(clients())
+    assert t.epsilon_ <= 5.0 and math.isfinite(t.fitted_attributes()["local_epsilon_"])
+
+
+def test_the_server_sees_only_the_sum():
+    t = FederatedTrainer(StiefelNet(seed=0), cross_entropy,
+                         FederationSettings(n_rounds=2, batch_size=10, eps=5.0, noise="distributed"),
+                         seed_sequence=np.random.SeedSequence(0), record_transcript=True).fit(clients())
+    assert all(set(row) == {"theta", "clients", "sum"} for row in t.transcript_)
+
+
+class _Dropping(LocalTransport):
+    """A transport whose clients after the first ``answering`` never answer."""
+
+    def __init__(self, *args, answering):
+        super().__init__(*args)
+        self.answering = answering
+
+    def run_round(self, t, selected, theta, instructions):
+        replies = super().run_round(t, selected, theta, instructions)
+        return {i: replies[i] for i in sorted(replies)[:self.answering]}
+
+
+def _served(answering):
+    t = trainer()
+    data = clients()
+    states = [ClientState.fresh(s) for s in np.random.SeedSequence(3).spawn(4)]
+    transport = _Dropping(t.client_recipe(simulated=True), data, states, answering=answering)
+    before = {n: p.detach().clone() for n, p in t.module.named_parameters()}
+    t.serve(transport, [40] * 4, list(range(4)), np.random.SeedSequence(0))
+    return t, before
+
+
+def test_a_round_short_of_honest_shares_is_charged_and_discarded():
+    t, before = _served(answering=2)  # K − t = 3 shares needed
+    assert all("fewer than the K − t = 3" in h["discarded"] for h in t.history_)
+    for name, p in t.module.named_parameters():
+        assert torch.equal(p.detach(), before[name])
+    assert t.accountant_.steps == 4  # every round was charged
+
+
+def test_a_round_with_k_minus_t_shares_is_applied():
+    t, before = _served(answering=3)
+    assert not any("discarded" in h for h in t.history_)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"local_steps": 2}, "one step a round"), ({"clip": "auto"}, "fixed clip"), ({"colluders": 4}, "colluders"),
+    ({"privacy_unit": "subject", "records_per_subject": 2}, "records_per_subject"), ({"eps": None}, "target eps"),
+    ({"accounting": "prirfed", "sampling": "poisson"}, "does not account distributed noise"),
+])
+def test_what_distributed_noise_refuses(options, message):
+    data = clients()
+    if "privacy_unit" in options:
+        data = [(X, y, torch.arange(len(y)) // 2) for X, y in data]
+    with pytest.raises(ValueError, match=message):
+        trainer(**options).fit(data)
+
+
+def test_flower_never_carries_an_encoding():
+    t = trainer()
+    t.pricing.plan([40] * 4, list(range(4)))
+    instructions = t.pricing.client_instructions(0, 0.1)
+    assert instructions.encoding is not None
+    with pytest.raises(ValueError, match="in-process"):
+        encode_instructions(instructions)
+    with pytest.raises(ValueError, match="backend='local'"):
+        trainer(backend="flower").fit(clients())
+
+
+def test_a_client_refuses_an_encoding_for_another_model_or_several_steps():
+    from skfedriem.federated.instructions import step_plan
+
+    t = trainer()
+    t.pricing.plan([40] * 4, list(range(4)))
+    good = t.pricing.client_instructions(0, 0.1)
+    wrong = RoundInstructions(**{**good.__dict__, "encoding": good.encoding.__class__(
+        good.encoding.dimension + 1, *list(good.encoding.__dict__.values())[1:])})
+    with pytest.raises(InvalidInstructionsError, match="coordinates"):
+        step_plan(wrong, 40, t.module)
+    with pytest.raises(InvalidInstructionsError, match="one step"):
+        step_plan(RoundInstructions(**{**good.__dict__, "local_steps": 2}), 40, t.module)
+    with pytest.raises(InvalidInstructionsError, match="noise_std=0"):
+        step_plan(RoundInstructions(**{**good.__dict__, "noise_std": 0.5}), 40, t.module)
+
+
+def test_the_release_is_an_integer_vector_modulo_the_encodings_modulus():
+    from skfedriem.federated.client_round import run_round
+
+    t = trainer()
+    t.pricing.plan([40] * 4, list(range(4)))
+    instructions = t.pricing.client_instructions(0, 0.1, rotation_seed=9)
+    recipe = t.client_recipe(simulated=True)
+    theta = {n: p.detach().clone() for n, p in t.module.named_parameters()}
+    [(reply, _)] = run_round(recipe, theta, [clients()[0]], [ClientState.fresh(np.random.SeedSequence(1))],
+                             instructions)
+    assert set(reply) == {ENCODED_RELEASE}
+    release = reply[ENCODED_RELEASE]
+    assert release.dtype == torch.int64 and release.shape == (instructions.encoding.padded,)
+    assert int(release.min()) >= 0 and int(release.max()) < instructions.encoding.modulus
+
+
+def test_estimators_take_the_settings_and_a_budget_and_warm_start():
+    X, y, groups = make_spd_classification(6, 30, 4, random_state=0)
+    budget = PrivacyBudget(20.0)
+    clf = FederatedTangentSpaceClassifier(eps=4.0, noise="distributed", n_rounds=20, privacy_budget=budget,
+                                          warm_start=True)
+    clf.fit(X, y, groups=groups)
+    first_local = clf.local_epsilon_
+    assert clf.epsilon_ <= 4.0 < first_local
+    assert [h["local_epsilon"] for h in clf.history_][-1] == pytest.approx(first_local)
+    clf.fit(X, y, groups=groups)
+    assert clf.local_epsilon_ > first_local and clf.epsilon_ > 4.0
+    assert budget.spent() == pytest.approx(clf.epsilon_, rel=1e-6)  # the budget composes the two fits' ε_central
+
+
+def test_a_round_short_of_shares_leaves_no_sum_in_the_transcript():
+    """Secure aggregation with fewer than K − t survivors aborts: the one release that arrived is not kept (it is
+    protected only by its own share, ε_local)."""
+    t = FederatedTrainer(StiefelNet(seed=0), cross_entropy,
+                         FederationSettings(n_rounds=2, batch_size=10, eps=5.0, noise="distributed"),
+                         seed_sequence=np.random.SeedSequence(0), record_transcript=True)
+    states = [ClientState.fresh(s) for s in np.random.SeedSequence(3).spawn(4)]
+    transport = _Dropping(t.client_recipe(simulated=True), clients(), states, answering=1)
+    t.serve(transport, [40] * 4, list(range(4)), np.random.SeedSequence(0))
+    assert [row["sum"] for row in t.transcript_] == [None, None]
+
+
+def test_a_plan_for_other_clients_or_colluders_is_refused():
+    """A plan forged for t = 0 and passed as this run's (t = 1): the run would certify shares it does not count."""
+    from skfedriem.federated.plan import plan_basis, plan_run
+    from skfedriem.federated.pricing import model_dimension
+    from skfedriem.privacy.accounting_methods import get_accounting
+
+    settings = FederationSettings(n_rounds=4, batch_size=10, eps=5.0, noise="distributed", colluders=1)
+    module = StiefelNet(seed=0)
+    d = model_dimension(module)
+    forged = plan_run([40] * 4, list(range(4)), settings.replace(colluders=0), dimension=d)
+    object.__setattr__(forged, "basis", plan_basis([40] * 4, settings, get_accounting("rfedproj"), 2.0, d))
+    with pytest.raises(ValueError, match="t = 0"):
+        FederatedTrainer(module, cross_entropy, settings, plan=forged).fit(clients())
+
+
+@pytest.mark.parametrize("field, value, message", [("rotation_seed", -1, "rotation_seed"),
+                                                   ("share", 1e19, "share"), ("scale", 1e20, "2\\^52")])
+def test_a_client_refuses_a_hostile_encoding(field, value, message):
+    from skfedriem.federated.instructions import step_plan
+
+    t = trainer()
+    t.pricing.plan([40] * 4, list(range(4)))
+    good = t.pricing.client_instructions(0, 0.1)
+    with pytest.raises(InvalidInstructionsError, match=message):
+        encoding = good.encoding.__class__(**{**good.encoding.__dict__, field: value})
+        step_plan(RoundInstructions(**{**good.__dict__, "encoding": encoding}), 40, t.module)

@@ -1,0 +1,86 @@
+"""Rényi-DP accounting of subsampled Skellam steps (privacy/skellam.py), against independent accountants."""
+
+import math
+
+import numpy as np
+import pytest
+from dp_accounting.pld import privacy_loss_distribution as pld_lib
+from dp_accounting.rdp.rdp_privacy_accountant import _compute_rdp_sample_wor_gaussian
+from scipy import stats
+from scipy.special import logsumexp
+
+from skfedriem.privacy import PrivacyAccountant
+from skfedriem.privacy.skellam import (ORDERS, calibrate_skellam_variance, discrete_epsilon, gaussian_rdp,
+                                       skellam_rdp, subsampled_rdp)
+
+
+@pytest.mark.parametrize("sigma", [0.7, 1.5, 4.0])
+@pytest.mark.parametrize("q", [0.01, 0.2, 1.0])
+def test_the_subsampling_bound_is_dp_accountings_theorem_for_a_gaussian_or_looser(sigma, q):
+    """dp-accounting's sampling-without-replacement RDP (Wang et al. Theorem 27, tightened for the Gaussian) is a
+    lower bound of the generic Theorem 9 written here, and equal to it at order 2 (where no tightening applies)."""
+    ours = subsampled_rdp(gaussian_rdp(1 / sigma), q)
+    theirs = _compute_rdp_sample_wor_gaussian(q, sigma, ORDERS)
+    assert (ours >= theirs - 1e-12).all()
+    assert math.isclose(ours[0], theirs[0], rel_tol=1e-9)
+
+
+def test_skellam_rdp_bounds_the_exact_one_dimensional_renyi_divergence():
+    for variance in (2.0, 10.0, 100.0):
+        lam = variance / 2
+        support = np.arange(-400, 401)
+        for shift in (1, 3):
+            log_p = stats.skellam.logpmf(support, lam, lam)
+            log_q = stats.skellam.logpmf(support - shift, lam, lam)
+            keep = np.isfinite(log_p) & np.isfinite(log_q)
+            for alpha in (2, 3, 8):
+                exact = logsumexp(alpha * log_p[keep] + (1 - alpha) * log_q[keep]) / (alpha - 1)
+                bound = skellam_rdp(variance, shift, shift, np.array([float(alpha)]))[0]
+                assert exact <= bound + 1e-12
+
+
+def test_a_skellam_ledger_is_never_below_the_gaussians_pld_at_the_same_variance():
+    """ε_central of Skellam steps ≥ the PLD of Gaussian steps of the same variance and sensitivity."""
+    for variance, l2, rate, steps in ((4.0e6, 2000.0, 0.1, 300), (1.0e5, 400.0, 1.0, 50), (9.0e4, 300.0, 0.02, 2000)):
+        l1 = l2 * math.sqrt(1024)
+        skellam = PrivacyAccountant()
+        skellam.step(mu0=l2 / math.sqrt(variance), sample_rate=rate, num_steps=steps, skellam=(variance, l2, l1))
+        gaussian = PrivacyAccountant()
+        gaussian.step(mu0=l2 / math.sqrt(variance), sample_rate=rate, num_steps=steps)
+        assert skellam.get_epsilon(1e-5) >= gaussian.get_epsilon(1e-5)
+
+
+def test_at_one_dimension_the_ledger_is_never_below_the_exact_pld_of_the_two_discrete_distributions():
+    """One coordinate, one record substituted at a fixed-size rate q: the output pair is (1 − q) Sk + q Sk(·−a) and
+    (1 − q) Sk + q Sk(·+a) (the rest of the batch fixed), sensitivity Δ2 = Δ1 = 2a; dp-accounting's PLD of those
+    two distributions, composed over the steps, is the exact ε, which the ledger must not undercut."""
+    lam, a, rate, steps, delta = 40.0, 3, 0.3, 20, 1e-5
+    support = np.arange(-300, 301)
+    base = stats.skellam.pmf(support, lam, lam)
+    upper = (1 - rate) * base + rate * stats.skellam.pmf(support - a, lam, lam)
+    lower = (1 - rate) * base + rate * stats.skellam.pmf(support + a, lam, lam)
+    pmf_upper = {int(x): float(p) for x, p in zip(support, upper) if p > 0}
+    pmf_lower = {int(x): float(p) for x, p in zip(support, lower) if p > 0}
+    exact = pld_lib.from_two_probability_mass_functions(pmf_upper, pmf_lower).self_compose(steps)
+    ledger = PrivacyAccountant()
+    ledger.step(mu0=2 * a / math.sqrt(2 * lam), sample_rate=rate, num_steps=steps,
+                skellam=(2 * lam, 2.0 * a, 2.0 * a))
+    assert ledger.get_epsilon(delta) >= exact.get_epsilon_for_delta(delta)
+
+
+def test_calibration_meets_its_target_and_no_less_noise_would():
+    for eps, rate, steps in ((1.0, 0.05, 400), (10.0, 1.0, 200), (4.0, 0.3, 50)):
+        variance = calibrate_skellam_variance(eps, 1e-5, rate, steps, lambda: (500.0, 500.0 * 32))
+        spent = discrete_epsilon([(("skellam", variance, 500.0, 16000.0, rate), steps)], 1e-5)
+        assert spent <= eps
+        assert discrete_epsilon([(("skellam", variance / 1.01, 500.0, 16000.0, rate), steps)], 1e-5) > eps
+
+
+def test_a_discrete_ledger_round_trips_and_refuses_groups():
+    ledger = PrivacyAccountant()
+    ledger.step(mu0=0.5, sample_rate=0.1, num_steps=10, skellam=(1.0e6, 500.0, 4000.0))
+    again = PrivacyAccountant.from_state_dict(ledger.state_dict())
+    assert again.get_epsilon(1e-5) == ledger.get_epsilon(1e-5)
+    assert again.discrete
+    with pytest.raises(ValueError, match="group_size"):
+        ledger.step(mu0=0.5, sample_rate=0.1, num_steps=1, group_size=2, skellam=(1.0e6, 500.0, 4000.0))
