@@ -296,16 +296,16 @@ def shares_sized_by_clients() -> Iterator[None]:
 def shares_from_a_public_seed() -> Iterator[None]:
     """Distributed noise: every client draws its share from the round's public rotation seed, which the server
     knows and can regenerate (the rounding still uses its secret randomness)."""
-    honest = distributed_module.encode_records
+    honest = distributed_module.encode_clients
 
     def seeded(rows, encoding, clip, randomness):
-        # the release without a share (Poisson(1e-300) is 0), plus the share every client draws from the public seed
+        # the releases without a share (Poisson(1e-300) is 0), plus the share every client draws from the public seed
         without = honest(rows, dataclasses.replace(encoding, share=1e-300), clip, randomness)
         rng = np.random.default_rng(encoding.rotation_seed)
         public = rng.poisson(encoding.share, encoding.padded) - rng.poisson(encoding.share, encoding.padded)
-        return np.mod(without + public, encoding.modulus)
+        return [np.mod(release + public, encoding.modulus) for release in without]
 
-    with _patched((distributed_module, "encode_records", seeded)):
+    with _patched((distributed_module, "encode_clients", seeded)):
         yield
 
 
@@ -329,9 +329,9 @@ def rounding_past_the_bound() -> Iterator[None]:
     ledger charges the bound R."""
 
     def unconditional(scaled, bound, randomness):
-        floor = torch.floor(scaled)
-        draws = randomness.uniform(scaled.numel()).reshape(tuple(scaled.shape))
-        return (floor + torch.from_numpy((draws < (scaled - floor).numpy()).astype(np.float64))).to(torch.int64)
+        floor = np.floor(scaled)
+        draws = np.stack([source.uniform(scaled[0].size).reshape(scaled.shape[1:]) for source in randomness])
+        return (floor + (draws < scaled - floor)).astype(np.int64)
 
     with _patched((discrete_module, "_conditional_round", unconditional)):
         yield

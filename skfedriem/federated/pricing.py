@@ -162,7 +162,15 @@ class RoundPricing:
                                  sampling=self.settings.sampling, aggregation=self.aggregation.name,
                                  count_noise_std=count_noise_std, privacy_unit=self.settings.privacy_unit,
                                  records_per_subject=self.settings.records_per_subject,
-                                 encoding=None if plan.encoding is None else plan.encoding.with_seed(rotation_seed))
+                                 encoding=self._seeded(rotation_seed))
+
+    def _seeded(self, rotation_seed: int):
+        """The plan's encoding with this round's rotation (made once a round, not once a client)."""
+        if self.plan_.encoding is None:
+            return None
+        if getattr(self, "_rotation", (None, None))[0] != (self.plan_.encoding, rotation_seed):
+            self._rotation = ((self.plan_.encoding, rotation_seed), self.plan_.encoding.with_seed(rotation_seed))
+        return self._rotation[1]
 
     def local_round_release(self, lr: float) -> PrivacyAccountant:
         """What one round guarantees each client by its own release alone (its share, with distributed noise;
@@ -240,7 +248,13 @@ class RoundPricing:
                 "lr": self.settings.lr, "lr_schedule": schedule if isinstance(schedule, str) else repr(schedule),
                 "clip_quantile": self.settings.clip_quantile, "privacy_unit": self.settings.privacy_unit,
                 "records_per_subject": self.settings.records_per_subject,
-                **{f.name: getattr(self.plan_, f.name) for f in dataclasses.fields(self.plan_) if f.name != "basis"}}
+                **{f.name: _plain(getattr(self.plan_, f.name)) for f in dataclasses.fields(self.plan_)
+                   if f.name != "basis"}}
+
+
+def _plain(value):
+    """A plan's field as a checkpoint holds it (the encoding of distributed noise as a dict)."""
+    return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
 
 
 def model_dimension(module: nn.Module) -> int:

@@ -44,16 +44,19 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from numbers import Integral, Real
 
 import numpy as np
 import torch
+from scipy.linalg import hadamard
 
 from ..exceptions import InvalidInstructionsError
 from .randomness import SecretRandomness
 
-__all__ = ["MAX_BITS", "ROUNDING_BETA", "WRAP_PROBABILITY", "DistributedEncoding", "decode_sum", "encode_records",
-           "padded_dimension", "plan_encoding", "rotate", "rounding_bound", "sum_releases", "unrotate"]
+__all__ = ["MAX_BITS", "ROUNDING_BETA", "WRAP_PROBABILITY", "DistributedEncoding", "decode_sum", "encode_clients",
+           "encode_records", "padded_dimension", "plan_encoding", "rotate", "rounding_bound", "sum_releases",
+           "unrotate"]
 
 #: β of conditional rounding: a try is kept with probability at least 1 − β (TFF's e^{-1/2}).
 ROUNDING_BETA = math.exp(-0.5)
@@ -112,21 +115,44 @@ def rounding_bound(norm: float, padded: int, beta: float = ROUNDING_BETA) -> flo
     return min(norm + root, tight)
 
 
-def _walsh_hadamard(x: torch.Tensor) -> torch.Tensor:
-    """H x along the last axis (Sylvester order, unnormalised), its length a power of 2: the fast transform."""
+@lru_cache(maxsize=16)
+def _dense_hadamard(n: int) -> np.ndarray:
+    """H_n as a dense float64 matrix (n ≤ :data:`DENSE_HADAMARD`)."""
+    return hadamard(n).astype(np.float64)
+
+
+#: The largest Hadamard factor applied as a dense product: H_{ab} = H_a ⊗ H_b splits a longer transform.
+DENSE_HADAMARD = 64
+
+
+def _walsh_hadamard(x: np.ndarray) -> np.ndarray:
+    """H x along the last axis (Sylvester order, unnormalised), its length a power of 2.
+
+    H_{ab} = H_a ⊗ H_b (Sylvester), so for x laid out as an a × b matrix X,
+    H x is H_a X H_b: dense products with factors of at most
+    :data:`DENSE_HADAMARD` (scipy's ``hadamard``), recursively on the a side.
+    Written here because no maintained library ships a fast Walsh–Hadamard
+    transform for numpy; BLAS products beat a butterfly's strided stages.
+    """
     n = x.shape[-1]
     lead = x.shape[:-1]
-    h = 1
-    while h < n:
-        pairs = x.reshape(*lead, n // (2 * h), 2, h)
-        x = torch.stack((pairs[..., 0, :] + pairs[..., 1, :], pairs[..., 0, :] - pairs[..., 1, :]), dim=-2)
-        h *= 2
-    return x.reshape(*lead, n)
+    return _hadamard_rows(np.asarray(x, dtype=np.float64).reshape(-1, n)).reshape(*lead, n)
 
 
-def _signs(seed: int, n: int) -> torch.Tensor:
+def _hadamard_rows(y: np.ndarray) -> np.ndarray:
+    n = y.shape[1]
+    if n <= DENSE_HADAMARD:
+        return y @ _dense_hadamard(n)
+    b = DENSE_HADAMARD
+    a = n // b
+    z = y.reshape(-1, a, b) @ _dense_hadamard(b)  # H_b along each row of X
+    z = _hadamard_rows(np.swapaxes(z, 1, 2).reshape(-1, a))  # H_a along each column
+    return np.swapaxes(z.reshape(-1, b, a), 1, 2).reshape(-1, n)
+
+
+def _signs(seed: int, n: int) -> np.ndarray:
     """The round's public random signs D (n of ±1), from its public seed."""
-    return torch.from_numpy(np.random.default_rng(seed).integers(0, 2, n) * 2.0 - 1.0)
+    return np.random.default_rng(seed).integers(0, 2, n) * 2.0 - 1.0
 
 
 def rotate(x: torch.Tensor, seed: int) -> torch.Tensor:
@@ -143,7 +169,7 @@ def rotate(x: torch.Tensor, seed: int) -> torch.Tensor:
     torch.Tensor of shape (..., n)
     """
     n = x.shape[-1]
-    return _walsh_hadamard(x.double() * _signs(seed, n)) / math.sqrt(n)
+    return torch.from_numpy(_walsh_hadamard(x.double().numpy() * _signs(seed, n)) / math.sqrt(n))
 
 
 def unrotate(y: torch.Tensor, seed: int) -> torch.Tensor:
@@ -160,7 +186,7 @@ def unrotate(y: torch.Tensor, seed: int) -> torch.Tensor:
     torch.Tensor of shape (..., n)
     """
     n = y.shape[-1]
-    return _walsh_hadamard(y.double()) / math.sqrt(n) * _signs(seed, n)
+    return torch.from_numpy(_walsh_hadamard(y.double().numpy()) / math.sqrt(n) * _signs(seed, n))
 
 
 @dataclass(frozen=True)
@@ -266,35 +292,83 @@ class DistributedEncoding:
                                    int(seed), self.beta)
 
 
-def _conditional_round(scaled: torch.Tensor, bound: float, randomness: SecretRandomness) -> torch.Tensor:
-    """Each row rounded unbiasedly to the integer grid, redrawn until its norm is at most ``bound`` (int64).
+def _conditional_round(scaled: np.ndarray, bound: float, randomness: list[SecretRandomness]) -> np.ndarray:
+    """Each record rounded unbiasedly to the integer grid, redrawn until its norm is at most ``bound`` (int64).
 
-    A row that fails :data:`MAX_TRIES` times is sent as 0 (within the bound).
+    ``scaled`` is ``(K, B, n)``: client k's records draw from ``randomness[k]``
+    alone, try after try, exactly as they would alone. A record that fails
+    :data:`MAX_TRIES` times is sent as 0 (within the bound).
     """
-    floor = torch.floor(scaled)
-    fraction = (scaled - floor).numpy()
-    out = torch.zeros(scaled.shape, dtype=torch.int64)
-    pending = np.arange(scaled.shape[0])
-    for _ in range(MAX_TRIES):
-        if pending.size == 0:
+    scaled = np.asarray(scaled, dtype=np.float64)
+    n_clients, batch, n = scaled.shape
+    floor = np.floor(scaled)
+    fraction = scaled - floor
+    limit = bound ** 2
+    # the first try of every record at once, each client's draws from its own randomness
+    draws = np.stack([source.uniform(batch * n).reshape(batch, n) for source in randomness])
+    rounded = floor + (draws < fraction)
+    within = np.einsum("kbn,kbn->kb", rounded, rounded) <= limit
+    rounded[~within] = 0.0
+    pending = [np.flatnonzero(~own) for own in within]
+    for _ in range(MAX_TRIES - 1):  # the few records past the bound, redrawn client by client
+        if not any(rows.size for rows in pending):
             break
-        draws = randomness.uniform(pending.size * scaled.shape[1]).reshape(pending.size, scaled.shape[1])
-        rounded = floor[pending] + torch.from_numpy((draws < fraction[pending]).astype(np.float64))
-        within = (rounded.square().sum(1) <= bound ** 2).numpy()
-        out[pending[within]] = rounded[within].to(torch.int64)
-        pending = pending[~within]
-    return out
+        for k, rows in enumerate(pending):
+            if rows.size == 0:
+                continue
+            draws = randomness[k].uniform(rows.size * n).reshape(rows.size, n)
+            again = floor[k, rows] + (draws < fraction[k, rows])
+            kept = np.einsum("bn,bn->b", again, again) <= limit
+            rounded[k, rows[kept]] = again[kept]
+            pending[k] = rows[~kept]
+    return rounded.astype(np.int64)
+
+
+def encode_clients(rows: torch.Tensor, encoding: DistributedEncoding, clip: float,
+                   randomness: list[SecretRandomness]) -> list[np.ndarray]:
+    """Every client's release: Σ_z round(s · rotate(clip_C(g_z))) + Sk(λ, λ) per coordinate, modulo 2^bits.
+
+    K clients at once (one rotation of all their records); client k's
+    rounding and share come from ``randomness[k]`` alone, in the order a lone
+    client draws them, so its release is what it releases alone.
+
+    Parameters
+    ----------
+    rows : torch.Tensor of shape (K, B, d)
+        Each client's clipped records (each of norm at most C), flattened over
+        all blocks; a record that must not count is a row of zeros.
+    encoding : DistributedEncoding
+    clip : float
+        C.
+    randomness : list of SecretRandomness
+        Client k's secret randomness: its rounding and its share.
+
+    Returns
+    -------
+    list of ndarray of int64, shape (n,)
+        In [0, 2^bits).
+    """
+    n = encoding.padded
+    n_clients, batch, d = rows.shape
+    padded = torch.zeros(n_clients, batch, n, dtype=torch.float64)
+    padded[..., :d] = rows.detach().to("cpu", torch.float64)
+    scaled = rotate(padded, encoding.rotation_seed).numpy() * encoding.scale
+    totals = _conditional_round(scaled, encoding.bound(clip), randomness).sum(1)
+    releases = []
+    for total, source in zip(totals, randomness):
+        share = source.poisson(encoding.share, n) - source.poisson(encoding.share, n)
+        releases.append(np.mod(total + share, encoding.modulus))
+    return releases
 
 
 def encode_records(rows: torch.Tensor, encoding: DistributedEncoding, clip: float,
                    randomness: SecretRandomness) -> np.ndarray:
-    """One client's release: Σ_z round(s · rotate(clip_C(g_z))) + Sk(λ, λ) per coordinate, modulo 2^bits.
+    """One client's release (:func:`encode_clients` with K = 1).
 
     Parameters
     ----------
     rows : torch.Tensor of shape (B, d)
-        The client's clipped records (each of norm at most C), flattened over
-        all blocks; a record that must not count is a row of zeros.
+        The client's clipped records, flattened over all blocks.
     encoding : DistributedEncoding
     clip : float
         C.
@@ -306,13 +380,7 @@ def encode_records(rows: torch.Tensor, encoding: DistributedEncoding, clip: floa
     ndarray of int64, shape (n,)
         In [0, 2^bits).
     """
-    n = encoding.padded
-    padded = torch.zeros(rows.shape[0], n, dtype=torch.float64)
-    padded[:, :rows.shape[1]] = rows.detach().to("cpu", torch.float64)
-    scaled = rotate(padded, encoding.rotation_seed) * encoding.scale
-    total = _conditional_round(scaled, encoding.bound(clip), randomness).sum(0).numpy()
-    share = randomness.poisson(encoding.share, n) - randomness.poisson(encoding.share, n)
-    return np.mod(total + share, encoding.modulus)
+    return encode_clients(rows.unsqueeze(0), encoding, clip, [randomness])[0]
 
 
 def sum_releases(releases: list[np.ndarray], encoding: DistributedEncoding) -> np.ndarray:

@@ -16,7 +16,7 @@ import torch
 
 from .apart import check_records_apart
 from .copies import ClientCopies
-from .discrete import DistributedEncoding, encode_records
+from .discrete import DistributedEncoding, encode_clients
 from .gradients import PerRecordGradients, dense_rows, subject_means
 from .mechanism import Pass, check_record_dtypes, clip_factors, clip_margin, full_precision
 from .per_sample import LossFn
@@ -88,7 +88,7 @@ def distributed_release(copies: ClientCopies, loss_fn: LossFn, passes: list[Pass
     names = list(copies.blocks)
     dtypes = [block.dtype for block in copies.blocks.values()]
     margin = clip_margin(dtypes)
-    kept: list[list[torch.Tensor]] = [[] for _ in range(copies.n_clients)]
+    kept: list[torch.Tensor] = []  # every pass's clipped records, (K, W, d): padding rows are zeros
     with full_precision():
         check_records_apart(copies, loss_fn, passes[0][0])
         for batch, real in passes:
@@ -103,6 +103,5 @@ def distributed_release(copies: ClientCopies, loss_fn: LossFn, passes: list[Pass
             factors = factors.to(rows.device, torch.float64).unsqueeze(-1)
             # a record of factor 0 (padding, a non-finite norm) is a row of exact zeros, never 0 · inf
             clipped = torch.where(factors > 0, rows * factors, 0.0)
-            for k in range(copies.n_clients):
-                kept[k].append(clipped[k])
-    return [encode_records(torch.cat(own), encoding, clip, source) for own, source in zip(kept, randomness)]
+            kept.append(clipped)
+    return encode_clients(torch.cat(kept, dim=1), encoding, clip, randomness)

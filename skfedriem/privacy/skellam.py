@@ -120,13 +120,13 @@ def subsampled_rdp(rdp: np.ndarray, sample_rate: float, orders: np.ndarray = ORD
     # j = 2: q² C(α, 2) min(4 (e^ε(2) − 1), 2 e^ε(2)), in logs
     second = 2 * log_q + _log_comb(a, 2.0) + min(math.log(4) + eps2 + math.log(-math.expm1(-eps2)) if eps2 > 0
                                                  else -math.inf, math.log(2) + eps2)
-    out = np.empty_like(a)
-    for i, alpha in enumerate(a):
-        j = np.arange(3, alpha + 1)
-        # e^{(j−1) ε(j)}: ε(j) is rdp[j − 2]
-        terms = math.log(2) + j * log_q + _log_comb(alpha, j) + (j - 1) * rdp[(j - 2).astype(int)]
-        log_a = logsumexp(np.concatenate(([0.0, second[i]], terms)))
-        out[i] = log_a / (alpha - 1)
+    # every term of every order at once: row α, column j (j ≤ α), e^{(j−1) ε(j)} with ε(j) = rdp[j − 2]
+    j = a[np.newaxis, :]
+    alpha = a[:, np.newaxis]
+    terms = math.log(2) + j * log_q + _log_comb(np.maximum(alpha, j), j) + (j - 1) * np.asarray(rdp)[np.newaxis, :]
+    terms = np.where((j >= 3) & (j <= alpha), terms, -np.inf)
+    log_a = logsumexp(np.concatenate([np.zeros((len(a), 1)), second[:, np.newaxis], terms], axis=1), axis=1)
+    out = log_a / (a - 1)
     return np.minimum(out, rdp)
 
 

@@ -227,3 +227,44 @@ def test_a_client_refuses_a_hostile_encoding(field, value, message):
     with pytest.raises(InvalidInstructionsError, match=message):
         encoding = good.encoding.__class__(**{**good.encoding.__dict__, field: value})
         step_plan(RoundInstructions(**{**good.__dict__, "encoding": encoding}), 40, t.module)
+
+
+def test_subjects_sampled_whole_are_the_clipped_unit():
+    data = [(X, y, torch.arange(len(y)) // 4) for X, y in clients()]  # 10 subjects of 4 records a client
+    t = trainer(privacy_unit="subject", batch_size=5).fit(data)
+    assert t.plan_.sample_rate == 0.5 and t.epsilon_ <= 5.0
+    assert all(entry.unit == "subject" for entry in t.accountant_.history)
+
+
+class _Crashing(LocalTransport):
+    """The server dies at round ``crash_at``, after it charged and checkpointed the round."""
+
+    def __init__(self, *args, crash_at):
+        super().__init__(*args)
+        self.crash_at = crash_at
+
+    def run_round(self, t, selected, theta, instructions):
+        if t == self.crash_at:
+            raise RuntimeError("server crash")
+        return super().run_round(t, selected, theta, instructions)
+
+
+def test_a_resumed_run_equals_the_uninterrupted_one_and_keeps_both_ledgers(tmp_path):
+    from skfedriem.federated import TrainingState
+
+    data = clients()
+    full = trainer().fit(data)
+    crashed = trainer()
+    states = [ClientState.fresh(s) for s in crashed.client_seeds(len(data))]
+    saved = []
+    with pytest.raises(RuntimeError, match="server crash"):
+        crashed.serve(_Crashing(crashed.client_recipe(simulated=True), data, states, crash_at=2), [40] * 4,
+                      list(range(4)), crashed.seed_sequence, on_round=saved.append)
+    saved[-1].save(tmp_path / "checkpoint.pt")
+    resumed = trainer()
+    resumed.serve(LocalTransport(resumed.client_recipe(simulated=True), data, states), [40] * 4, list(range(4)),
+                  resumed.seed_sequence, resume=TrainingState.load(tmp_path / "checkpoint.pt"))
+    for a, b in zip(full.module.parameters(), resumed.module.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-13)
+    assert resumed.accountant_.steps == resumed.local_accountant_.steps == 4  # the cut round charged once
+    assert resumed.epsilon_ == full.epsilon_ and resumed.local_epsilon_ == full.local_epsilon_

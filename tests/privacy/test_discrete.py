@@ -46,7 +46,7 @@ def test_no_rounded_record_exceeds_its_bound(dimension, scaled_clip, kind, seed)
         rows = np.full((8, n), 0.5) + rng.integers(-3, 3, (8, n))
     rows = torch.from_numpy(rows / np.linalg.norm(rows, axis=1, keepdims=True) * scaled_clip)
     bound = rounding_bound(scaled_clip, n)
-    rounded = _conditional_round(rows, bound, _source(seed))
+    rounded = torch.from_numpy(_conditional_round(rows.unsqueeze(0).numpy(), bound, [_source(seed)])[0])
     assert rounded.dtype == torch.int64
     assert (rounded.double().norm(dim=1) <= bound).all()
     assert ((rounded.double() - rows).abs() < 1).all()  # a floor or a ceiling, never further
@@ -57,14 +57,14 @@ def test_rounding_is_unbiased_where_the_bound_rarely_binds():
     at the grid's scale), which the planned grid (s C = 16 √n) keeps rare."""
     rows = torch.randn(4000, 64, dtype=torch.float64)
     rows = rows / rows.norm(dim=1, keepdim=True) * 16 * 8  # at the clip, on the planned grid (n = 64)
-    rounded = _conditional_round(rows, rounding_bound(128.0, 64), _source(1)).double()
+    rounded = torch.from_numpy(_conditional_round(rows.unsqueeze(0).numpy(), rounding_bound(128.0, 64), [_source(1)])[0]).double()
     assert abs(float((rounded - rows).mean())) < 0.005
     assert float((rounded.norm(dim=1) / rows.norm(dim=1)).mean()) < 1.001
 
 
 def test_a_record_that_never_passes_is_sent_as_zero():
     rows = torch.full((3, 4), 0.5, dtype=torch.float64)  # every rounding has norm >= 1 > 0.5
-    assert (_conditional_round(rows, 0.5, _source()) == 0).all()
+    assert (_conditional_round(rows.unsqueeze(0).numpy(), 0.5, [_source()]) == 0).all()
 
 
 def _encoding(share=1e-12, bits=30, dimension=45, clients=4, colluders=1, seed=3):
@@ -152,3 +152,13 @@ def test_the_modulus_holds_the_planned_round():
     decoded, wrapped = decode_sum(sum_releases(releases, encoding), encoding)
     assert not wrapped
     assert float((decoded - 120 * rows[0]).norm()) < 0.5 * 120
+
+
+def test_clients_encoded_together_release_what_each_releases_alone():
+    from skfedriem.privacy.discrete import encode_clients
+
+    encoding = plan_encoding(45, 1.0, 120, 4, 1, lambda l2, l1: 4 * l2 ** 2).with_seed(2)
+    rows = torch.randn(4, 30, 45, dtype=torch.float64) / 7
+    together = encode_clients(rows, encoding, 1.0, [_source(k) for k in range(4)])
+    for k in range(4):
+        np.testing.assert_array_equal(together[k], encode_records(rows[k], encoding, 1.0, _source(k)))
