@@ -15,7 +15,10 @@ broken mechanisms an audit must catch: no noise, half the noise the accountant
 charges, the one-shot release calibrated to C instead of its √2 C, per-block
 clipping, a noise stream restarted every round, the old step against a server
 off the manifold, a subject's trials clipped one by one, a subject's 5 records
-charged as one. Every fit draws fresh OS entropy (random_state=None) except the
+charged as one. Distributed noise (``--kinds distributed``): K = 6 clients' one-step
+rounds, the auditor holding the decoded sum and t colluders' shares, honest and with
+shares sized by K, shares drawn from the round's public seed (the auditor regenerates
+them), and a sum decoded short of K − t answers. Every fit draws fresh OS entropy (random_state=None) except the
 classifier's, seeded per fit so that the auditor can rebuild its public initial
 network. Prints a table and one JSON line; the baseline of each row is
 the certified ε of the same runs.
@@ -34,17 +37,21 @@ import torch
 import math
 from contextlib import nullcontext
 
-from skfedriem.audit import (audit_client_rounds, audit_covariance_release, audit_federated_pca,
-                             audit_off_manifold_server, audit_spdnet_classifier, audit_subject_level)
-from skfedriem.audit.mutations import (noise_projected_alone, noise_scaled, noise_stream_restarted,
-                                       per_block_clipping, subjects_charged_as_records,
+from skfedriem.audit import (audit_client_rounds, audit_covariance_release, audit_distributed_rounds,
+                             audit_federated_pca, audit_off_manifold_server, audit_spdnet_classifier,
+                             audit_subject_level)
+from skfedriem.audit.mutations import (missing_share_counted, noise_projected_alone, noise_scaled,
+                                       noise_stream_restarted, per_block_clipping, shares_from_a_public_seed,
+                                       shares_sized_by_clients, subjects_charged_as_records,
                                        subjects_clipped_by_record)
 
 AUDITS = {"pca": audit_federated_pca, "covariance": audit_covariance_release, "spdnet": audit_spdnet_classifier,
-          "client": audit_client_rounds, "server": audit_off_manifold_server, "subject": audit_subject_level}
+          "client": audit_client_rounds, "server": audit_off_manifold_server, "subject": audit_subject_level,
+          "distributed": audit_distributed_rounds}
 MUTATIONS = {"noise": noise_scaled, "old_step": noise_projected_alone, "restart": noise_stream_restarted,
              "per_block": per_block_clipping, "by_record": subjects_clipped_by_record,
-             "as_records": subjects_charged_as_records}
+             "as_records": subjects_charged_as_records, "by_clients": shares_sized_by_clients,
+             "public_seed": shares_from_a_public_seed, "missing_share": missing_share_counted}
 
 
 def _task(task: dict) -> dict:
@@ -93,6 +100,18 @@ def tasks(runs: int, runs_subsampled: int, runs_fits: int) -> list[dict]:
                     n_runs=runs))
     out.append(dict(kind="subject", label="BROKEN: 5 records charged as one", eps=4.0, records_per_subject=5,
                     mutation=("as_records",), n_runs=runs))
+    for mu0 in (1.0, 1.4):
+        out.append(dict(kind="distributed", label="distributed, K=6 t=3 colluding", mu0=mu0, n_runs=runs))
+        out.append(dict(kind="distributed", label="BROKEN: shares sized by K", mu0=mu0, mutation=("by_clients",),
+                        n_runs=runs))
+        out.append(dict(kind="distributed", label="distributed, server regenerates", mu0=mu0, regenerate=True,
+                        n_runs=runs))
+        out.append(dict(kind="distributed", label="BROKEN: shares from the public seed", mu0=mu0, regenerate=True,
+                        mutation=("public_seed",), n_runs=runs))
+        out.append(dict(kind="distributed", label="distributed, 4 of K=6 t=1 dropped", mu0=mu0, colluders=1,
+                        dropped=4, n_runs=runs))
+        out.append(dict(kind="distributed", label="BROKEN: missing shares counted", mu0=mu0, colluders=1, dropped=4,
+                        mutation=("missing_share",), n_runs=runs))
     out.append(dict(kind="server", label="off-manifold server, current step", n_runs=runs))
     out.append(dict(kind="server", label="BROKEN: off-manifold server, old step", mutation=("old_step",),
                     n_runs=runs))

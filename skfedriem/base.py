@@ -228,7 +228,8 @@ class FederatedEstimatorMixin(_EstimatorParameters):
     def make_trainer(self, input_shape: tuple[int, ...], *, classes=None, held_out=None,
                      deployed: bool = False, seeds: RunSeeds | None = None,
                      client_sizes: list[int] | None = None, client_names: list | None = None,
-                     spent: PrivacyAccountant | None = None) -> FederatedTrainer:
+                     spent: PrivacyAccountant | None = None,
+                     spent_local: PrivacyAccountant | None = None) -> FederatedTrainer:
         """The round loop with this estimator's settings, for records of ``input_shape``.
 
         Parameters
@@ -255,6 +256,10 @@ class FederatedEstimatorMixin(_EstimatorParameters):
             What this fit's clients released before its rounds (the tangent
             space's reference point): the rounds target what is left of
             ``eps`` after it, and every ε the run reports composes it.
+        spent_local : PrivacyAccountant, optional
+            What that release guarantees each client by its own releases alone
+            (distributed noise: its shares; default ``spent``), composed into
+            ``local_epsilon_``.
 
         Returns
         -------
@@ -288,7 +293,7 @@ class FederatedEstimatorMixin(_EstimatorParameters):
             local = PrivacyAccountant.from_state_dict(prior.local_ledger or prior.ledger) if prior is not None \
                 else PrivacyAccountant()
             ledger.extend(spent)
-            local.extend(spent)
+            local.extend(spent if spent_local is None else spent_local)
             prior = TrainingState(0, {}, ledger.state_dict(), [] if prior is None else prior.history,
                                   local_ledger=local.state_dict())
         return self._planned_trainer(
@@ -504,8 +509,9 @@ class FederatedEstimatorMixin(_EstimatorParameters):
                       "each subject, and subjects is not used. Set privacy_unit='subject' to protect each subject.")
         release = None if self._warm() else self._release_trainer(input_shape, sizes, seeds)
         spent = None if release is None else release.pricing.planned_release(sizes, names)
+        spent_local = None if release is None else release.pricing.planned_release(sizes, names, local=True)
         trainer = self.make_trainer(input_shape, classes=classes, held_out=held_out, seeds=seeds,
-                                    client_sizes=sizes, client_names=names, spent=spent)
+                                    client_sizes=sizes, client_names=names, spent=spent, spent_local=spent_local)
         if release is not None:
             # the whole fit accounted and charged (one fit of the budget) before the release runs
             trainer.charge.charge_plan(sizes, names, released=spent)

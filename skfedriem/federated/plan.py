@@ -275,7 +275,7 @@ def plan_run(
     (0.1, 250)
     """
     method = get_accounting(settings.accounting if accounting is None else accounting)
-    if settings.noise == "distributed":
+    if settings.noise == "distributed" and settings.eps is not None:  # without noise, nowhere to add it
         plan = _distributed_plan(client_sizes, client_names, settings, method, diameter, dimension)
         object.__setattr__(plan, "basis", plan_basis(client_sizes, settings, method, diameter, dimension))
         return plan
@@ -300,11 +300,11 @@ def _distributed_plan(client_sizes: list[int], client_names: list, settings: Fed
                       method: RunAccounting, diameter: float, dimension: int) -> PrivacyPlan:
     """One step a round, the Skellam noise of the K − t honest shares calibrated to (ε, δ), the grid and modulus."""
     clients, colluders = distributed_clients(len(client_sizes), settings)
-    if settings.eps is None or settings.clip == "auto" or settings.local_steps not in (None, 1) or dimension < 1:
+    if settings.clip == "auto" or settings.local_steps not in (None, 1) or dimension < 1:
         raise ValueError(
-            "noise='distributed' needs a target eps, a fixed clip, one step a round (local_steps=1 or None) and a "
-            f"model with trainable parameters. Got eps={settings.eps!r}, clip={settings.clip!r}, "
-            f"local_steps={settings.local_steps!r}, dimension={dimension!r}.")
+            "noise='distributed' needs a fixed clip, one step a round (local_steps=1 or None) and a model with "
+            f"trainable parameters. Got clip={settings.clip!r}, local_steps={settings.local_steps!r}, "
+            f"dimension={dimension!r}.")
     method.check_sampling(settings.sampling)
     method.check_group(settings.unit.group_size)
     if settings.unit.group_size != 1:

@@ -202,7 +202,8 @@ class RoundPricing:
                                f"{cost.state_dict()} > {planned.state_dict()}.")
         return planned
 
-    def planned_release(self, client_sizes: list[int], client_names: list | None = None) -> PrivacyAccountant:
+    def planned_release(self, client_sizes: list[int], client_names: list | None = None, *,
+                        local: bool = False) -> PrivacyAccountant:
         """The whole run for these clients as its ledger will be charged, before any round: what a budget is charged.
 
         Parameters
@@ -211,19 +212,23 @@ class RoundPricing:
             m_i of every client (public).
         client_names : list, optional
             For messages (default: 0 .. n−1).
+        local : bool, default=False
+            What each client's own releases guarantee alone instead
+            (:meth:`local_round_release`).
 
         Returns
         -------
         PrivacyAccountant
         """
         self.plan(client_sizes, list(range(len(client_sizes))) if client_names is None else list(client_names))
-        return self.rounds_release()
+        return self.rounds_release(local=local)
 
-    def rounds_release(self, first: int = 0) -> PrivacyAccountant:
-        """Rounds ``first`` .. T − 1 as the ledger will be charged them (all of them: the whole run)."""
+    def rounds_release(self, first: int = 0, *, local: bool = False) -> PrivacyAccountant:
+        """Rounds ``first`` .. T − 1 as the ledger will be charged them (all of them: the whole run); ``local``:
+        as each client's own releases guarantee them alone."""
         planned = PrivacyAccountant()
         for t in range(first, self.settings.n_rounds):
-            planned.extend(self.round_release(self.lr(t)))
+            planned.extend(self.local_round_release(self.lr(t)) if local else self.round_release(self.lr(t)))
         return planned
 
     def epsilon(self, ledger: PrivacyAccountant, discretization: float = DISCRETIZATION) -> float:

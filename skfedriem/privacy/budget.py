@@ -235,9 +235,11 @@ class PrivacyBudget:
                    f"within epsilon={self.epsilon:g} ({spent:.4g} spent).")
         reference = release_at((self.epsilon - spent) / remaining)
 
-        def scaled(scale: float) -> PrivacyAccountant:
+        def scaled(scale: float) -> PrivacyAccountant:  # μ0 × scale: a Skellam step's variance ÷ scale²
             return PrivacyAccountant.from_state_dict({"history": [
-                {**e, "mu0": e["mu0"] * scale} for e in reference.state_dict()["history"]]})
+                {**e, "mu0": e["mu0"] * scale,
+                 "skellam": (e["skellam"][0] / scale ** 2, *e["skellam"][1:]) if e.get("skellam") else ()}
+                for e in reference.state_dict()["history"]]})
 
         def fits_in(scale: float) -> bool:
             return composed(scaled(scale), coarse) <= self.epsilon

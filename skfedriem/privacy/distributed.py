@@ -88,7 +88,7 @@ def distributed_release(copies: ClientCopies, loss_fn: LossFn, passes: list[Pass
     names = list(copies.blocks)
     dtypes = [block.dtype for block in copies.blocks.values()]
     margin = clip_margin(dtypes)
-    kept: list[torch.Tensor] = []  # every pass's clipped records, (K, W, d): padding rows are zeros
+    kept: list[list[torch.Tensor]] = [[] for _ in range(copies.n_clients)]  # each client's real records
     with full_precision():
         check_records_apart(copies, loss_fn, passes[0][0])
         for batch, real in passes:
@@ -97,11 +97,13 @@ def distributed_release(copies: ClientCopies, loss_fn: LossFn, passes: list[Pass
                 segments = segments.to(batch[0].device)
                 gradients = subject_means(gradients, segments, int(segments.max()) + 1)
             factors = clip_factors(gradients.norms(), clip, margin, dtypes)
-            if real is not None:
-                factors = torch.where(real, factors, 0.0)
             rows = flat_rows(gradients, names).double()
             factors = factors.to(rows.device, torch.float64).unsqueeze(-1)
-            # a record of factor 0 (padding, a non-finite norm) is a row of exact zeros, never 0 · inf
+            # a record of factor 0 (a non-finite norm) is a row of exact zeros, never 0 · inf
             clipped = torch.where(factors > 0, rows * factors, 0.0)
-            kept.append(clipped)
-    return encode_clients(torch.cat(kept, dim=1), encoding, clip, randomness)
+            for k in range(copies.n_clients):  # padding left out: a client rounds (and draws for) its own records
+                kept[k].append(clipped[k] if real is None else clipped[k][real[k].to(clipped.device)])
+    own = [torch.cat(rows) for rows in kept]
+    if len({rows.shape[0] for rows in own}) == 1:  # equal batches: every client's records rotated at once
+        return encode_clients(torch.stack(own), encoding, clip, randomness)
+    return [encode_clients(rows.unsqueeze(0), encoding, clip, [source])[0] for rows, source in zip(own, randomness)]

@@ -56,9 +56,11 @@ def test_the_model_moves_and_stays_on_its_manifold():
     torch.testing.assert_close(weight.T @ weight, torch.eye(weight.shape[1], dtype=weight.dtype), atol=1e-6, rtol=0)
 
 
-def test_lockstep_and_one_by_one_release_the_same():
-    a = trainer(lockstep=True).fit(clients())
-    b = trainer(lockstep=False).fit(clients())
+@pytest.mark.parametrize("sampling", ["fixed", "poisson"])
+def test_lockstep_and_one_by_one_release_the_same(sampling):
+    """Clients in a stack draw their rounding and shares as alone (Poisson stacks leave their padding out)."""
+    a = trainer(lockstep=True, sampling=sampling).fit(clients())
+    b = trainer(lockstep=False, sampling=sampling).fit(clients())
     for (name, p), q in zip(a.module.named_parameters(), b.module.parameters()):
         torch.testing.assert_close(p, q, atol=1e-9, rtol=0)
 
@@ -121,7 +123,7 @@ def test_a_round_with_k_minus_t_shares_is_applied():
 
 @pytest.mark.parametrize("options, message", [
     ({"local_steps": 2}, "one step a round"), ({"clip": "auto"}, "fixed clip"), ({"colluders": 4}, "colluders"),
-    ({"privacy_unit": "subject", "records_per_subject": 2}, "records_per_subject"), ({"eps": None}, "target eps"),
+    ({"privacy_unit": "subject", "records_per_subject": 2}, "records_per_subject"),
     ({"accounting": "prirfed", "sampling": "poisson"}, "does not account distributed noise"),
 ])
 def test_what_distributed_noise_refuses(options, message):
@@ -268,3 +270,29 @@ def test_a_resumed_run_equals_the_uninterrupted_one_and_keeps_both_ledgers(tmp_p
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-13)
     assert resumed.accountant_.steps == resumed.local_accountant_.steps == 4  # the cut round charged once
     assert resumed.epsilon_ == full.epsilon_ and resumed.local_epsilon_ == full.local_epsilon_
+
+
+def test_without_privacy_there_is_no_noise_to_place():
+    t = trainer(eps=None).fit(clients())
+    assert t.plan_.encoding is None and math.isinf(t.epsilon_) and math.isinf(t.fitted_attributes()["local_epsilon_"])
+
+
+def test_a_released_reference_mean_is_a_distributed_round_too():
+    X, y, groups = make_spd_classification(6, 40, 4, random_state=0)
+    clf = FederatedTangentSpaceClassifier(eps=4.0, reference="mean", noise="distributed", n_rounds=10,
+                                          random_state=0).fit(X, y, groups=groups)
+    assert clf.ledger_.discrete and all(entry.skellam for entry in clf.ledger_.history)
+    assert clf.epsilon_ <= 4.0 < clf.local_epsilon_
+    # ε_local composes the release's shares and the rounds' shares, each alone
+    shares = [entry.skellam[0] for entry in clf.local_ledger_.history]
+    central = [entry.skellam[0] for entry in clf.ledger_.history]
+    assert len(shares) == len(central) == 2 and all(s < c for s, c in zip(shares, central))
+
+
+def test_a_budget_shares_its_epsilon_between_distributed_fits_by_their_composition():
+    """eps='budget' scales a Skellam run's variance to find its share: more than basic composition's ε / n."""
+    X, y, groups = make_spd_classification(6, 30, 4, random_state=0)
+    budget = PrivacyBudget(6.0, n_fits=3)
+    clf = FederatedTangentSpaceClassifier(eps="budget", noise="distributed", n_rounds=20, privacy_budget=budget)
+    clf.fit(X, y, groups=groups)
+    assert 6.0 / 3 * 1.05 < clf.epsilon_ < 6.0
