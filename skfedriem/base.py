@@ -289,13 +289,7 @@ class FederatedEstimatorMixin(_EstimatorParameters):
             eps = self._budget_share(module, loss_fn, input_shape, clients)
         if spent is not None:
             eps = self._left_after(spent, eps, module, loss_fn, input_shape, clients)
-            ledger = PrivacyAccountant.from_state_dict(prior.ledger) if prior is not None else PrivacyAccountant()
-            local = PrivacyAccountant.from_state_dict(prior.local_ledger or prior.ledger) if prior is not None \
-                else PrivacyAccountant()
-            ledger.extend(spent)
-            local.extend(spent if spent_local is None else spent_local)
-            prior = TrainingState(0, {}, ledger.state_dict(), [] if prior is None else prior.history,
-                                  local_ledger=local.state_dict())
+            prior = _after(prior, spent, spent if spent_local is None else spent_local)
         return self._planned_trainer(
             module, loss_fn, input_shape, clients, eps, seed_sequence=seeds.server, client_seed=seeds.clients,
             privacy_budget=self.privacy_budget, run_name=repr(self), prior=prior,
@@ -554,6 +548,18 @@ class FederatedEstimatorMixin(_EstimatorParameters):
             now = ", ".join(f"{n}={getattr(self, n)!r}" for n in changed)
             raise ValueError(f"warm_start=True continues a model fitted with {then}; got {now}, which would change "
                              "the model itself. Set them back, or set warm_start=False to fit afresh.")
+
+
+def _after(prior: TrainingState | None, spent: PrivacyAccountant, spent_local: PrivacyAccountant) -> TrainingState:
+    """``prior`` (or nothing) followed by a release: its steps in both ledgers (each client's own guarantee in the
+    local one)."""
+    ledger = PrivacyAccountant.from_state_dict(prior.ledger) if prior is not None else PrivacyAccountant()
+    local = (PrivacyAccountant.from_state_dict(prior.local_ledger or prior.ledger) if prior is not None
+             else PrivacyAccountant())
+    ledger.extend(spent)
+    local.extend(spent_local)
+    return TrainingState(0, {}, ledger.state_dict(), [] if prior is None else prior.history,
+                         local_ledger=local.state_dict())
 
 
 @dataclass(frozen=True)

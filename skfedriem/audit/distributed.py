@@ -56,6 +56,36 @@ def _along_n(decoded: torch.Tensor) -> float:
     return float((decoded[1] + decoded[4]) / math.sqrt(2))
 
 
+def _run_score(side: int, encoding, seed: np.random.SeedSequence, answering: int, colluders: int, n_rounds: int,
+               regenerate: bool, clip: float) -> float:
+    """One run's score: the decoded sums (less the colluders' shares) along −n, over the rounds the server applied."""
+    seeds = seed.spawn(answering + 1)
+    public = np.random.default_rng(seeds[-1])
+    states = [ClientState.fresh(s) for s in seeds[:answering]]
+    server = DistributedServer(TwoBlocks(), "sgd")
+    score = 0.0
+    for _ in range(n_rounds):
+        round_encoding = encoding.with_seed(int(public.integers(2 ** 62)))
+        instructions = RoundInstructions(lr=1e-7, local_steps=1, batch_size=2, clip=clip, noise_std=0.0,
+                                         sampling="fixed", aggregation="projavg", encoding=round_encoding)
+        releases = []
+        for k in range(answering):
+            records = _records(side, clip) if k == 0 else torch.zeros(2, 6, dtype=torch.float64)
+            [(reply, _)] = client_round.run_round(ClientRecipe(TwoBlocks(), _identity), _point(0), [(records,)],
+                                                  [states[k]], instructions)
+            releases.append(reply[ENCODED_RELEASE])
+        if server.apply(_point(0), releases, 2.0 * answering, round_encoding, 0.0) is not None:
+            continue  # discarded: secure aggregation reveals nothing
+        known = [r.numpy() for r in releases[1:colluders + 1]]  # the colluders' releases are their shares
+        if regenerate:
+            known += [_shares_from_seed(round_encoding)] * (answering - colluders)
+        residual = np.mod(sum_releases([r.numpy() for r in releases], round_encoding)
+                          - sum_releases(known, round_encoding), round_encoding.modulus)
+        decoded, _ = decode_sum(residual, round_encoding)
+        score -= _along_n(decoded)  # D's canary pulls the sum against n
+    return score
+
+
 def audit_distributed_rounds(mu0: float = 1.4, *, clients: int = 6, colluders: int = 3, dropped: int = 0,
                              n_rounds: int = 2, n_runs: int = 300, regenerate: bool = False, clip: float = 1.0,
                              delta: float = 1e-5, random_state: int | None = None,
@@ -98,36 +128,13 @@ def audit_distributed_rounds(mu0: float = 1.4, *, clients: int = 6, colluders: i
         return target["variance"]
 
     encoding = discrete_module.plan_encoding(6, clip, 2 * clients, clients, colluders, calibrate)
-    answering = clients - dropped
     scores: dict[int, list[float]] = {1: [], -1: []}
     for side, offset in ((1, 0), (-1, n_runs)):
         for j in range(n_runs):
-            seeds = (np.random.SeedSequence().spawn(clients + 1) if random_state is None
-                     else np.random.SeedSequence(random_state + offset + j).spawn(clients + 1))
-            public = np.random.default_rng(seeds[-1])
-            states = [ClientState.fresh(seed) for seed in seeds[:clients]]
-            server = DistributedServer(TwoBlocks(), "sgd")
-            score = 0.0
-            for _ in range(n_rounds):
-                round_encoding = encoding.with_seed(int(public.integers(2 ** 62)))
-                instructions = RoundInstructions(lr=1e-7, local_steps=1, batch_size=2, clip=clip, noise_std=0.0,
-                                                 sampling="fixed", aggregation="projavg", encoding=round_encoding)
-                releases = []
-                for k in range(answering):
-                    records = _records(side, clip) if k == 0 else torch.zeros(2, 6, dtype=torch.float64)
-                    [(reply, _)] = client_round.run_round(ClientRecipe(TwoBlocks(), _identity), _point(0),
-                                                          [(records,)], [states[k]], instructions)
-                    releases.append(reply[ENCODED_RELEASE])
-                if server.apply(_point(0), releases, 2.0 * answering, round_encoding, 0.0) is not None:
-                    continue  # discarded: secure aggregation reveals nothing
-                known = [r.numpy() for r in releases[1:colluders + 1]]  # the colluders' releases are their shares
-                if regenerate:
-                    known += [_shares_from_seed(round_encoding)] * (answering - colluders)
-                residual = np.mod(sum_releases([r.numpy() for r in releases], round_encoding)
-                                  - sum_releases(known, round_encoding), round_encoding.modulus)
-                decoded, _ = decode_sum(residual, round_encoding)
-                score -= _along_n(decoded)  # D's canary pulls the sum against n
-            scores[side].append(score)
+            seed = np.random.SeedSequence() if random_state is None else np.random.SeedSequence(
+                random_state + offset + j)
+            scores[side].append(_run_score(side, encoding, seed, clients - dropped, colluders, n_rounds, regenerate,
+                                           clip))
     ledger = PrivacyAccountant()
     ledger.step(mu0=mu0, sample_rate=1.0, num_steps=n_rounds,
                 skellam=(target["variance"], target["l2"], target["l1"]))

@@ -448,17 +448,11 @@ def _planned_lr(schedule: ClassifierSchedule, chosen: str, optimizer, privacy: P
                 noise_walk: float) -> tuple[float, str]:
     """η for ``lr="auto"`` and why: the model's fixed SGD step, the noise-walk rule, or Adam's step."""
     tau = privacy.steps_per_round
-    if chosen == "sgd" and privacy.encoding is not None and schedule.distributed_sgd_lr is not None:
-        lr = schedule.distributed_sgd_lr
-        return lr, f"η = {lr:g} (distributed noise): {schedule.distributed_sgd_lr_reason}"
-    if chosen == "sgd" and schedule.sgd_lr is not None and privacy.encoding is None:
-        lr = schedule.sgd_lr
-        return lr, (f"η = {lr:g}: {schedule.sgd_lr_reason}" if schedule.sgd_lr_reason else f"η = {lr:g}")
+    fixed = _fixed_sgd_lr(schedule, privacy)
+    if chosen == "sgd" and fixed is not None:
+        return fixed
     if chosen == "sgd":
-        sigmas = [privacy.client_noise_std(i) for i in range(len(privacy.local_steps))]
-        spread = math.sqrt(sum(x * x for x in sigmas) / len(sigmas) / k)  # σ̄: the noise of a k-client mean
-        if privacy.encoding is not None:  # distributed noise: that of the server's decoded mean step
-            spread = privacy.noise_std
+        spread = _mean_step_noise(privacy, k)
         walk = spread * math.sqrt(rounds * tau)
         lr = ROUND_STEP / tau if walk == 0 else min(ROUND_STEP / tau, noise_walk / walk)
         return lr, (f"η = min({ROUND_STEP:g} / τ, {noise_walk:g} / (σ̄ √(T τ))) = {lr:.4g} with τ = {tau} local "
@@ -468,6 +462,26 @@ def _planned_lr(schedule: ClassifierSchedule, chosen: str, optimizer, privacy: P
         return schedule.adam_lr, f"η = {schedule.adam_lr:g}: Adam's step for this model"
     raise ValueError(f"lr='auto' is planned for optimizer 'sgd' or 'adam'; optimizer={optimizer!r} needs an "
                      "explicit lr.")
+
+
+def _fixed_sgd_lr(schedule: ClassifierSchedule, privacy: PrivacyPlan) -> tuple[float, str] | None:
+    """The model's fixed SGD step for this noise placement and why, or None (the rule plans it)."""
+    if privacy.encoding is not None:
+        lr = schedule.distributed_sgd_lr
+        return None if lr is None else (lr, f"η = {lr:g} (distributed noise): {schedule.distributed_sgd_lr_reason}")
+    lr = schedule.sgd_lr
+    if lr is None:
+        return None
+    return lr, (f"η = {lr:g}: {schedule.sgd_lr_reason}" if schedule.sgd_lr_reason else f"η = {lr:g}")
+
+
+def _mean_step_noise(privacy: PrivacyPlan, k: int) -> float:
+    """σ̄, the noise std per coordinate of the server's mean step: k clients' σ_i (local noise), or the decoded
+    sum's (distributed)."""
+    if privacy.encoding is not None:
+        return privacy.noise_std
+    sigmas = [privacy.client_noise_std(i) for i in range(len(privacy.local_steps))]
+    return math.sqrt(sum(x * x for x in sigmas) / len(sigmas) / k)
 
 
 def _is_auto(value) -> bool:

@@ -379,20 +379,14 @@ class FederatedTrainer:
         selected = np.sort(server_rng.choice(len(self.pricing.client_sizes), size=k, replace=False))
         # distributed noise: the round's public rotation, drawn after the selection from the same public stream
         rotation = int(server_rng.integers(2 ** 63)) if self._server is not None else 0
-        cost = self.pricing.round_release(lr, clip)
-        if resent is None or resent.round_cost != cost.state_dict():
-            self.accountant_.extend(cost)
-            self.local_accountant_.extend(self.pricing.local_round_release(lr))
+        cost = self._charge_round(lr, clip, resent)
         if on_round is not None:
             on_round(TrainingState(t, theta, self.accountant_.state_dict(), self.history_, rng_before, True,
                                    plan=self.pricing.record(), round_cost=cost.state_dict(),
                                    local_ledger=self.local_accountant_.state_dict()))
         instructions = {int(i): self.pricing.client_instructions(int(i), lr, clip, rotation) for i in selected}
         replies = transport.run_round(t, selected.tolist(), theta, instructions)
-        if self._server is None:
-            aggregation_seconds, discarded = self._aggregate(theta, replies), None
-        else:
-            aggregation_seconds, discarded = self._aggregate_sum(theta, replies, instructions, lr)
+        aggregation_seconds, discarded = self._apply(theta, replies, instructions, lr)
         self._end_round(t, lr, selected, sorted(replies), aggregation_seconds,
                         sum(seconds for _, seconds in replies.values()), time.perf_counter() - round_started)
         if discarded is not None:
@@ -403,6 +397,22 @@ class FederatedTrainer:
         if on_round is not None:
             on_round(self.state(t + 1, server_rng))
         return clip
+
+    def _charge_round(self, lr: float, clip: float, resent: TrainingState | None) -> PrivacyAccountant:
+        """Charge the round to both ledgers (unless ``resent`` was charged at this cost already); its cost."""
+        cost = self.pricing.round_release(lr, clip)
+        if resent is None or resent.round_cost != cost.state_dict():
+            self.accountant_.extend(cost)
+            self.local_accountant_.extend(self.pricing.local_round_release(lr))
+        return cost
+
+    def _apply(self, theta: dict[str, torch.Tensor], replies: dict, instructions: dict,
+               lr: float) -> tuple[float, str | None]:
+        """θ_{t+1} from the round's replies: their mean (local noise) or their decoded sum (distributed); the
+        seconds it took and why the round was discarded (None: applied)."""
+        if self._server is None:
+            return self._aggregate(theta, replies), None
+        return self._aggregate_sum(theta, replies, instructions, lr)
 
     def _aggregate(self, theta: dict[str, torch.Tensor], replies: dict) -> float:
         """θ_{t+1} = Out(θ_t, mean of the submissions that arrived), per block (θ stays when none did); the seconds

@@ -162,6 +162,15 @@ def _check_planned_for(instructions: RoundInstructions, n_records: int, unit: Pr
                                        f"client holds {n_records}, so the server's certificate would not cover it.")
 
 
+def _encoding_for(encoding, module: nn.Module):
+    """The round's encoding, or InvalidInstructionsError when it is not for this model's coordinates."""
+    dimension = sum(p.numel() for p in trainable_parameters(module).values())
+    if encoding is not None and getattr(encoding, "dimension", None) != dimension:
+        raise InvalidInstructionsError(f"The round's encoding is for {getattr(encoding, 'dimension', None)!r} "
+                                       f"coordinates; this client's model has {dimension}.")
+    return encoding
+
+
 def step_plan(instructions: RoundInstructions, n_records: int, module: nn.Module,
               unit: PrivacyUnit = RECORD) -> StepPlan:
     """The steps a client of ``n_records`` records running ``module`` takes for ``instructions``, validated.
@@ -204,12 +213,7 @@ def step_plan(instructions: RoundInstructions, n_records: int, module: nn.Module
         raise InvalidInstructionsError(f"The round's 'aggregation' must be one of {list(AGGREGATIONS.names())}. "
                                        f"Got {instructions.aggregation!r} instead.")
     _check_planned_for(instructions, n_records, unit)
-    encoding = instructions.encoding
-    if encoding is not None and getattr(encoding, "dimension", None) != sum(
-            p.numel() for p in trainable_parameters(module).values()):
-        raise InvalidInstructionsError(f"The round's encoding is for {getattr(encoding, 'dimension', None)!r} "
-                                       "coordinates; this client's model has "
-                                       f"{sum(p.numel() for p in trainable_parameters(module).values())}.")
+    encoding = _encoding_for(instructions.encoding, module)
     return StepPlan(n_records=n_records, batch_size=instructions.batch_size, local_steps=instructions.local_steps,
                     clip=instructions.clip, noise_std=instructions.noise_std, sampling=instructions.sampling,
                     diameter=step_diameter(module, unit), floor=floor, ceiling=ceiling,

@@ -312,10 +312,8 @@ def _distributed_plan(client_sizes: list[int], client_names: list, settings: Fed
                          f"records_per_subject={settings.records_per_subject!r} is not supported. Leave it None.")
     check_client_sizes(client_sizes, client_names, settings.unit)
     batch_size, full_batch = _batch_size(client_sizes, client_names, settings)
-    batches = sorted(client_sizes if full_batch else [batch_size] * len(client_sizes), reverse=True)
-    total_batch = sum(batches[:clients])
-    if settings.sampling == "poisson":  # a Poisson batch exceeds its mean by 5 standard deviations only rarely
-        total_batch += 5 * math.sqrt(total_batch) + 5
+    mean_batch, total_batch = _round_batch(client_sizes if full_batch else [batch_size] * len(client_sizes),
+                                           clients, settings.sampling)
     m_star = min(client_sizes)
     q = batch_size / m_star
     encoding = plan_encoding(dimension, settings.clip, total_batch, clients, colluders,
@@ -323,14 +321,19 @@ def _distributed_plan(client_sizes: list[int], client_names: list, settings: Fed
                                                                       n_steps=settings.n_rounds,
                                                                       sampling=settings.sampling, l2=l2, l1=l1))
     l2, _ = encoding.sensitivity(settings.clip)
-    mean_batch = sum(batches[:clients]) if settings.sampling == "fixed" else total_batch - 5 * math.sqrt(
-        total_batch) - 5
     return PrivacyPlan(batch_size=batch_size, local_steps=tuple(1 for _ in client_sizes), sample_rate=q,
                        steps_per_round=1, total_steps=settings.n_rounds, mu0=l2 / math.sqrt(encoding.central_variance),
                        noise_std=math.sqrt(encoding.central_variance) / (encoding.scale * mean_batch),
                        clip=settings.clip, accounting=method.name, sampling=settings.sampling,
                        batch_sizes=tuple(int(m) for m in client_sizes) if full_batch else None,
                        sensitivity=sensitivity_factor(diameter, settings.sampling), encoding=encoding)
+
+
+def _round_batch(batches: list[int], clients: int, sampling: str) -> tuple[float, float]:
+    """(the largest round's total batch, and what its modulus is sized for): the K largest batches, and under
+    Poisson sampling 5 standard deviations more (a batch exceeds its mean by that only rarely)."""
+    total = float(sum(sorted(batches, reverse=True)[:clients]))
+    return total, total if sampling == "fixed" else total + 5 * math.sqrt(total) + 5
 
 
 def distributed_clients(n_clients: int, settings: FederationSettings) -> tuple[int, int]:

@@ -224,25 +224,17 @@ class DistributedEncoding:
     beta: float = ROUNDING_BETA
 
     def __post_init__(self) -> None:
-        for name in ("dimension", "bits", "clients", "colluders", "rotation_seed"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, Integral):
-                raise InvalidInstructionsError(f"The encoding's {name!r} must be an integer. Got {value!r} instead.")
-        for name in ("scale", "share", "beta"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value) or value <= 0:
-                raise InvalidInstructionsError(f"The encoding's {name!r} must be a finite number > 0. "
-                                               f"Got {value!r} instead.")
-        if self.rotation_seed < 0 or self.share > MAX_SHARE:
-            raise InvalidInstructionsError(f"The encoding needs rotation_seed >= 0 and share <= {MAX_SHARE:g}. Got "
-                                           f"rotation_seed={self.rotation_seed!r}, share={self.share!r}.")
+        _check_integers(self, ("dimension", "bits", "clients", "colluders", "rotation_seed"))
+        _check_positive(self, ("scale", "share", "beta"))
+        if self.rotation_seed < 0 or self.share > MAX_SHARE or self.beta >= 1:
+            raise InvalidInstructionsError(f"The encoding needs rotation_seed >= 0, share <= {MAX_SHARE:g} and beta "
+                                           f"< 1. Got rotation_seed={self.rotation_seed!r}, share={self.share!r}, "
+                                           f"beta={self.beta!r}.")
         if not 1 <= self.bits <= MAX_BITS or self.dimension < 1 or not 0 <= self.colluders < self.clients:
             raise InvalidInstructionsError(
                 f"The encoding needs 1 <= bits <= {MAX_BITS}, dimension >= 1 and 0 <= colluders < clients. "
                 f"Got bits={self.bits!r}, dimension={self.dimension!r}, clients={self.clients!r}, "
                 f"colluders={self.colluders!r}.")
-        if self.beta >= 1:
-            raise InvalidInstructionsError(f"The encoding's 'beta' must be in (0, 1). Got {self.beta!r} instead.")
 
     @property
     def padded(self) -> int:
@@ -290,6 +282,21 @@ class DistributedEncoding:
         """The same encoding with another round's rotation seed."""
         return DistributedEncoding(self.dimension, self.scale, self.bits, self.share, self.clients, self.colluders,
                                    int(seed), self.beta)
+
+
+def _check_integers(encoding: DistributedEncoding, names: tuple[str, ...]) -> None:
+    for name in names:
+        value = getattr(encoding, name)
+        if isinstance(value, bool) or not isinstance(value, Integral):
+            raise InvalidInstructionsError(f"The encoding's {name!r} must be an integer. Got {value!r} instead.")
+
+
+def _check_positive(encoding: DistributedEncoding, names: tuple[str, ...]) -> None:
+    for name in names:
+        value = getattr(encoding, name)
+        if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value) or value <= 0:
+            raise InvalidInstructionsError(f"The encoding's {name!r} must be a finite number > 0. "
+                                           f"Got {value!r} instead.")
 
 
 def _conditional_round(scaled: np.ndarray, bound: float, randomness: list[SecretRandomness]) -> np.ndarray:

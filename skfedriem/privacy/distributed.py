@@ -85,25 +85,29 @@ def distributed_release(copies: ClientCopies, loss_fn: LossFn, passes: list[Pass
         Client k's release, ``(n,)``, in [0, 2^bits).
     """
     check_record_dtypes(passes[0][0])
-    names = list(copies.blocks)
-    dtypes = [block.dtype for block in copies.blocks.values()]
-    margin = clip_margin(dtypes)
     kept: list[list[torch.Tensor]] = [[] for _ in range(copies.n_clients)]  # each client's real records
     with full_precision():
         check_records_apart(copies, loss_fn, passes[0][0])
         for batch, real in passes:
-            gradients = copies.per_record_gradients(loss_fn, batch)
-            if segments is not None and batch[0].shape[1] > 0:
-                segments = segments.to(batch[0].device)
-                gradients = subject_means(gradients, segments, int(segments.max()) + 1)
-            factors = clip_factors(gradients.norms(), clip, margin, dtypes)
-            rows = flat_rows(gradients, names).double()
-            factors = factors.to(rows.device, torch.float64).unsqueeze(-1)
-            # a record of factor 0 (a non-finite norm) is a row of exact zeros, never 0 · inf
-            clipped = torch.where(factors > 0, rows * factors, 0.0)
+            clipped = _clipped_rows(copies, loss_fn, batch, clip, segments)
             for k in range(copies.n_clients):  # padding left out: a client rounds (and draws for) its own records
                 kept[k].append(clipped[k] if real is None else clipped[k][real[k].to(clipped.device)])
     own = [torch.cat(rows) for rows in kept]
     if len({rows.shape[0] for rows in own}) == 1:  # equal batches: every client's records rotated at once
         return encode_clients(torch.stack(own), encoding, clip, randomness)
     return [encode_clients(rows.unsqueeze(0), encoding, clip, [source])[0] for rows, source in zip(own, randomness)]
+
+
+def _clipped_rows(copies: ClientCopies, loss_fn: LossFn, batch: tuple[torch.Tensor, ...], clip: float,
+                  segments: torch.Tensor | None) -> torch.Tensor:
+    """A pass's clipped records (or subjects' means), flattened: ``(K, W, d)`` float64, each of norm at most C."""
+    dtypes = [block.dtype for block in copies.blocks.values()]
+    gradients = copies.per_record_gradients(loss_fn, batch)
+    if segments is not None and batch[0].shape[1] > 0:
+        segments = segments.to(batch[0].device)
+        gradients = subject_means(gradients, segments, int(segments.max()) + 1)
+    factors = clip_factors(gradients.norms(), clip, clip_margin(dtypes), dtypes)
+    rows = flat_rows(gradients, list(copies.blocks)).double()
+    factors = factors.to(rows.device, torch.float64).unsqueeze(-1)
+    # a record of factor 0 (a non-finite norm) is a row of exact zeros, never 0 · inf
+    return torch.where(factors > 0, rows * factors, 0.0)
