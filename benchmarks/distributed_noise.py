@@ -33,6 +33,8 @@ from sklearn.pipeline import make_pipeline
 from skfedriem import FederatedSPDNetClassifier, FederatedTangentSpaceClassifier
 from skfedriem.datasets import load_moabb, make_spd_classification, use_local_eegmmidb
 
+from physionet_real import held_out_mask  # the same stratified thirds as that benchmark
+
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "eegmmidb"
 MOTOR = ["FC3", "FCz", "FC4", "C3", "Cz", "C4", "CP3", "CPz", "CP4"]
 MODELS = {"tangent": FederatedTangentSpaceClassifier, "spdnet": FederatedSPDNetClassifier}
@@ -52,17 +54,6 @@ def real_subjects(data: Path, channels: str):
     paradigm = LeftRightImagery(fmin=8, fmax=32, resample=128, channels=MOTOR if channels == "motor" else None)
     X, y, subjects = load_moabb(dataset, paradigm, subjects=dataset.subject_list)
     return Covariances("oas").fit_transform(X), np.asarray(y), np.asarray(subjects)
-
-
-def held_out(y, subjects, seed):
-    """A stratified third of every subject's trials."""
-    rng = np.random.default_rng(seed)
-    test = np.zeros(len(y), dtype=bool)
-    for s in np.unique(subjects):
-        for label in np.unique(y):
-            idx = np.flatnonzero((subjects == s) & (y == label))
-            test[rng.choice(idx, size=len(idx) // 3, replace=False)] = True
-    return test
 
 
 def federations(args):
@@ -114,7 +105,7 @@ def main() -> None:
     print(f"{'federation':<16} {'model':<8} {'eps':>4} | {'local':>6} {'distrib':>7} {'central':>7} | "
           f"{'ε_c':>5} {'ε_loc':>7} | {'σ̄ local':>8} {'σ̄ dist':>7}")
     for name, X, y, clients, subjects in federations(args):
-        splits = [held_out(y, subjects, seed) for seed in range(args.seeds)]
+        splits = [held_out_mask(y, subjects, seed) for seed in range(args.seeds)]
         references[name] = float(np.mean([make_pipeline(TangentSpace(), LogisticRegression(max_iter=1000))
                                            .fit(X[~t], y[~t]).score(X[t], y[t]) for t in splits]))
         for model in args.models:

@@ -125,6 +125,7 @@ def readme_figures() -> str:
                  and r["eps"] == 10.0)
     cost = _kept("distributed_cost")["result"]["rows"]
     ratios = " / ".join(f"{r['ratio']:.2f}" for r in cost)
+    busy_ratios = " / ".join(f"{r['busy_ratio']:.2f}" for r in cost)
     sizes = " / ".join(str(r["clients"]) for r in cost)
     lines = [
         README_START,
@@ -159,7 +160,8 @@ def readme_figures() -> str:
         f"reached {motor['distributed_accuracy']:.2f} held-out with `noise=\"distributed\"`, "
         f"{motor['central_accuracy']:.2f} with one trusted curator and {motor['local_accuracy']:.2f} with local "
         f"noise (pyRiemann's TS+LR without privacy: {placed['pyriemann_ts_lr']['motor 24x1']:.2f}); a distributed "
-        f"round cost {ratios}× a local one at K = {sizes} (`distributed_cost.json`).",
+        f"round cost {ratios}× a local one at K = {sizes}, {busy_ratios}× next to a busy process "
+        "(`distributed_cost.json`).",
         README_END,
     ]
     return "\n".join(lines)

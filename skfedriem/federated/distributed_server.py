@@ -32,7 +32,6 @@ from torch import nn
 from ..manifolds import manifold_of, project_parameters_
 from ..privacy.discrete import DistributedEncoding, decode_sum, sum_releases
 from ..privacy.per_sample import trainable_parameters
-from .instructions import ENCODED_RELEASE
 from .optimizers import make_optimizer
 
 __all__ = ["DistributedServer"]

@@ -438,7 +438,7 @@ class FederatedTrainer:
         round was discarded (None: applied). The transcript records the sum alone, what the server learns."""
         replied = sorted(replies)
         started = time.perf_counter()
-        encoding = instructions[replied[0]].encoding if replied else next(iter(instructions.values())).encoding
+        encoding = next(iter(instructions.values())).encoding  # the round's, the same for every client
         releases = [replies[i][0][ENCODED_RELEASE] for i in replied]
         denominator = sum(self.plan_.client_batch_size(i) for i in replied)
         discarded = self._server.apply(theta, releases, denominator, encoding, lr)

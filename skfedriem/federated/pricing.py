@@ -93,6 +93,7 @@ class RoundPricing:
         self._charged: PrivacyPlan | None = None
         self.plan_: PrivacyPlan | None = None
         self.client_sizes: list[int] | None = None
+        self._rotation: tuple = (None, None)  # ((the plan's encoding, a round's seed), that encoding seeded)
 
     @property
     def module(self) -> nn.Module:
@@ -168,7 +169,7 @@ class RoundPricing:
         """The plan's encoding with this round's rotation (made once a round, not once a client)."""
         if self.plan_.encoding is None:
             return None
-        if getattr(self, "_rotation", (None, None))[0] != (self.plan_.encoding, rotation_seed):
+        if self._rotation[0] != (self.plan_.encoding, rotation_seed):
             self._rotation = ((self.plan_.encoding, rotation_seed), self.plan_.encoding.with_seed(rotation_seed))
         return self._rotation[1]
 

@@ -13,7 +13,7 @@ from skfedriem.federated import FederatedTrainer, FederationSettings, LocalTrans
 from skfedriem.federated.client import ClientState
 from skfedriem.federated.instructions import ENCODED_RELEASE, RoundInstructions
 from skfedriem.flower.protocol.messages import encode_instructions
-from skfedriem.privacy import PrivacyAccountant, PrivacyBudget
+from skfedriem.privacy import PrivacyBudget
 from skfedriem.privacy.skellam import discrete_epsilon
 
 from ..privacy.models import StiefelNet, cross_entropy, make_data
