@@ -4,7 +4,80 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["client_indices", "client_subjects"]
+__all__ = ["check_labels", "client_indices", "client_subjects", "subject_clients"]
+
+
+def check_labels(labels, name: str, n_samples: int) -> np.ndarray:
+    """``labels`` as a 1-d array of one sortable label per sample; ValueError or TypeError naming ``name`` otherwise.
+
+    Parameters
+    ----------
+    labels : array-like of shape (n_samples,)
+        Client or subject labels: numbers or strings, not both, and no None.
+    name : str
+        The parameter's name, for messages (``"groups"``, ``"subjects"``).
+    n_samples : int
+
+    Returns
+    -------
+    ndarray of shape (n_samples,)
+    """
+    array = np.asarray(labels)
+    if array.ndim != 1 or array.shape[0] != n_samples:
+        raise ValueError(f"The '{name}' array must have one label per sample, shape ({n_samples},). "
+                         f"Got shape {array.shape} instead.")
+    if array.dtype.kind == "f" and not np.isfinite(array).all():
+        raise ValueError(f"The '{name}' array contains NaN or inf.")
+    if array.dtype == object:
+        values = array.tolist()
+        if any(isinstance(v, (float, np.floating)) and not np.isfinite(v) for v in values):
+            raise ValueError(f"The '{name}' array contains NaN or inf.")
+        missing = [i for i, v in enumerate(values) if v is None]
+        if missing:
+            raise TypeError(f"The '{name}' array holds None at index {missing[0]} ({len(missing)} of {n_samples}): "
+                            "every sample needs a label.")
+        kinds = {isinstance(v, str) for v in values}
+        if len(kinds) > 1:
+            text = next(v for v in values if isinstance(v, str))
+            other = next(v for v in values if not isinstance(v, str))
+            raise TypeError(f"The '{name}' array mixes strings and other labels (e.g. {text!r} and {other!r}), "
+                            f"which have no common order. Convert them to one type, e.g. {name}.astype(str).")
+    return array
+
+
+def subject_clients(subjects: np.ndarray, n_groups: int | str) -> np.ndarray:
+    """The client of each record when the clients are made of whole subjects.
+
+    A client is never a chunk of some subject's trials: ``"each"`` makes
+    every subject a client; an int G deals the sorted subjects into G
+    contiguous, nearly equal blocks (``numpy.array_split``), a public rule
+    that reads only the subjects' labels (the paper's fixed groups of subjects).
+
+    Parameters
+    ----------
+    subjects : ndarray of shape (n_samples,)
+        Checked by :func:`check_labels`.
+    n_groups : "each" or int
+        The number of clients (at most the number of subjects).
+
+    Returns
+    -------
+    ndarray of int of shape (n_samples,)
+
+    Examples
+    --------
+    >>> subject_clients(np.array([3, 1, 2, 2, 4, 1]), 2).tolist()
+    [1, 0, 0, 0, 1, 0]
+    """
+    names, inverse = np.unique(subjects, return_inverse=True)
+    if n_groups == "each":
+        return inverse
+    if n_groups > len(names):
+        raise ValueError(f"The 'subject_clients' parameter asks for {n_groups} clients of whole subjects, but fit got "
+                         f"{len(names)} subjects. Set subject_clients='each' or at most {len(names)}.")
+    block = np.concatenate([np.full(len(part), g) for g, part in enumerate(np.array_split(np.arange(len(names)),
+                                                                                          n_groups))])
+    return block[inverse]
 
 
 def client_indices(
@@ -44,14 +117,7 @@ def client_indices(
         assignment = np.empty(n_samples, dtype=int)
         assignment[order] = np.arange(n_samples) % n_clients
         return [np.flatnonzero(assignment == c) for c in range(n_clients)], list(range(n_clients))
-    groups = np.asarray(groups)
-    if groups.ndim != 1 or groups.shape[0] != n_samples:
-        raise ValueError(
-            f"The 'groups' array must have one label per sample, shape ({n_samples},). "
-            f"Got shape {groups.shape} instead."
-        )
-    if groups.dtype.kind == "f" and not np.isfinite(groups).all():
-        raise ValueError("The 'groups' array contains NaN or inf.")
+    groups = check_labels(groups, "groups", n_samples)
     names, inverse = np.unique(groups, return_inverse=True)
     return [np.flatnonzero(inverse == c) for c in range(len(names))], names.tolist()
 
@@ -83,12 +149,7 @@ def client_subjects(indices: list[np.ndarray], names: list, subjects, *, n_recor
     """
     if subjects is None:
         return [np.zeros(len(idx), dtype=np.int64) for idx in indices], [1] * len(indices)
-    subjects = np.asarray(subjects)
-    if subjects.ndim != 1 or subjects.shape[0] != n_records:
-        raise ValueError(f"The 'subjects' array must have one label per sample, shape ({n_records},). "
-                         f"Got shape {subjects.shape} instead.")
-    if subjects.dtype.kind == "f" and not np.isfinite(subjects).all():
-        raise ValueError("The 'subjects' array contains NaN or inf.")
+    subjects = check_labels(subjects, "subjects", n_records)
     owner: dict = {}
     codes, sizes = [], []
     for name, idx in zip(names, indices):

@@ -50,8 +50,8 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from torch import nn
 
 from . import baselines  # noqa: F401 - registers accounting="prirfed" for every estimator
-from ._clients import client_indices, client_subjects
-from ._utils.compat import Interval, _fit_context
+from ._clients import check_labels, client_indices, client_subjects, subject_clients
+from ._utils.compat import Interval, StrOptions, _fit_context
 from ._parameters import _EstimatorParameters, federated_parameters, parameter, setting
 from ._seeding import RunSeeds, run_seeds
 from ._utils.user_warnings import warn_user
@@ -100,9 +100,16 @@ class FederatedEstimatorMixin(_EstimatorParameters):
     noise: str = setting("noise")
     colluders: int | None = setting("colluders")
     n_clients: int = parameter(
-        3, "int", "When ``fit`` gets no ``groups``: the number of clients of a random split by record position only "
-        "(never by value or label: a split that read the records would let one record move others between clients).",
+        3, "int", "When ``fit`` gets neither ``groups`` nor ``subjects``: the number of clients of a random split by "
+        "record position only (never by value or label: a split that read the records would let one record move "
+        "others between clients).",
         [Interval(Integral, 1, None, closed="left")])
+    subject_clients: int | str = parameter(
+        "each", '"each" or int', "When ``fit`` gets ``subjects`` and no ``groups`` (MOABB's "
+        "``CrossSubjectEvaluation`` passes ``subjects``): the clients are made of whole subjects, never of chunks of "
+        "a subject's trials. ``\"each\"``: every subject is a client. An int G: G clients, the sorted subjects dealt "
+        "into G contiguous, nearly equal blocks (fixed groups of subjects, as in the paper's protocol).",
+        [StrOptions({"each"}), Interval(Integral, 1, None, closed="left")])
     random_state: int | np.random.RandomState | None = parameter(
         None, "int, RandomState instance or None",
         "None: the initial point, the client split and the client selection use fresh OS entropy, and every "
@@ -125,6 +132,10 @@ class FederatedEstimatorMixin(_EstimatorParameters):
     lockstep: bool = setting("lockstep")
     device: str | torch.device = setting("device")
     verbose: int | str = setting("verbose")
+
+    # fit consumes subjects under metadata routing without a set_fit_request: MOABB's CrossSubjectEvaluation then
+    # passes each training trial's subject, and the clients are whole subjects (subject_clients)
+    __metadata_request__fit = {"subjects": True}
 
     #: Every parameter's documentation and constraints, by name (built from the declarations).
     _parameter_docs: ClassVar[dict[str, SettingDoc]]
@@ -478,12 +489,11 @@ class FederatedEstimatorMixin(_EstimatorParameters):
         """``fit``'s common body: split into clients (with their subjects), run the rounds, set the fitted
         attributes."""
         seeds = self._seeds()
-        if groups is None and self.n_clients > 1:
-            warn_user(f"groups=None: {type(self).__name__} splits the records at random into n_clients="
-                      f"{self.n_clients} clients by position, not by site or subject. Pass groups= to fit. Inside "
-                      "cross_val_score, GridSearchCV or a Pipeline, scikit-learn passes groups on only with metadata "
-                      "routing: sklearn.set_config(enable_metadata_routing=True) and "
-                      "estimator.set_fit_request(groups=True).", PositionalClientsWarning)
+        clients_of_subjects = groups is None and subjects is not None
+        if clients_of_subjects:
+            groups = subject_clients(check_labels(subjects, "subjects", len(records[0])), self.subject_clients)
+        elif groups is None and self.n_clients > 1:
+            _warn_of_positional_clients(type(self).__name__, self.n_clients)
         indices, names = client_indices(len(records[0]), groups, n_clients=self.n_clients,
                                         rng=np.random.default_rng(seeds.split))
         clients = [tuple(r[idx] for r in records) for idx in indices]
@@ -498,9 +508,11 @@ class FederatedEstimatorMixin(_EstimatorParameters):
             codes, _ = client_subjects(indices, names, subjects, n_records=len(records[0]))
             clients = [(*client, torch.from_numpy(c)) for client, c in zip(clients, codes)]
             sizes = [unit_count(client, self._unit) for client in clients]
-        elif subjects is not None:
-            warn_user(f"{type(self).__name__} got subjects= but privacy_unit='record': each trial is protected, not "
-                      "each subject, and subjects is not used. Set privacy_unit='subject' to protect each subject.")
+        elif subjects is not None and not clients_of_subjects:
+            warn_user(f"{type(self).__name__} got subjects= and groups= with privacy_unit='record': the clients are "
+                      "groups, each trial is protected (not each subject), and subjects is not used. Set "
+                      "privacy_unit='subject' to protect each subject, or leave groups out for clients of whole "
+                      "subjects.")
         release = None if self._warm() else self._release_trainer(input_shape, sizes, seeds)
         spent = None if release is None else release.pricing.planned_release(sizes, names)
         spent_local = None if release is None else release.pricing.planned_release(sizes, names, local=True)
@@ -548,6 +560,25 @@ class FederatedEstimatorMixin(_EstimatorParameters):
             now = ", ".join(f"{n}={getattr(self, n)!r}" for n in changed)
             raise ValueError(f"warm_start=True continues a model fitted with {then}; got {now}, which would change "
                              "the model itself. Set them back, or set warm_start=False to fit afresh.")
+
+
+#: The estimator classes that have said, in this process, that they split the records by position.
+_POSITIONAL_WARNED: set[str] = set()
+
+
+def _warn_of_positional_clients(name: str, n_clients: int) -> None:
+    """The :class:`~skfedriem.exceptions.PositionalClientsWarning`, once per estimator class and process (a MOABB
+    within-session evaluation fits one client's trials hundreds of times)."""
+    if name in _POSITIONAL_WARNED:
+        return
+    _POSITIONAL_WARNED.add(name)
+    warn_user(f"groups=None: {name} splits the records at random into n_clients={n_clients} clients by position, "
+              "not by site or subject (said once per process). Pass groups= (each record's client) or subjects= "
+              "(clients of whole subjects, see subject_clients) to fit. Inside cross_val_score, GridSearchCV or a "
+              "Pipeline, scikit-learn passes groups on only with metadata routing: "
+              "sklearn.set_config(enable_metadata_routing=True) and estimator.set_fit_request(groups=True); MOABB's "
+              "CrossSubjectEvaluation passes subjects. Set n_clients=1 for one client holding every record.",
+              PositionalClientsWarning)
 
 
 def _after(prior: TrainingState | None, spent: PrivacyAccountant, spent_local: PrivacyAccountant) -> TrainingState:

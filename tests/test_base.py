@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from skfedriem import FederatedEEGNetClassifier, FederatedPCA, FederatedSPDNetClassifier
+from skfedriem._clients import client_indices
 from skfedriem.datasets import make_federated_pca, make_spd_classification
 from skfedriem.exceptions import SeededNoiseWarning
 from skfedriem.federated import (AGGREGATIONS, BACKENDS, OPTIMIZERS, Aggregation, FederationSettings,
@@ -21,6 +22,7 @@ from skfedriem.federated.settings import setting_docs
 
 ESTIMATORS = (FederatedPCA, FederatedSPDNetClassifier, FederatedEEGNetClassifier)
 SPD = dict(dims=(2,), n_rounds=2, batch_size=8, random_state=0)
+
 
 
 @pytest.fixture(scope="module")
@@ -199,7 +201,15 @@ def test_history_never_reports_more_than_epsilon_(rows, spd):
 
 
 # ------------------------------------------------------------------- what a user does by habit, never silently wrong
-def test_groups_lost_by_a_splitter_without_routing_are_warned_about(spd):
+@pytest.fixture
+def positional_warning_unsaid(monkeypatch):
+    """The positional-clients warning not yet given in this process (it is given once per estimator class)."""
+    import skfedriem.base
+
+    monkeypatch.setattr(skfedriem.base, "_POSITIONAL_WARNED", set())
+
+
+def test_groups_lost_by_a_splitter_without_routing_are_warned_about(spd, positional_warning_unsaid):
     """cross_validate(..., groups=site) with routing off: the fit got no groups, split by position, said nothing."""
     from sklearn.model_selection import GroupKFold, cross_validate
     from sklearn.pipeline import Pipeline
@@ -214,6 +224,73 @@ def test_groups_lost_by_a_splitter_without_routing_are_warned_about(spd):
     with warnings.catch_warnings():
         warnings.simplefilter("error", PositionalClientsWarning)
         FederatedTangentSpaceClassifier(eps=10.0, n_rounds=1, random_state=0).fit(X, y, groups=groups)
+
+
+def test_positional_clients_are_warned_about_once_per_estimator_class(spd, positional_warning_unsaid):
+    """A MOABB within-session evaluation fits one subject's trials hundreds of times: one warning, not one a fit."""
+    from skfedriem import FederatedSPDNetClassifier, FederatedTangentSpaceClassifier
+    from skfedriem.exceptions import PositionalClientsWarning
+
+    X, y, _ = spd
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for cls in (FederatedTangentSpaceClassifier, FederatedTangentSpaceClassifier, FederatedSPDNetClassifier):
+            cls(eps=10.0, n_rounds=1, random_state=0).fit(X, y)
+    said = [w for w in caught if issubclass(w.category, PositionalClientsWarning)]
+    assert [str(w.message).split(" splits")[0] for w in said] == [
+        "groups=None: FederatedTangentSpaceClassifier", "groups=None: FederatedSPDNetClassifier"]
+
+
+@pytest.mark.parametrize("subject_clients, expected", [("each", [10] * 6), (2, [30, 30]), (4, [20, 20, 10, 10])])
+def test_subjects_without_groups_make_clients_of_whole_subjects(spd, monkeypatch, subject_clients, expected):
+    """fit(X, y, subjects=...) and no groups: every client holds whole subjects (the sorted subjects dealt in
+    contiguous blocks), never a chunk of one's trials, and nothing warns."""
+    import skfedriem.base
+    from skfedriem import FederatedTangentSpaceClassifier
+
+    split = []
+    monkeypatch.setattr(skfedriem.base, "client_indices",
+                        lambda *a, **k: split.append(client_indices(*a, **k)) or split[-1])
+    X, y, _ = spd
+    order = np.array(["s3", "s1", "s2", "s6", "s4", "s5"])
+    subjects = np.repeat(order, len(y) // 6)
+    clf = FederatedTangentSpaceClassifier(eps=10.0, n_rounds=1, subject_clients=subject_clients)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        clf.fit(X, y, subjects=subjects)
+    indices, _ = split[0]
+    assert [len(idx) for idx in indices] == expected == [len(idx) for idx in indices]
+    held = [set(subjects[idx]) for idx in indices]
+    assert all(not (a & b) for i, a in enumerate(held) for b in held[i + 1:])  # no subject at two clients
+    if subject_clients == 2:
+        assert held == [{"s1", "s2", "s3"}, {"s4", "s5", "s6"}]
+    assert len(clf.plan_.privacy.local_steps) == len(expected)
+
+
+@pytest.mark.parametrize("groups, error, match", [
+    ([None] * 60, TypeError, r"'groups' array holds None at index 0 \(60 of 60\)"),
+    (["a"] * 30 + [1] * 30, TypeError, r"'groups' array mixes strings and other labels \(e.g. 'a' and 1\)"),
+    ([1.0] * 59 + [float("nan")], ValueError, "'groups' array contains NaN"),
+])
+def test_unusable_client_labels_are_refused_by_name(spd, groups, error, match):
+    """None or mixed labels in groups or subjects: numpy's sort error before, now the parameter named."""
+    from skfedriem import FederatedTangentSpaceClassifier
+
+    X, y, _ = spd
+    clf = FederatedTangentSpaceClassifier(eps=10.0, n_rounds=1, random_state=0)
+    with pytest.raises(error, match=match):
+        clf.fit(X, y, groups=np.array(groups, dtype=object))
+    with pytest.raises(error, match=match.replace("groups", "subjects")):
+        clf.fit(X, y, subjects=np.array(groups, dtype=object))
+
+
+def test_more_subject_clients_than_subjects_are_refused(spd):
+    from skfedriem import FederatedTangentSpaceClassifier
+
+    X, y, _ = spd
+    with pytest.raises(ValueError, match="'subject_clients' parameter asks for 7 clients.*got 6 subjects"):
+        FederatedTangentSpaceClassifier(eps=10.0, n_rounds=1, subject_clients=7).fit(
+            X, y, subjects=np.repeat(np.arange(6), 10))
 
 
 @pytest.mark.parametrize("settings, match", [

@@ -188,18 +188,22 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
         y : array-like of shape (n_trials,)
             Class labels of any type.
         groups : array-like of shape (n_trials,), optional
-            The client of each trial (e.g. subject or site). None: a random
-            split into ``n_clients`` clients by trial position only (never by
-            label: a split that depended on the labels would let one record
-            move others between clients).
+            The client of each trial (e.g. subject or site). None: clients of
+            whole subjects when ``subjects`` is given (``subject_clients``),
+            else a random split into ``n_clients`` clients by trial position
+            only (never by label: a split that depended on the labels would
+            let one record move others between clients).
         validation_data : tuple (X_valid, y_valid), optional
             Held-out trials the server holds; ``history_`` reports loss and
             accuracy on them after every round. Training trials passed here
             would make ``history_`` a non-private diagnostic.
         subjects : array-like of shape (n_trials,), optional
-            The person each trial comes from (MOABB's ``meta.subject``), for
-            ``privacy_unit="subject"``: each subject's trials must sit at one
-            client. None: each client is one subject.
+            The person each trial comes from (MOABB's ``meta.subject``;
+            requested under metadata routing, so MOABB's
+            ``CrossSubjectEvaluation`` passes it). Without ``groups`` it forms
+            the clients from whole subjects (``subject_clients``). With
+            ``privacy_unit="subject"`` each subject's trials must sit at one
+            client; None there: each client is one subject.
 
         Returns
         -------

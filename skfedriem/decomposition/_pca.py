@@ -155,15 +155,19 @@ class FederatedPCA(FederatedEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Tra
         y : None
             Ignored.
         groups : array-like of shape (n_samples,), optional
-            The client of each record. None: ``n_clients`` random clients.
+            The client of each record. None: clients of whole subjects when
+            ``subjects`` is given (``subject_clients``), else ``n_clients``
+            random clients by position.
         reference_X : array-like of shape (n_ref, n_features), optional
             Data the server holds, on which ``history_`` reports the optimality
             gap after every round. For experiments: passing the training data
             here is a non-private diagnostic.
         subjects : array-like of shape (n_samples,), optional
-            The person each record comes from, for ``privacy_unit="subject"``
-            (each subject's records at one client). None: each client is one
-            subject.
+            The person each record comes from (requested under metadata
+            routing). Without ``groups`` it forms the clients from whole
+            subjects (``subject_clients``). With ``privacy_unit="subject"``
+            each subject's records must sit at one client; None there: each
+            client is one subject.
 
         Returns
         -------
