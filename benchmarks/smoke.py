@@ -32,6 +32,7 @@ SMOKE_ARGS: dict[str, list[str] | str] = {
                     "--rounds", "5", "--planner-grid", "--grid-rounds", "5", "--grid-lrs", "0.5",
                     "--figure", "{tmp}/pca_solvers.png"],
     "physionet_real": "needs the EEGMMIDB files and several minutes even at one seed",
+    "real_planning": ["--federations", "small-clients", "--eps", "10", "--lrs", "0.3", "--rounds", "2", "--seeds", "1"],
     "poisson_lockstep": ["--clients", "8", "--rounds", "2", "--busy-clients", "8"],
     "privacy_unit": ["--seeds", "1", "--eps", "10", "--rounds", "2", "--no-real"],
     "subject_batch": ["--seeds", "1", "--eps", "10", "--ks", "2", "--rounds", "2", "--no-real", "--sites-of", "3"],

@@ -29,20 +29,33 @@ def check_labels(labels, name: str, n_samples: int) -> np.ndarray:
     if array.dtype.kind == "f" and not np.isfinite(array).all():
         raise ValueError(f"The '{name}' array contains NaN or inf.")
     if array.dtype == object:
-        values = array.tolist()
-        if any(isinstance(v, (float, np.floating)) and not np.isfinite(v) for v in values):
-            raise ValueError(f"The '{name}' array contains NaN or inf.")
-        missing = [i for i, v in enumerate(values) if v is None]
-        if missing:
-            raise TypeError(f"The '{name}' array holds None at index {missing[0]} ({len(missing)} of {n_samples}): "
-                            "every sample needs a label.")
-        kinds = {isinstance(v, str) for v in values}
-        if len(kinds) > 1:
-            text = next(v for v in values if isinstance(v, str))
-            other = next(v for v in values if not isinstance(v, str))
-            raise TypeError(f"The '{name}' array mixes strings and other labels (e.g. {text!r} and {other!r}), "
-                            f"which have no common order. Convert them to one type, e.g. {name}.astype(str).")
+        _check_object_labels(array.tolist(), name)
     return array
+
+
+def _check_object_labels(values: list, name: str) -> None:
+    """NaN, None or strings mixed with other labels in an object array: refused by name (numpy cannot sort them)."""
+    kinds = [_kind(v) for v in values]
+    if "nan" in kinds:
+        raise ValueError(f"The '{name}' array contains NaN or inf.")
+    if "none" in kinds:
+        raise TypeError(f"The '{name}' array holds None at index {kinds.index('none')} ({kinds.count('none')} of "
+                        f"{len(values)}): every sample needs a label.")
+    if "str" in kinds and "other" in kinds:
+        text, other = values[kinds.index("str")], values[kinds.index("other")]
+        raise TypeError(f"The '{name}' array mixes strings and other labels (e.g. {text!r} and {other!r}), which have "
+                        f"no common order. Convert them to one type, e.g. {name}.astype(str).")
+
+
+def _kind(label) -> str:
+    """'none', 'nan' (a non-finite float), 'str' or 'other'."""
+    if label is None:
+        return "none"
+    if isinstance(label, str):
+        return "str"
+    if isinstance(label, (float, np.floating)) and not np.isfinite(label):
+        return "nan"
+    return "other"
 
 
 def subject_clients(subjects: np.ndarray, n_groups: int | str) -> np.ndarray:

@@ -490,10 +490,7 @@ class FederatedEstimatorMixin(_EstimatorParameters):
         attributes."""
         seeds = self._seeds()
         clients_of_subjects = groups is None and subjects is not None
-        if clients_of_subjects:
-            groups = subject_clients(check_labels(subjects, "subjects", len(records[0])), self.subject_clients)
-        elif groups is None and self.n_clients > 1:
-            _warn_of_positional_clients(type(self).__name__, self.n_clients)
+        groups = self._client_labels(groups, subjects, len(records[0]))
         indices, names = client_indices(len(records[0]), groups, n_clients=self.n_clients,
                                         rng=np.random.default_rng(seeds.split))
         clients = [tuple(r[idx] for r in records) for idx in indices]
@@ -530,6 +527,15 @@ class FederatedEstimatorMixin(_EstimatorParameters):
             self._use_release(release, trainer)
         trainer.fit(clients, client_names=names)
         return self.set_fitted(trainer, input_shape=input_shape, classes=classes)
+
+    def _client_labels(self, groups, subjects, n_records: int):
+        """Each record's client: ``groups``; else clients of whole subjects; else None (a positional split, said
+        once per class and process)."""
+        if groups is None and subjects is not None:
+            return subject_clients(check_labels(subjects, "subjects", n_records), self.subject_clients)
+        if groups is None and self.n_clients > 1:
+            _warn_of_positional_clients(type(self).__name__, self.n_clients)
+        return groups
 
     def _release_trainer(self, input_shape, client_sizes: list[int], seeds: RunSeeds) -> FederatedTrainer | None:
         """The run in which the clients release something before the rounds (none here; the tangent-space model's

@@ -101,6 +101,7 @@ class HistoryDisplay:
         Parameters
         ----------
         estimator : fitted FederatedPCA, FederatedSPDNetClassifier, FederatedEEGNetClassifier...
+            Or a fitted Pipeline ending in one (its last step is drawn).
         ax : matplotlib Axes or sequence of them, optional
             Where to draw (see :meth:`plot`).
 
@@ -108,6 +109,8 @@ class HistoryDisplay:
         -------
         HistoryDisplay
         """
+        if not hasattr(estimator, "history_") and hasattr(estimator, "steps"):  # a Pipeline: its federated step
+            estimator = estimator.steps[-1][1]
         if not hasattr(estimator, "history_"):
             raise ValueError(f"{type(estimator).__name__} is not fitted: HistoryDisplay draws its history_.")
         return cls.from_history(estimator.history_, target_epsilon=getattr(estimator, "eps", None),

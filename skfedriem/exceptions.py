@@ -37,6 +37,11 @@ class NoiseSwampsSignalWarning(UserWarning):
     whole run, the clipped means summed along any direction reach at most
     T τ C while the summed noise has std σ √(T τ) there: when σ > √(T τ) C the
     fit is a random walk (:func:`skfedriem.federated.noise_swamps_signal`).
+
+    Also a classifier whose plan's signal-to-noise over its d coordinates,
+    √(T τ) C / (σ̄ √d), is below what real EEG learnt at
+    (:func:`skfedriem.federated.signal_to_noise`): the warning names the
+    remedies that worked there.
     """
 
 

@@ -31,8 +31,11 @@ def pca_optimality_gap(components, X) -> float:
     >>> pca_optimality_gap(np.eye(3)[:1], X), pca_optimality_gap(np.eye(3)[2:], X)
     (0.0, 2.6666666666666665)
     """
-    U = np.asarray(components, dtype=np.float64)
+    U = _orthonormal_rows(components, "components")
     X = np.asarray(X, dtype=np.float64)
+    if X.ndim != 2 or X.shape[1] != U.shape[1] or X.shape[0] == 0:
+        raise ValueError(f"X must have shape (n_samples >= 1, {U.shape[1]}) to match components of shape {U.shape}. "
+                         f"Got shape {X.shape} instead.")
     M = X.T @ X / X.shape[0]
     top = np.linalg.eigvalsh(M)[::-1][: U.shape[0]].sum()
     return float(max(top - np.trace(U @ M @ U.T), 0.0))
@@ -59,8 +62,21 @@ def subspace_overlap(components, reference) -> float:
     >>> subspace_overlap(np.eye(3)[:2], np.eye(3)[1:])
     0.5
     """
-    A = np.asarray(components, dtype=np.float64)
-    B = np.asarray(reference, dtype=np.float64)
+    A = _orthonormal_rows(components, "components")
+    B = _orthonormal_rows(reference, "reference")
     if A.shape != B.shape:
         raise ValueError(f"The subspaces must have the same shape (p, n_features). Got {A.shape} and {B.shape}.")
     return float(np.linalg.norm(A @ B.T) ** 2 / A.shape[0])
+
+
+def _orthonormal_rows(rows, name: str) -> np.ndarray:
+    """``rows`` as a (p, n_features) float array; ValueError naming ``name`` unless its rows are orthonormal (an
+    overlap or a gap of other rows means nothing: 2.0 for a doubled basis)."""
+    array = np.asarray(rows, dtype=np.float64)
+    if array.ndim != 2 or array.shape[0] == 0 or not np.isfinite(array).all():
+        raise ValueError(f"{name} must be a finite array of shape (p >= 1, n_features). Got shape {array.shape}.")
+    error = float(np.abs(array @ array.T - np.eye(array.shape[0])).max())
+    if error > 1e-6:
+        raise ValueError(f"{name} must have orthonormal rows (e.g. FederatedPCA().components_, or numpy.linalg.qr's "
+                         f"Q.T); its Gram matrix is {error:.3g} away from the identity.")
+    return array

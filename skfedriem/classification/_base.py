@@ -221,7 +221,7 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
         records = self.prepare_records(X, y, classes=classes)
         held_out = None
         if validation_data is not None:
-            held_out = self._validation_records(validation_data, classes)
+            held_out = self._validation_records(validation_data, classes, X.shape[1:])
         with _linear_algebra_in_words(self.dtype):
             return self._fit_federated(records, X.shape[1:], groups, subjects=subjects, classes=classes,
                                        held_out=held_out)
@@ -243,7 +243,8 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
         _check_same_kind(given, y, f"The 'classes' parameter of {type(self).__name__}", "y")
         return classes
 
-    def _validation_records(self, validation_data, classes) -> tuple[torch.Tensor, torch.Tensor]:
+    def _validation_records(self, validation_data, classes, shape: tuple[int, ...]
+                            ) -> tuple[torch.Tensor, torch.Tensor]:
         try:
             X_valid, y_valid = validation_data
         except (TypeError, ValueError):
@@ -251,11 +252,18 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
                 "The 'validation_data' parameter must be a pair (X_valid, y_valid). "
                 f"Got {type(validation_data).__name__} instead."
             ) from None
+        if tuple(np.shape(X_valid)[1:]) != tuple(shape):
+            raise ValueError(f"validation_data's X_valid holds records of shape {tuple(np.shape(X_valid)[1:])}; the "
+                             f"training X holds {tuple(shape)} (the same channels, in the same order, are needed).")
         X_valid = self._validate(X_valid, name="X_valid", allow_nd=True, reset=False)
         y_valid = np.asarray(y_valid)
         if y_valid.shape != (len(X_valid),):
             raise ValueError(f"y_valid must have shape ({len(X_valid)},). Got {y_valid.shape} instead.")
         _check_same_kind(np.asarray(classes), y_valid, f"{type(self).__name__}'s label set", "y_valid")
+        unknown = np.setdiff1d(np.unique(y_valid), np.asarray(classes))
+        if unknown.size:
+            raise ValueError(f"validation_data's y_valid holds labels outside the training classes "
+                             f"{np.asarray(classes).tolist()}: {unknown.tolist()}.")
         return self.prepare_records(X_valid, y_valid, classes=classes)
 
     # hooks of FederatedEstimatorMixin

@@ -38,7 +38,9 @@ class FederatedSPDNetClassifier(FederatedClassifier):
         non-increasing and at most n_channels. None: one block of
         min(16, n_channels), the paper's size where the data allow it.
     reeig_eps : float, default=1e-4
-        ReEig floor ε_R (on trace-normalised matrices).
+        ReEig floor ε_R (on trace-normalised matrices), in (0, 1): their
+        eigenvalues average 1, so a floor at or above 1 flattens every
+        spectrum to the identity and nothing is learnt.
     [federation parameters]
 
     Attributes
@@ -65,15 +67,28 @@ class FederatedSPDNetClassifier(FederatedClassifier):
 
     _parameter_constraints: dict = {
         "dims": [tuple, list, None],
-        "reeig_eps": [Interval(Real, 0, None, closed="neither")],
+        "reeig_eps": [Interval(Real, 0, 1, closed="neither")],
     }
     schedule = ClassifierSchedule(
         name="spdnet", batch_size=64, optimizer="sgd", optimizer_without_privacy="adam", adam_lr=1e-2)
     _model_parameters = ("dims", "reeig_eps", "dtype", "classes")
 
     def _check_inputs(self, X: np.ndarray, name: str = "X") -> np.ndarray:
+        if X.ndim == 3 and X.shape[1] == X.shape[2] == 1:
+            raise ValueError(f"{name} holds 1 x 1 matrices: divided by its own trace (this model's scale), every one "
+                             "is [[1]] and nothing can be learnt. Give covariances of 2 channels or more.")
         return check_spd(X, name=name)
 
     def _build_module(self, input_shape, n_classes, generator, dtype):
-        dims = (min(16, input_shape[0]),) if self.dims is None else tuple(self.dims)
+        dims = (min(16, input_shape[0]),) if self.dims is None else _checked_dims(self.dims, input_shape[0])
         return SPDNet(input_shape[0], n_classes, dims, self.reeig_eps, generator=generator, dtype=dtype)
+
+
+def _checked_dims(dims, n_channels: int) -> tuple[int, ...]:
+    """``dims`` as a tuple of ints; ValueError for a float, bool or non-positive size (no silent truncation)."""
+    sizes = tuple(dims)
+    bad = [d for d in sizes if isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer)) or d < 1]
+    if not sizes or bad:
+        raise ValueError(f"The 'dims' parameter must be a non-empty tuple of positive ints (each BiMap's output size, "
+                         f"at most n_channels={n_channels}). Got {dims!r} instead.")
+    return tuple(int(d) for d in sizes)

@@ -66,7 +66,9 @@ from typing import Literal
 from .._utils.plan_text import PrintedAsTable, plan_table
 from .._utils.registry import Registry
 from .._utils.user_warnings import warn_user
-from ..federated.plan import PrivacyPlan, plan_run
+from ..exceptions import NoiseSwampsSignalWarning
+from ..federated.plan import (LEARNABLE_SIGNAL_TO_NOISE, PrivacyPlan, mean_step_noise, plan_run,
+                              signal_to_noise)
 from ..federated.settings import FederationSettings
 from ..privacy.units import subject_reason
 
@@ -170,6 +172,12 @@ class ClassifierPlan(PrintedAsTable):
         it again.
     reason : str
         Every choice in words.
+    signal_to_noise : float or None, default=None
+        √(T τ) C / (σ̄ √d) for the model's d coordinates
+        (:func:`~skfedriem.federated.plan.signal_to_noise`; inf without
+        privacy); None when the model's dimension was not given. Below
+        :data:`~skfedriem.federated.plan.LEARNABLE_SIGNAL_TO_NOISE` the fit
+        warns that it will likely learn nothing.
 
     Attributes
     ----------
@@ -183,6 +191,7 @@ class ClassifierPlan(PrintedAsTable):
     trainer_settings: FederationSettings
     privacy: PrivacyPlan = field(repr=False, compare=False)
     reason: str
+    signal_to_noise: float | None = None
 
     optimizer = property(lambda self: self.trainer_settings.optimizer)
     lr = property(lambda self: self.trainer_settings.lr)
@@ -199,6 +208,8 @@ class ClassifierPlan(PrintedAsTable):
         rows = {"optimizer": self.optimizer, "lr": self.lr, "lr_schedule": self.lr_schedule,
                 "n_rounds": self.n_rounds, "batch_size": "full batches" if self.batch_size is None else self.batch_size,
                 "local steps": steps}
+        if self.signal_to_noise is not None:
+            rows["signal_to_noise"] = self.signal_to_noise
         return plan_table("ClassifierPlan", rows, self.reason)
 
     def settings(self) -> dict:
@@ -364,7 +375,34 @@ def plan_classifier_run(model: str | ClassifierSchedule, params: Mapping, client
         lr, why = _planned_lr(schedule, chosen, params["optimizer"], privacy, k, settings.n_rounds, noise_walk)
         settings = settings.replace(lr=float(lr))
         reasons.append(why)
-    return ClassifierPlan(trainer_settings=settings, privacy=privacy, reason="; ".join(reasons) or "every setting given")
+    snr = None
+    if dimension > 0:
+        k = len(client_sizes) if settings.clients_per_round is None else min(settings.clients_per_round,
+                                                                             len(client_sizes))
+        snr = signal_to_noise(privacy, k, dimension)
+        _warn_if_unlearnable(snr, dimension, settings)
+    return ClassifierPlan(trainer_settings=settings, privacy=privacy, reason="; ".join(reasons) or "every setting given",
+                          signal_to_noise=snr)
+
+
+def _warn_if_unlearnable(snr: float, dimension: int, settings: FederationSettings) -> None:
+    """A :class:`~skfedriem.exceptions.NoiseSwampsSignalWarning` when the plan's signal-to-noise is below what real
+    EEG learnt at, with the remedies that worked there."""
+    if snr >= LEARNABLE_SIGNAL_TO_NOISE:
+        return
+    placement = ("" if settings.noise == "distributed" else
+                 "noise='distributed' (the noise paid once on the clients' sum: 4.7x the signal-to-noise of 24 "
+                 "one-subject clients, 0.50 -> 0.64 on the motor channels at eps=10); ")
+    warn_user(f"This model will likely learn nothing at eps={settings.eps:g}: its {dimension} coordinates spread the "
+              f"noise too thin for the signal (the plan's signal-to-noise √(T τ) C / (σ̄ √d) is {snr:.3g}, below "
+              f"{LEARNABLE_SIGNAL_TO_NOISE:g}; on the 24 real PhysioNet subjects every fit below it stayed within 0.05 "
+              "of chance). What worked there: fewer coordinates, e.g. a channel subset before Covariances (9 "
+              "motor-cortex channels instead of 64: 6.7x the signal-to-noise, 0.52 -> 0.64 held out at eps=10 with "
+              f"distributed noise); {placement}a larger eps, or more clients a round. See plan_.",
+              NoiseSwampsSignalWarning)
+
+
+
 
 
 def _placement_saving(privacy: PrivacyPlan, client_sizes: list[int], names: list, settings: FederationSettings,
@@ -452,7 +490,7 @@ def _planned_lr(schedule: ClassifierSchedule, chosen: str, optimizer, privacy: P
     if chosen == "sgd" and fixed is not None:
         return fixed
     if chosen == "sgd":
-        spread = _mean_step_noise(privacy, k)
+        spread = mean_step_noise(privacy, k)
         walk = spread * math.sqrt(rounds * tau)
         lr = ROUND_STEP / tau if walk == 0 else min(ROUND_STEP / tau, noise_walk / walk)
         return lr, (f"η = min({ROUND_STEP:g} / τ, {noise_walk:g} / (σ̄ √(T τ))) = {lr:.4g} with τ = {tau} local "
@@ -473,15 +511,6 @@ def _fixed_sgd_lr(schedule: ClassifierSchedule, privacy: PrivacyPlan) -> tuple[f
     if lr is None:
         return None
     return lr, (f"η = {lr:g}: {schedule.sgd_lr_reason}" if schedule.sgd_lr_reason else f"η = {lr:g}")
-
-
-def _mean_step_noise(privacy: PrivacyPlan, k: int) -> float:
-    """σ̄, the noise std per coordinate of the server's mean step: k clients' σ_i (local noise), or the decoded
-    sum's (distributed)."""
-    if privacy.encoding is not None:
-        return privacy.noise_std
-    sigmas = [privacy.client_noise_std(i) for i in range(len(privacy.local_steps))]
-    return math.sqrt(sum(x * x for x in sigmas) / len(sigmas) / k)
 
 
 def _is_auto(value) -> bool:

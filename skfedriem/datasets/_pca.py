@@ -2,13 +2,27 @@
 
 from __future__ import annotations
 
+from numbers import Integral, Real
+
 import numpy as np
 from scipy.linalg import expm
 from sklearn.utils import check_random_state
 
+from .._utils.compat import Interval, validate_params
+
 __all__ = ["make_federated_pca"]
 
 
+@validate_params({
+    "n_clients": [Interval(Integral, 1, None, closed="left")],
+    "n_samples_per_client": [Interval(Integral, 1, None, closed="left")],
+    "n_features": [Interval(Integral, 1, None, closed="left")],
+    "n_components": [Interval(Integral, 1, None, closed="left")],
+    "eigengap": [Interval(Real, 0, None, closed="neither")],
+    "decay": [Interval(Real, 0, 1, closed="right")],
+    "heterogeneity": [Interval(Real, 0, None, closed="left")],
+    "random_state": ["random_state"],
+}, prefer_skip_nested_validation=True)
 def make_federated_pca(
     n_clients: int = 5,
     n_samples_per_client: int = 1000,
@@ -53,6 +67,9 @@ def make_federated_pca(
     >>> X.shape, np.bincount(groups).tolist(), bool(np.linalg.norm(X, axis=1).max() <= 1)
     ((300, 6), [100, 100, 100], True)
     """
+    if n_components > n_features:
+        raise ValueError(f"The 'n_components' parameter must be at most n_features={n_features}. "
+                         f"Got {n_components} instead.")
     rs = check_random_state(random_state)
     spectrum = decay ** np.arange(n_features)
     spectrum[:n_components] *= eigengap

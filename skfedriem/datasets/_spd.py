@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from numbers import Integral, Real
+
 import numpy as np
 from scipy.linalg import expm
 from sklearn.utils import check_random_state
+
+from .._utils.compat import Interval, validate_params
 
 __all__ = ["make_spd_classification"]
 
@@ -15,6 +19,17 @@ def _random_symmetric(rs: np.random.RandomState, n: int) -> np.ndarray:
     return S / np.linalg.norm(S)
 
 
+@validate_params({
+    "n_clients": [Interval(Integral, 1, None, closed="left")],
+    "n_matrices_per_client": [Interval(Integral, 1, None, closed="left")],
+    "n_channels": [Interval(Integral, 1, None, closed="left")],
+    "n_classes": [Interval(Integral, 2, None, closed="left")],
+    "class_sep": [Interval(Real, 0, None, closed="left")],
+    "noise": [Interval(Real, 0, None, closed="left")],
+    "heterogeneity": [Interval(Real, 0, None, closed="left")],
+    "scale": [Interval(Real, 0, None, closed="neither")],
+    "random_state": ["random_state"],
+}, prefer_skip_nested_validation=True)
 def make_spd_classification(
     n_clients: int = 3,
     n_matrices_per_client: int = 100,
@@ -65,6 +80,9 @@ def make_spd_classification(
     >>> X.shape, bool((np.linalg.eigvalsh(X) > 0).all()), np.bincount(y).tolist()
     ((20, 4, 4), True, [10, 10])
     """
+    if n_matrices_per_client < n_classes:
+        raise ValueError(f"The 'n_matrices_per_client' parameter must be at least n_classes={n_classes} (every client "
+                         f"holds every class). Got {n_matrices_per_client} instead.")
     rs = check_random_state(random_state)
     roots = []
     for _ in range(n_classes):

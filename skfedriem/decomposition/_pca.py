@@ -131,7 +131,7 @@ class FederatedPCA(FederatedEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Tra
     clip: float = setting("clip", without=("auto",))
     n_rounds: int | str = setting("n_rounds", "auto", values=PLANNED["n_rounds"])
     local_steps: int | str = setting("local_steps", "auto", values=PLANNED["local_steps"], without=(None,))
-    batch_size: int | str = setting("batch_size", "auto", values=PLANNED["batch_size"], without=(None,))
+    batch_size: int | str | None = setting("batch_size", "auto", values=PLANNED["batch_size"])
     lr: float | str = setting("lr", "auto", values=PLANNED["lr"])
     n_clients: int = 5
 

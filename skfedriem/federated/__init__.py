@@ -12,7 +12,7 @@ from .fixed_features import on_fixed_features
 from .instructions import RoundInstructions
 from .optimizers import OPTIMIZERS, OptimizerEntry, is_elementwise, register_optimizer
 from .parallel import THREADS_PER_JOB, ParallelTransport, effective_n_jobs, thread_budget
-from .plan import PrivacyPlan, noise_swamps_signal, plan_basis, plan_run
+from .plan import PrivacyPlan, noise_swamps_signal, plan_basis, plan_run, signal_to_noise
 from .pricing import RoundPricing, lr_at_round
 from .settings import FederationSettings
 from .transport import LocalTransport, Transport
@@ -52,5 +52,6 @@ __all__ = [
     "run_clients",
     "run_locally",
     "run_round",
+    "signal_to_noise",
     "thread_budget",
 ]

@@ -138,7 +138,7 @@ class FederationSettings:
         "any client. None trains without clipping and noise: every round is then charged as infinite loss.")
     delta: float = _setting(
         1e-5, "float", [Interval(Real, MIN_DELTA, 1, closed="left")],
-        "Target δ, in [1e-15, 1) (the accountant certifies nothing smaller); keep it well below 1 / (records of "
+        "Target δ, in [1e-12, 1) (the accountant certifies nothing smaller); keep it well below 1 / (records of "
         "the smallest client).")
     clip: float | str = _setting(
         1.0, "float", [Interval(Real, 0, None, closed="neither")],
