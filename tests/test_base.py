@@ -344,8 +344,8 @@ def test_noise_that_swamps_every_direction_is_warned_about(spd):
     X, y, groups = spd
     with pytest.warns(NoiseSwampsSignalWarning, match="random walk"):
         FederatedTangentSpaceClassifier(eps=1e-6, n_rounds=2).fit(X, y, groups=groups)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", NoiseSwampsSignalWarning)
+    with warnings.catch_warnings():  # two rounds: the plan's signal-to-noise warning, but no random walk
+        warnings.filterwarnings("error", "The noise swamps", NoiseSwampsSignalWarning)
         FederatedTangentSpaceClassifier(eps=10.0, n_rounds=2).fit(X, y, groups=groups)
 
 
@@ -360,8 +360,8 @@ def test_noise_averaged_over_many_clients_is_not_called_a_random_walk():
     from skfedriem.exceptions import NoiseSwampsSignalWarning
 
     X, y, groups = make_spd_classification(100, 20, 4, class_sep=2.0, random_state=0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", NoiseSwampsSignalWarning)
+    with warnings.catch_warnings():  # classes this far apart learn below the signal-to-noise real EEG needs
+        warnings.filterwarnings("error", "The noise swamps", NoiseSwampsSignalWarning)
         clf = FederatedTangentSpaceClassifier(eps=0.2, n_rounds=20, random_state=0).fit(X, y, groups=groups)
     assert clf.noise_std_ > np.sqrt(20) * 1.0  # one client's noise alone would swamp every direction
     assert clf.score(X, y) > 0.8
@@ -390,14 +390,6 @@ def test_a_default_or_a_base_init_that_would_silently_not_apply_is_refused():
         eps: float = 1.0
 
     assert Annotated().eps == 1.0
-
-
-def test_pca_refuses_batch_size_none_as_before():
-    from sklearn.utils._param_validation import InvalidParameterError
-
-    X, groups = make_federated_pca(n_clients=3, n_samples_per_client=40, n_features=5, random_state=0)
-    with pytest.raises(InvalidParameterError, match="batch_size"):
-        FederatedPCA(batch_size=None).fit(X, groups=groups)
 
 
 def test_a_fits_guarantee_for_a_group_is_its_ledgers(spd):

@@ -75,7 +75,7 @@ def test_bad_subject_arrays_are_refused(federation):
 
 def test_subjects_given_to_a_record_level_fit_are_named_as_unused(federation):
     X, y, groups, subjects = federation
-    with pytest.warns(UserWarning, match="privacy_unit='record': each trial is protected"):
+    with pytest.warns(UserWarning, match="privacy_unit='record': the clients are groups, each trial is protected"):
         FederatedSPDNetClassifier(eps=4.0, **FAST).fit(X, y, groups=groups, subjects=subjects)
 
 

@@ -80,9 +80,6 @@ def make_spd_classification(
     >>> X.shape, bool((np.linalg.eigvalsh(X) > 0).all()), np.bincount(y).tolist()
     ((20, 4, 4), True, [10, 10])
     """
-    if n_matrices_per_client < n_classes:
-        raise ValueError(f"The 'n_matrices_per_client' parameter must be at least n_classes={n_classes} (every client "
-                         f"holds every class). Got {n_matrices_per_client} instead.")
     rs = check_random_state(random_state)
     roots = []
     for _ in range(n_classes):

@@ -10,6 +10,7 @@ import torch
 from skfedriem import FederatedEEGNetClassifier, FederatedSPDNetClassifier, FederatedTangentSpaceClassifier
 from skfedriem.classification.planning import NOISE_WALK, ROUND_STEP, plan_classifier, planned_optimizer
 from skfedriem.datasets import make_spd_classification
+from skfedriem.exceptions import NoiseSwampsSignalWarning
 from skfedriem.federated import FederationSettings
 from skfedriem.federated.plan import plan_run
 
@@ -114,6 +115,7 @@ def test_auto_batches_are_clamped_silently_and_eegnet_keeps_its_paper_settings()
     X, y, groups = _spd(0, per_client=20)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no "batch_size=64 is larger than client ..." for a planned B
+        warnings.simplefilter("ignore", NoiseSwampsSignalWarning)  # a few rounds: the plan's signal-to-noise
         FederatedSPDNetClassifier(eps=4.0, n_rounds=2).fit(X, y, groups=groups)
 
 

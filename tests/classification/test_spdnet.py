@@ -194,7 +194,7 @@ def test_bad_targets_groups_and_validation_data():
         clf.fit(X, y, groups=np.r_[np.zeros(19), 1])
     with pytest.raises(TypeError, match="'validation_data'"):
         clf.fit(X, y, validation_data=X)
-    with pytest.raises(ValueError, match="outside the classes"):
+    with pytest.raises(ValueError, match="outside the training classes"):
         clf.fit(X, y, validation_data=(X, y + 7))
 
 

@@ -126,8 +126,9 @@ def test_site_data_is_checked(tmp_path):
 
 # set by the site or the caller, not by the run: a site's secure_mode is in its node config; lockstep and device
 # place simulated clients on the caller's machine (a deployed site runs its one client)
+# subject_clients forms clients from subjects inside one fit; a deployment's clients are its sites
 NOT_IN_RUN_CONFIG = {"backend", "n_jobs", "privacy_budget", "secure_mode", "verbose", "warm_start", "init",
-                     "lockstep", "device"}
+                     "lockstep", "device", "subject_clients"}
 
 
 @pytest.mark.parametrize("kind", ["pca", "spdnet", "eegnet", "tangent"])
