@@ -30,6 +30,11 @@ def check_labels(labels, name: str, n_samples: int) -> np.ndarray:
         raise ValueError(f"The '{name}' array contains NaN or inf.")
     if array.dtype == object:
         _check_object_labels(array.tolist(), name)
+        try:
+            np.unique(array)
+        except TypeError as error:
+            raise TypeError(f"The '{name}' array holds labels that have no common order ({error}). Convert them to "
+                            f"one type, e.g. {name}.astype(str).") from None
     return array
 
 
@@ -39,7 +44,8 @@ def _check_object_labels(values: list, name: str) -> None:
     if "nan" in kinds:
         raise ValueError(f"The '{name}' array contains NaN or inf.")
     if "none" in kinds:
-        raise TypeError(f"The '{name}' array holds None at index {kinds.index('none')} ({kinds.count('none')} of "
+        first = kinds.index("none")
+        raise TypeError(f"The '{name}' array holds {values[first]!r} at index {first} ({kinds.count('none')} of "
                         f"{len(values)}): every sample needs a label.")
     if "str" in kinds and "other" in kinds:
         text, other = values[kinds.index("str")], values[kinds.index("other")]
@@ -48,8 +54,8 @@ def _check_object_labels(values: list, name: str) -> None:
 
 
 def _kind(label) -> str:
-    """'none', 'nan' (a non-finite float), 'str' or 'other'."""
-    if label is None:
+    """'none' (None, pandas' NA), 'nan' (a non-finite float), 'str' or 'other'."""
+    if label is None or type(label).__name__ == "NAType":  # pd.NA, without importing pandas
         return "none"
     if isinstance(label, str):
         return "str"

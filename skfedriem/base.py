@@ -102,13 +102,14 @@ class FederatedEstimatorMixin(_EstimatorParameters):
     n_clients: int = parameter(
         3, "int", "When ``fit`` gets neither ``groups`` nor ``subjects``: the number of clients of a random split by "
         "record position only (never by value or label: a split that read the records would let one record move "
-        "others between clients).",
+        "others between clients). 1: one client holding every record, even when ``subjects`` is given.",
         [Interval(Integral, 1, None, closed="left")])
     subject_clients: int | str = parameter(
-        "each", '"each" or int', "When ``fit`` gets ``subjects`` and no ``groups`` (MOABB's "
+        "each", '"each" or int', "When ``fit`` gets ``subjects``, no ``groups``, and ``n_clients`` is not 1 (MOABB's "
         "``CrossSubjectEvaluation`` passes ``subjects``): the clients are made of whole subjects, never of chunks of "
         "a subject's trials. ``\"each\"``: every subject is a client. An int G: G clients, the sorted subjects dealt "
-        "into G contiguous, nearly equal blocks (fixed groups of subjects, as in the paper's protocol).",
+        "into G contiguous, nearly equal blocks (fixed groups of subjects, as in the paper's protocol). The split reads "
+        "the subjects' labels only, which it takes as public, as ``groups`` are.",
         [StrOptions({"each"}), Interval(Integral, 1, None, closed="left")])
     random_state: int | np.random.RandomState | None = parameter(
         None, "int, RandomState instance or None",
@@ -301,10 +302,15 @@ class FederatedEstimatorMixin(_EstimatorParameters):
         if spent is not None:
             eps = self._left_after(spent, eps, module, loss_fn, input_shape, clients)
             prior = _after(prior, spent, spent if spent_local is None else spent_local)
-        return self._planned_trainer(
+        trainer = self._planned_trainer(
             module, loss_fn, input_shape, clients, eps, seed_sequence=seeds.server, client_seed=seeds.clients,
             privacy_budget=self.privacy_budget, run_name=repr(self), prior=prior,
             monitor=None if held_out is None else self._monitor(held_out, classes))
+        self._warn_of_plan(trainer)
+        return trainer
+
+    def _warn_of_plan(self, trainer: FederatedTrainer) -> None:
+        """Advice on the run's final plan, given once a fit (not for the plans a search for ε tried); none here."""
 
     def _planned_trainer(self, module: nn.Module, loss_fn: LossFn, input_shape, clients: _Clients,
                          eps: float | None, **options) -> FederatedTrainer:
@@ -489,8 +495,9 @@ class FederatedEstimatorMixin(_EstimatorParameters):
         """``fit``'s common body: split into clients (with their subjects), run the rounds, set the fitted
         attributes."""
         seeds = self._seeds()
-        clients_of_subjects = groups is None and subjects is not None
-        groups = self._client_labels(groups, subjects, len(records[0]))
+        # n_clients=1 is one client holding every record (a curator, a within-session fold), subjects or not
+        clients_of_subjects = groups is None and subjects is not None and self.n_clients != 1
+        groups = self._client_labels(groups, subjects if clients_of_subjects else None, len(records[0]))
         indices, names = client_indices(len(records[0]), groups, n_clients=self.n_clients,
                                         rng=np.random.default_rng(seeds.split))
         clients = [tuple(r[idx] for r in records) for idx in indices]

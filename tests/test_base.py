@@ -268,6 +268,32 @@ def test_subjects_without_groups_make_clients_of_whole_subjects(spd, monkeypatch
     assert len(clf.plan_.privacy.local_steps) == len(expected)
 
 
+def test_n_clients_one_keeps_every_record_at_one_client_when_subjects_arrive(spd, monkeypatch):
+    """A curator's fit (n_clients=1) given subjects by routing stays one client: subjects do not override it."""
+    import skfedriem.base
+    from skfedriem import FederatedTangentSpaceClassifier
+
+    split = []
+    monkeypatch.setattr(skfedriem.base, "client_indices",
+                        lambda *a, **k: split.append(client_indices(*a, **k)) or split[-1])
+    X, y, _ = spd
+    clf = FederatedTangentSpaceClassifier(eps=10.0, n_rounds=1, n_clients=1)
+    clf.fit(X, y, subjects=np.repeat(np.arange(6), len(y) // 6))
+    assert [len(idx) for idx in split[0][0]] == [len(y)] and len(clf.plan_.privacy.local_steps) == 1
+
+
+def test_the_unlearnable_warning_is_given_once_a_fit_for_its_final_plan(spd):
+    """reference="mean" searches ε for the rounds after the release: the trial plans say nothing, the final one once."""
+    from skfedriem import FederatedTangentSpaceClassifier
+
+    X, y, groups = spd
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        clf = FederatedTangentSpaceClassifier(eps=4.0, n_rounds=2, reference="mean").fit(X, y, groups=groups)
+    said = [str(w.message) for w in caught if "will likely learn nothing" in str(w.message)]
+    assert len(said) == 1 and f"eps={clf.plan_.trainer_settings.eps:g}" in said[0]
+
+
 @pytest.mark.parametrize("groups, error, match", [
     ([None] * 60, TypeError, r"'groups' array holds None at index 0 \(60 of 60\)"),
     (["a"] * 30 + [1] * 30, TypeError, r"'groups' array mixes strings and other labels \(e.g. 'a' and 1\)"),

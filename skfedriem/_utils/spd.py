@@ -7,7 +7,7 @@ import numpy as np
 __all__ = ["check_spd"]
 
 
-def check_spd(X: np.ndarray, *, name: str = "X") -> np.ndarray:
+def check_spd(X: np.ndarray, *, name: str = "X", trace_normalised: bool = False) -> np.ndarray:
     """Raise a ValueError naming the first matrix that is not SPD.
 
     Parameters
@@ -16,6 +16,9 @@ def check_spd(X: np.ndarray, *, name: str = "X") -> np.ndarray:
         Finite float array (as returned by ``validate_data(..., allow_nd=True)``).
     name : str
         The parameter name used in messages.
+    trace_normalised : bool, default=False
+        The model divides each matrix by its own trace: 1 x 1 matrices are
+        refused (every one becomes [[1]], nothing to learn).
 
     Returns
     -------
@@ -27,6 +30,9 @@ def check_spd(X: np.ndarray, *, name: str = "X") -> np.ndarray:
             f"{name} must be a stack of square matrices, shape (n_matrices, n_channels, n_channels) "
             f"(e.g. from pyriemann.estimation.Covariances). Got shape {X.shape} instead."
         )
+    if trace_normalised and X.shape[1] == 1:
+        raise ValueError(f"{name} holds 1 x 1 matrices: divided by its own trace (this model's scale), every one is "
+                         "[[1]] and nothing can be learnt. Give covariances of 2 channels or more.")
     asymmetry = np.abs(X - X.transpose(0, 2, 1)).max(axis=(1, 2))
     scale = np.abs(X).max(axis=(1, 2))
     bad = np.flatnonzero(asymmetry > 1e-6 * scale)

@@ -17,7 +17,6 @@ loose where they are not (a valid audit either way).
 
 from __future__ import annotations
 
-import math
 import time
 import warnings
 

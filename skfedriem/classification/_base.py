@@ -30,10 +30,12 @@ from .._utils.compat import HasMethods, StrOptions, _fit_context
 from .._utils.user_warnings import warn_user
 from ..base import FederatedEstimatorMixin, parameter, setting
 from ..federated.instructions import iterate_tolerance
+from ..federated.pricing import model_dimension
 from ..privacy.accounting_methods import RunAccounting
 from ..manifolds import manifold_of
 from ..privacy.per_sample import trainable_parameters
-from .planning import PLANNED, SCHEDULES, ClassifierSchedule, plan_classifier_run, planned_optimizer
+from .planning import (PLANNED, SCHEDULES, ClassifierSchedule, plan_classifier_run, planned_optimizer,
+                       warn_if_unlearnable)
 
 __all__ = ["FederatedClassifier"]
 
@@ -399,6 +401,9 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
                                          list(clients.sizes), diameter=diameter, client_names=clients.names,
                                          dimension=dimension)
         return self._plan.trainer_settings, self._plan.privacy
+
+    def _warn_of_plan(self, trainer) -> None:
+        warn_if_unlearnable(self._plan, model_dimension(trainer.module))
 
     def client_optimizer(self):
         return planned_optimizer(self.schedule, self.optimizer, private=self.eps is not None)

@@ -74,10 +74,7 @@ class FederatedSPDNetClassifier(FederatedClassifier):
     _model_parameters = ("dims", "reeig_eps", "dtype", "classes")
 
     def _check_inputs(self, X: np.ndarray, name: str = "X") -> np.ndarray:
-        if X.ndim == 3 and X.shape[1] == X.shape[2] == 1:
-            raise ValueError(f"{name} holds 1 x 1 matrices: divided by its own trace (this model's scale), every one "
-                             "is [[1]] and nothing can be learnt. Give covariances of 2 channels or more.")
-        return check_spd(X, name=name)
+        return check_spd(X, name=name, trace_normalised=True)
 
     def _build_module(self, input_shape, n_classes, generator, dtype):
         dims = (min(16, input_shape[0]),) if self.dims is None else _checked_dims(self.dims, input_shape[0])

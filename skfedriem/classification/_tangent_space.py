@@ -170,10 +170,7 @@ class FederatedTangentSpaceClassifier(FederatedClassifier):
         return super().make_trainer(input_shape, spent=spent, **options)
 
     def _check_inputs(self, X: np.ndarray, name: str = "X") -> np.ndarray:
-        if X.ndim == 3 and X.shape[1] == X.shape[2] == 1:
-            raise ValueError(f"{name} holds 1 x 1 matrices: divided by its own trace (this model's scale), every one "
-                             "is [[1]] and nothing can be learnt. Give covariances of 2 channels or more.")
-        return check_spd(X, name=name)
+        return check_spd(X, name=name, trace_normalised=True)
 
     def _set_model_attributes(self, module, classes) -> None:
         super()._set_model_attributes(module, classes)

@@ -46,12 +46,13 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .._utils.plan_text import PrintedAsTable, plan_table
-from ..manifolds import Grassmann, Stiefel
 from .._utils.user_warnings import warn_user
 from ..exceptions import NoiseSwampsSignalWarning
+from ..manifolds import Grassmann, Stiefel
 from ..privacy import gdp_mu_for_epsilon
 
-__all__ = ["HORIZON_PER_SNR", "LEARNABLE_SIGNAL_TO_NOISE", "MAX_COVARIANCE_FEATURES", "MAX_STEP", "PLANNED", "PCAPlan", "choose_solver", "plan_pca"]
+__all__ = ["HORIZON_PER_SNR", "LEARNABLE_SIGNAL_TO_NOISE", "MAX_COVARIANCE_FEATURES", "MAX_STEP", "PLANNED", "PCAPlan",
+           "choose_solver", "plan_pca"]
 
 HORIZON_PER_SNR = 1.0
 """H = η T τ per unit of the signal-to-noise scale s."""
@@ -221,13 +222,12 @@ def _warn_if_unlearnable(s: float, n_features: int, d_m: int) -> None:
     """A :class:`~skfedriem.exceptions.NoiseSwampsSignalWarning` when s < :data:`LEARNABLE_SIGNAL_TO_NOISE`."""
     if s >= LEARNABLE_SIGNAL_TO_NOISE:
         return
-    warn_user(f"This subspace will likely be no better than a random one: the noise of one step of the clients' "
-              f"mean has a norm 1/s = {1 / s:.3g} times the largest signal a step can carry (s = {s:.3g}, the plan's "
-              f"signal_to_noise, over the manifold's {d_m} dimensions for {n_features} features; on 2,080 "
-              "log-covariance features of the real PhysioNet subjects, s = 0.0006 returned a subspace of overlap "
-              "0.002 with the true one). Fewer features (a channel subset: 9 channels give 45 log-covariance "
-              "features where 64 give 2,080), fewer components, a larger eps, or more records per client raise it.",
-              NoiseSwampsSignalWarning)
+    warn_user(f"This subspace will likely be no better than a random one: the noise of one full-batch release of "
+              f"the clients' mean (one step, or the one-shot covariance) has a norm 1/s = {1 / s:.3g} times the "
+              f"largest signal it can carry (s = {s:.3g}, the plan's signal_to_noise, over the manifold's {d_m} "
+              f"dimensions for {n_features} features). Fewer features (a channel subset: 9 channels give 45 "
+              "log-covariance features where 64 give 2,080), fewer components, a larger eps, or more records per "
+              "client raise it.", NoiseSwampsSignalWarning)
 
 
 def choose_solver(solver: str, n_features: int, *, continues: bool = False,

@@ -84,6 +84,7 @@ def _clients_of_each_fit(monkeypatch) -> list[list[set]]:
             seen[-1] = [set(seen[-1][0][idx].tolist()) for idx in indices]
         return indices, names
 
+    monkeypatch.setattr(skfedriem.base, "_POSITIONAL_WARNED", set())  # the warning not yet given: it would fail
     monkeypatch.setattr(skfedriem.base, "subject_clients", spy_subjects)
     monkeypatch.setattr(skfedriem.base, "client_indices", spy_split)
     return seen
