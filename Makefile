@@ -1,6 +1,7 @@
 # Two entry points for newcomers: `make demo` (main job) and `make test`; `make docs` builds the site.
-# All create .venv, install torch==2.13.0 first when no torch is present (the CPU build this
-# machine ships), then the package with its extras.
+# Both create .venv and install torch==2.13.0 first when no torch is present (the CPU build this
+# machine ships); `make demo` then installs the package alone (its synthetic run needs no extra), `make test`
+# the package with the test, EEG and Flower extras.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -11,17 +12,20 @@ QUIET := 2>&1 | { grep --line-buffered -v "is ignored: it is neither a file nor 
 # setuptools' banner on every editable install ("Please be careful with folders..."): not news
 EDITABLE := PYTHONWARNINGS="ignore:Editable installation"
 
-.PHONY: setup demo test test-slow docs bench bench-smoke
+.PHONY: torch setup demo test test-slow docs bench bench-smoke
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-setup: $(PY)
+torch: $(PY)
 	$(PY) -m pip install --quiet --upgrade pip $(QUIET)
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install --progress-bar on torch==2.13.0 $(QUIET)
+
+setup: torch
 	$(EDITABLE) $(PY) -m pip install --progress-bar on -e ".[test,eeg,flower]" $(QUIET)
 
-demo: setup
+demo: torch
+	$(EDITABLE) $(PY) -m pip install --progress-bar on -e . $(QUIET)
 	$(PY) examples/demo.py
 
 test: setup

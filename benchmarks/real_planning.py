@@ -14,8 +14,11 @@ and on all 64 (``--channels``); and the synthetic federations the planner was fi
 (``benchmarks/physionet_real.py``'s split); pyRiemann's TangentSpace + LogisticRegression on the pooled training
 trials is the non-private reference.
 
+Every fit takes the classifier's default reference point (``--reference auto``: the clients' mean, released privately
+unless its planned noise would bury it) or the identity (``--reference identity``, the private default before).
+
     python benchmarks/real_planning.py [--federations 24x1 8x3 4x6 small-clients many-30] [--channels motor all]
-        [--eps 4 10 20] [--lrs 0.1 0.3 1 3] [--rounds 100 200 400] [--seeds 5] [--cache DIR]
+        [--eps 4 10 20] [--lrs 0.1 0.3 1 3] [--rounds 100 200 400] [--seeds 5] [--reference auto] [--cache DIR]
 """
 
 import argparse
@@ -93,24 +96,29 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--cache", type=Path, default=None, help="keep the real covariances here between runs")
+    parser.add_argument("--reference", choices=["auto", "identity"], default="auto",
+                        help="every fit's reference point: the classifier's default, or the identity")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     started = time.perf_counter()
     rows, references = [], {}
-    print(f"held-out accuracy, mean of {args.seeds} seeds: the planned defaults, and the grid's best cell (η, T)")
+    print(f"held-out accuracy, mean of {args.seeds} seeds: the planned defaults, and the grid's best cell (η, T); "
+          f"reference: {args.reference}")
     print(f"{'federation':<16} {'eps':>4} | {'planned':>7} {'η':>6} {'T':>4} {'B':>4} {'snr':>6} | {'curator':>7} | "
           f"{'best':>6} {'snr':>6}  cell")
     for name, splits in federations(args):
         references[name] = float(np.mean([make_pipeline(TangentSpace(), LogisticRegression(max_iter=1000))
                                            .fit(X, y).score(Xt, yt) for (X, y, _), (Xt, yt) in splits]))
         for eps in args.eps:
-            cells = {"planned": fit_cell({}, eps, splits),
-                     "curator": fit_cell({}, eps, [((X, y, np.zeros_like(c)), test) for (X, y, c), test in splits])}
+            reference = {} if args.reference == "auto" else {"reference": None}
+            cells = {"planned": fit_cell(reference, eps, splits),
+                     "curator": fit_cell(reference, eps,
+                                         [((X, y, np.zeros_like(c)), test) for (X, y, c), test in splits])}
             for lr, rounds in itertools.product(args.lrs, args.rounds):
-                cells[f"lr={lr:g} T={rounds}"] = fit_cell({"lr": lr, "n_rounds": rounds}, eps, splits)
+                cells[f"lr={lr:g} T={rounds}"] = fit_cell({"lr": lr, "n_rounds": rounds, **reference}, eps, splits)
             best = max((c for c in cells if c not in ("planned", "curator")), key=lambda c: cells[c]["accuracy"])
             planned = cells["planned"]
-            rows.append({"federation": name, "eps": eps, "cells": cells, "best": best})
+            rows.append({"federation": name, "eps": eps, "reference": args.reference, "cells": cells, "best": best})
             snr = planned["signal_to_noise"]
             print(f"{name:<16} {eps:>4g} | {planned['accuracy']:>7.3f} {planned['lr']:>6.3g} {planned['n_rounds']:>4} "
                   f"{planned['batch_size']!s:>4} {'-' if snr is None else f'{snr:.3g}':>6} | "

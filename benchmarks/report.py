@@ -78,10 +78,10 @@ def write_docs() -> None:
     for path in sorted(RESULTS.glob("*.json")):
         kept = json.loads(path.read_text())
         m = kept["machine"]
-        title = f"``{kept['command']}``"
+        title = f"``{path.stem}``"  # the command, which can run to many lines, goes below the heading
         load = ("load average not recorded" if m["load_average"] is None
                 else f"load average {m['load_average']:.2f} when it started")
-        parts += [title, "~" * len(title), "",
+        parts += [title, "~" * len(title), "", f"Command: ``{kept['command']}``", "",
                   f"{kept['date']}, {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, Python {m['python']}, "
                   f"torch {m['torch']}; {load}.", "",
                   ".. code-block:: text", "", *[f"   {line}" for line in kept["table"].splitlines()], ""]

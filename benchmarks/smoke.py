@@ -26,6 +26,7 @@ SMOKE_ARGS: dict[str, list[str] | str] = {
                           "--rounds", "2"],
     "flower_overhead": ["--rounds", "2", "--deployment-rounds", "0"],
     "noise_ratio": [],
+    "pca_clip": ["--draws", "1"],
     "pca_privacy_cost": ["--rounds", "2", "--seeds", "1", "--clients", "10", "--records", "1000",
                          "--figure", "{tmp}/pca_privacy_cost.png"],
     "pca_solvers": ["--seeds", "1", "--epsilons", "1", "--sweep-epsilons", "1", "--dims", "16", "--components", "5",

@@ -75,11 +75,71 @@ def privacy_unit_table() -> str:
     return "\n".join(lines) + "\n"
 
 
+def real_planning_table() -> str:
+    """The tangent model's planned defaults before and after the released mean, the grid's best and a curator."""
+    import json
+
+    kept = json.loads((RESULTS / "real_planning.json").read_text())
+    rows = kept["result"]["rows"]
+    by_cell: dict = {}
+    for row in rows:
+        by_cell.setdefault((row["federation"], row["eps"]), {})[row.get("reference", "identity")] = row
+    lines = [f".. list-table:: The tangent-space classifier's planned defaults at the identity (before) and at the "
+             f"clients' released mean with the floored rule (now), the best cell of the (η, T) grids at either "
+             f"reference, and a trusted curator with today's defaults; held-out accuracy, mean over "
+             f"{kept['result']['seeds']} seeds ({kept['date']}, ``{kept['command']}``)", "   :header-rows: 1", "",
+             "   * - federation", "     - ε", "     - before", "     - now (η)", "     - grid's best (cell)",
+             "     - now − best", "     - curator"]
+    for (federation, eps), cells in by_cell.items():
+        if "auto" not in cells or federation.startswith("all"):
+            continue
+        now = cells["auto"]
+        grid = [(cell["accuracy"], f"{name}, {reference}") for reference, row in cells.items()
+                for name, cell in row["cells"].items() if name not in ("planned", "curator")]
+        best, where = max(grid)
+        before = cells["identity"]["cells"]["planned"]["accuracy"] if "identity" in cells else None
+        planned = now["cells"]["planned"]
+        lines += [f"   * - {federation}", f"     - {eps:g}", "     - –" if before is None else f"     - {before:.3f}",
+                  f"     - {planned['accuracy']:.3f} ({planned['lr']:.2g})", f"     - {best:.3f} ({where})",
+                  f"     - {planned['accuracy'] - best:+.3f}", f"     - {now['cells']['curator']['accuracy']:.3f}"]
+    return "\n".join(lines) + "\n"
+
+
+def eeg_study_table() -> str:
+    """The paper's table on the 24 real PhysionetMI subjects, kept by ``python -m skfedriem.experiments eeg``."""
+    import csv
+    import statistics
+
+    folder = RESULTS / "eeg_study_physionet"
+    runs = list(csv.DictReader((folder / "runs.csv").open()))
+    command = (folder / "command.txt").read_text().strip()
+    eps_order = ["none", *sorted({r["eps"] for r in runs} - {"none"}, key=float, reverse=True)]
+    arms = list(dict.fromkeys(r["arm"] for r in runs))
+    lines = []
+    for participation in dict.fromkeys(r["participation"] for r in runs):
+        block = [r for r in runs if r["participation"] == participation]
+        k = block[0]["clients_per_round"]
+        lines += [f".. list-table:: PhysionetMI, 24 subjects in 12 clients of 2, participation {participation} ({k} "
+                  f"clients a round): test accuracy %, mean ± sd over seeds (n) (``{command}``)",
+                  "   :header-rows: 1", "", "   * - arm", *[f"     - ε = {e}" for e in eps_order]]
+        for arm in arms:
+            lines.append(f"   * - {arm}")
+            for eps in eps_order:
+                scores = [100 * float(r["test_accuracy"]) for r in block if (r["arm"], r["eps"]) == (arm, eps)]
+                spread = statistics.stdev(scores) if len(scores) > 1 else 0.0
+                lines.append(f"     - {statistics.mean(scores):.1f} ± {spread:.1f} ({len(scores)})" if scores
+                             else "     - –")
+        lines.append("")
+    return "\n".join(lines)
+
+
 def write_tables(app) -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "noise_table.rst").write_text(noise_table())
     (OUT / "physionet_table.rst").write_text(physionet_table())
     (OUT / "privacy_unit_table.rst").write_text(privacy_unit_table())
+    (OUT / "real_planning_table.rst").write_text(real_planning_table())
+    (OUT / "eeg_study_table.rst").write_text(eeg_study_table())
 
 
 def setup(app):

@@ -17,6 +17,7 @@ its noise is private and the accuracy varies a little from run to run.
 """
 
 import argparse
+import importlib.util
 import time
 import warnings
 from pathlib import Path
@@ -63,6 +64,8 @@ def main() -> None:
     real = args.physionet
     if real and not EEGMMIDB.is_dir():
         parser.error(f"--physionet needs the recordings in {EEGMMIDB}")
+    if real and importlib.util.find_spec("moabb") is None:
+        parser.error('--physionet needs MOABB: pip install -e ".[eeg]"')
     name, X, y, groups, settings = physionet() if real else synthetic()
     strata = np.char.add(groups.astype(str), y.astype(str))
     train, test = train_test_split(np.arange(len(y)), test_size=1 / 3 if real else 1 / 4, stratify=strata,

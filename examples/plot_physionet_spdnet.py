@@ -66,4 +66,5 @@ ax.legend()
 fig.tight_layout()
 
 # The private fit's whole history: ε spent per round against its target, held-out loss and accuracy, and who replied.
-HistoryDisplay.from_estimator(results["ε = 10"])
+display = HistoryDisplay.from_estimator(results["ε = 10"])
+plt.show()

@@ -523,6 +523,7 @@ class FederatedEstimatorMixin(_EstimatorParameters):
         trainer = self.make_trainer(input_shape, classes=classes, held_out=held_out, seeds=seeds,
                                     client_sizes=sizes, client_names=names, spent=spent, spent_local=spent_local)
         if release is not None:
+            trainer.check(clients, names)  # a run the rounds would refuse is refused before anything is charged
             # the whole fit accounted and charged (one fit of the budget) before the release runs
             trainer.charge.charge_plan(sizes, names, released=spent)
             with warnings.catch_warnings():  # its advice is for the rounds, which serve checks on their own

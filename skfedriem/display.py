@@ -134,8 +134,13 @@ class HistoryDisplay:
 
         panels = 2 + len(self.metrics) if self.participation is not None else 1 + len(self.metrics)
         if ax is None:
-            figure, axes = plt.subplots(1, panels, figsize=(3.6 * panels, 3.2), squeeze=False)
-            axes = axes[0]
+            # at most two panels a row: four in one row make a strip a page shrinks to a few hundred pixels high
+            columns = min(panels, 2)
+            rows = -(-panels // columns)
+            figure, grid = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.2 * rows), squeeze=False)
+            axes = grid.ravel()[:panels]
+            for spare in grid.ravel()[panels:]:
+                spare.remove()
         else:
             axes = np.atleast_1d(ax)
             if len(axes) != panels:

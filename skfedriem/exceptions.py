@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 __all__ = ["InvalidInstructionsError", "InvalidIterateError", "NoiseSwampsSignalWarning", "OneByOneClientsWarning",
-           "PositionalClientsWarning", "PrivacyBudgetExceeded", "SeededNoiseWarning"]
+           "PositionalClientsWarning", "PrivacyBudgetExceeded", "SaturatingStepWarning", "SeededNoiseWarning"]
 
 
 class SeededNoiseWarning(UserWarning):
@@ -42,6 +42,13 @@ class NoiseSwampsSignalWarning(UserWarning):
     √(T τ) C / (σ̄ √d), is below what real EEG learnt at
     (:func:`skfedriem.federated.signal_to_noise`): the warning names the
     remedies that worked there.
+    """
+
+
+class SaturatingStepWarning(UserWarning):
+    """A classifier's step per round so large that its outputs will saturate (e.g. ``lr=1e6``).
+
+    See :func:`~skfedriem.classification.planning.warn_if_saturating`.
     """
 
 

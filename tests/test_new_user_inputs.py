@@ -7,7 +7,7 @@ import pytest
 
 from skfedriem import FederatedPCA, FederatedSPDNetClassifier, FederatedTangentSpaceClassifier
 from skfedriem.datasets import make_federated_pca, make_spd_classification
-from skfedriem.exceptions import NoiseSwampsSignalWarning
+from skfedriem.exceptions import NoiseSwampsSignalWarning, SaturatingStepWarning
 from skfedriem.metrics import pca_optimality_gap, subspace_overlap
 
 
@@ -109,3 +109,26 @@ def test_pca_on_too_many_features_for_its_budget_warns():
     X, groups = make_federated_pca(3, 20, 300, n_components=5, random_state=0)
     with pytest.warns(NoiseSwampsSignalWarning, match=r"no better than a random one.*s = [\d.e-]+"):
         FederatedPCA(eps=0.5, n_components=5, solver="riemannian", n_rounds=2).fit(X, groups=groups)
+
+
+@pytest.mark.parametrize("scale, what", [(1e-200, "underflows"), (1e200, "overflows")])
+def test_pca_refuses_records_whose_second_moment_float64_cannot_hold(scale, what):
+    # was: a random subspace and NaN explained_variance_ratio_ at 1e-200, without a word
+    X, groups = make_federated_pca(n_clients=2, n_samples_per_client=30, n_features=4, random_state=0)
+    with pytest.raises(ValueError, match=f"X: every record's squared norm {what} float64"):
+        FederatedPCA(n_components=2, eps=None).fit(X * scale, groups=groups)
+    pca = FederatedPCA(n_components=2, eps=None).fit(X * 1e-150, groups=groups)  # small, but held
+    assert np.all(np.isfinite(pca.explained_variance_ratio_))
+
+
+@pytest.mark.parametrize("cls", [FederatedSPDNetClassifier, FederatedTangentSpaceClassifier])
+@pytest.mark.parametrize("eps", [None, 10.0])
+def test_a_step_that_saturates_the_outputs_warns(spd, cls, eps):
+    # was: lr=1e6 trained a model whose probabilities are all 0 or 1, without a word
+    X, y, groups = spd
+    with pytest.warns(SaturatingStepWarning, match=r"lr=1e\+06 with \d local step\(s\) a round.* can move the model"):
+        cls(eps=eps, lr=1e6, n_rounds=1, batch_size=8).fit(X, y, groups=groups)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SaturatingStepWarning)
+        for lr in ("auto", 3.0):  # the planned step, and the real grid's largest
+            cls(eps=eps, lr=lr, n_rounds=1, batch_size=8).fit(X, y, groups=groups)

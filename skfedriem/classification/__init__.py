@@ -4,7 +4,9 @@ from .._utils.spd import check_spd
 from ._base import FederatedClassifier
 from ._eegnet import FederatedEEGNetClassifier
 from ._spdnet import FederatedSPDNetClassifier
-from ._tangent_space import REFERENCE_CLIP, REFERENCE_SHARE, FederatedTangentSpaceClassifier
+from ._tangent_space import (REFERENCE_CLIP, REFERENCE_NOISE_LIMIT, REFERENCE_SHARE, FederatedTangentSpaceClassifier,
+                             shrunk_mean)
 
-__all__ = ["REFERENCE_CLIP", "REFERENCE_SHARE", "FederatedClassifier", "FederatedEEGNetClassifier",
-           "FederatedSPDNetClassifier", "FederatedTangentSpaceClassifier", "check_spd"]
+__all__ = ["REFERENCE_CLIP", "REFERENCE_NOISE_LIMIT", "REFERENCE_SHARE", "FederatedClassifier",
+           "FederatedEEGNetClassifier", "FederatedSPDNetClassifier", "FederatedTangentSpaceClassifier", "check_spd",
+           "shrunk_mean"]

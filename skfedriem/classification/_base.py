@@ -35,7 +35,7 @@ from ..privacy.accounting_methods import RunAccounting
 from ..manifolds import manifold_of
 from ..privacy.per_sample import trainable_parameters
 from .planning import (PLANNED, SCHEDULES, ClassifierSchedule, plan_classifier_run, planned_optimizer,
-                       warn_if_unlearnable)
+                       warn_if_saturating, warn_if_unlearnable)
 
 __all__ = ["FederatedClassifier"]
 
@@ -404,6 +404,7 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
 
     def _warn_of_plan(self, trainer) -> None:
         warn_if_unlearnable(self._plan, model_dimension(trainer.module))
+        warn_if_saturating(self._plan)
 
     def client_optimizer(self):
         return planned_optimizer(self.schedule, self.optimizer, private=self.eps is not None)

@@ -13,11 +13,12 @@ from sklearn.utils.validation import check_array
 from .._utils.compat import StrOptions
 from .._utils.spd import check_spd
 from ..federated import FederatedTrainer
+from ..federated.plan import mean_step_noise
 from ..models import TangentMean, TangentSpaceLogistic, reference_from_mean
 from ._base import DTYPES, FederatedClassifier
 from .planning import ClassifierSchedule
 
-__all__ = ["REFERENCE_CLIP", "REFERENCE_SHARE", "FederatedTangentSpaceClassifier"]
+__all__ = ["REFERENCE_CLIP", "REFERENCE_NOISE_LIMIT", "REFERENCE_SHARE", "FederatedTangentSpaceClassifier", "shrunk_mean"]
 
 #: ``reference="mean"`` in a private fit: the share of ``eps`` its release of the clients' mean may spend (the
 #: rounds take what is left, composed with it).
@@ -26,6 +27,58 @@ REFERENCE_SHARE = 0.2
 #: PhysionetMI trials (64 channels, trace-normalised OAS covariances) the norms have median 23.9 and maximum 30.1
 #: (3.8 √64), so 4 √n clips almost none of them.
 REFERENCE_CLIP = 4.0
+#: ``reference="auto"`` in a private fit: the largest planned noise norm √d σ̄ of the released mean, in units of
+#: √n_channels, at which it is released (above it, the identity). Real EEG's mean sits 2.7 √n (9 motor channels: 8.1)
+#: to 3.0 √n (64: 23.6) from the identity; half of REFERENCE_CLIP keeps a release that can find it. Measured once with
+#: the unshrunk mean (2 seeds, not kept): on the 24 real PhysioNet subjects (9 channels) 24 one-subject clients at
+#: ε = 1 planned 2.7 √n (released: 0.504 held out, the identity 0.512), at ε = 4 1.4 √n (0.538 against 0.528); 20
+#: synthetic clients of 40 trials at ε = 1 3.8 √n (released: 0.532, the identity 0.680).
+REFERENCE_NOISE_LIMIT = 2.0
+
+
+def shrunk_mean(released: np.ndarray, noise_std: float) -> np.ndarray:
+    """The positive-part James–Stein estimate (1 − (d − 2) σ² / ‖m̂‖²)₊ m̂ of a mean released with noise std σ.
+
+    Post-processing of the release with its public σ per coordinate (the plan's,
+    :func:`~skfedriem.federated.plan.mean_step_noise`). In d ≥ 3 coordinates it is closer to the true mean than
+    m̂ itself, in expected squared error, whatever that mean is (James and Stein, 1961; the positive part
+    improves on it again). Where the noise's norm √d σ outweighs the mean (features already centred at the identity,
+    or a small ε), it shrinks the reference back to the identity, the private default's; where the mean stands
+    out (real EEG: 8.1 on 9 motor channels, against a within-trial spread of 2.1) it keeps it.
+
+    Parameters
+    ----------
+    released : ndarray of shape (d,)
+    noise_std : float
+
+    Returns
+    -------
+    ndarray of shape (d,)
+
+    Examples
+    --------
+    >>> shrunk_mean(np.array([3.0, 4.0, 0.0, 0.0]), 1.0)    # ‖m̂‖² = 25, (d − 2) σ² = 2
+    array([2.76, 3.68, 0.  , 0.  ])
+    >>> shrunk_mean(np.array([1.0, 0.5, 0.0, 0.0]), 1.0)    # ‖m̂‖² = 1.25 < 2: noise, as far as anyone can tell
+    array([0., 0., 0., 0.])
+    """
+    squared = float(released @ released)
+    if squared == 0.0:
+        return released
+    return max(0.0, 1.0 - (released.size - 2) * noise_std**2 / squared) * released
+
+
+def _release_noise_std(release: FederatedTrainer) -> float:
+    """σ̄, the noise std per coordinate of the released mean (one step at learning rate 1 of every client).
+
+    With distributed noise every one of the K clients adds a share sized so that K − t of them carry the noise
+    the plan certifies: the sum carries K / (K − t) times that variance (and the rounding's, left out).
+    """
+    plan = release.plan_
+    std = mean_step_noise(plan, release.clients_per_round(len(plan.local_steps)))
+    if plan.encoding is not None and plan.encoding.clients > plan.encoding.colluders:
+        std *= math.sqrt(plan.encoding.clients / (plan.encoding.clients - plan.encoding.colluders))
+    return std
 
 
 def _own_losses(losses: torch.Tensor, *targets: torch.Tensor) -> torch.Tensor:
@@ -57,23 +110,48 @@ class FederatedTangentSpaceClassifier(FederatedClassifier):
     per trial and noised by the same private step as every round
     (:class:`~skfedriem.models.TangentMean`), at a :data:`REFERENCE_SHARE` of
     ``eps``; the training rounds take what is left, and ``epsilon_`` composes
-    both. The default ``"auto"`` takes that mean without privacy
-    (``eps=None``: exact, and it costs nothing a non-private fit does not
-    already spend), where it brings the classifier to pyRiemann's
-    ``TangentSpace() → LogisticRegression()`` on the real PhysionetMI trials
-    (0.723 against 0.704 on held-out thirds, 0.493 at the identity:
-    ``benchmarks/physionet_real.py``), and the identity in a private fit,
-    where a released mean did not pay for its share on small clients (20
-    synthetic clients of 40 trials: 0.65 against 0.81 at ε = 4,
-    ``benchmarks/tangent_reference.py``; ``docs/user_guide/eeg.rst``). A mean of *public*
+    both. The released mean is shrunk towards the identity by the
+    positive-part James–Stein rule (:func:`shrunk_mean`: post-processing with
+    the release's public noise std), so that a release that is mostly noise
+    leaves the reference near the identity.
+
+    The default ``"auto"`` takes that mean without privacy (``eps=None``:
+    exact, and it costs nothing a non-private fit does not already spend),
+    where it brings the classifier to pyRiemann's ``TangentSpace() →
+    LogisticRegression()`` on the real PhysionetMI trials (0.723 against 0.704
+    on held-out thirds, 0.493 at the identity: ``benchmarks/physionet_real.py``).
+    In a private fit ``"auto"`` releases it too, unless the release's planned
+    noise norm (√d σ̄ over the d features, from public quantities only) exceeds
+    :data:`REFERENCE_NOISE_LIMIT` √n_channels, where it would bury the offset
+    real EEG has from the identity; then the reference is the identity and
+    the rounds take all of ``eps``. Real EEG's tangent vectors at the identity
+    sit far from it (their mean's norm 8.1 on 9 motor channels and 23.6 on 64,
+    against a spread of 2.1 and 8.9 around it), which makes the logistic
+    regression ill-conditioned: at the identity every private fit of the 24 real
+    PhysioNet subjects stayed at chance with the planned step; at the released
+    mean the planned defaults beat every cell of the identity's (η, T) grid on
+    24 × 1, 8 × 3 and 4 × 6 sites at ε = 4, 10 and 20, and came within 0.02 of
+    the best cell of both grids (``benchmarks/results/real_planning.json``). The synthetic federations of
+    :func:`~skfedriem.datasets.make_spd_classification` are centred at the
+    identity by construction: there the released mean is mostly noise, which
+    the shrinkage removes, and the release's share composes with the rounds
+    to little (20 synthetic clients of 40 trials, 4 seeds: 0.639 / 0.784 /
+    0.836 at ε = 1 / 4 / 10 with today's defaults, against 0.640 / 0.792 /
+    0.825, 3 seeds, at the identity and η = 0.1).
+    ``reference=None`` keeps the identity and all of ``eps``. ``"auto"`` is
+    the identity under ``eps="budget"`` and in a trainer made outside ``fit``
+    (a deployment): no release is planned there. A mean of *public*
     matrices (other subjects, another session) can be passed as
     ``reference`` instead, at no cost.
 
-    Its planned schedule (``"auto"``: plain SGD at a constant 0.1) is the best
-    of the settings ``benchmarks/classifier_planning.py`` tried, or within 0.01
-    of it, on many small clients (ε = 1, 4, 10) and on BNCI-size clients
-    (ε = 1, 10); Adam, which normalises a gradient that is mostly noise, did
-    worse at ε = 1.
+    Its planned schedule (``"auto"``) is plain SGD at a constant step: 0.1
+    without privacy; in a private fit with local noise the noise-walk rule
+    of :mod:`~skfedriem.classification.planning`, never below 0.1 (larger
+    steps at larger ε or more clients a round). 0.1 was the best of the
+    settings ``benchmarks/classifier_planning.py`` tried, or within 0.01 of
+    it, on many small clients (ε = 1, 4, 10) and on BNCI-size clients (ε = 1,
+    10); Adam, which normalises a gradient that is mostly noise, did worse
+    at ε = 1.
 
     Parameters
     ----------
@@ -81,7 +159,9 @@ class FederatedTangentSpaceClassifier(FederatedClassifier):
         The reference point of the tangent space. ``"mean"``: the clients'
         log-Euclidean mean, released and charged before the rounds (see
         above; not with ``eps="budget"``, nor in a deployment). ``"auto"``:
-        ``"mean"`` without privacy, the identity in a private fit. An array:
+        ``"mean"``, unless its planned noise would bury it or the rounds'
+        ``accounting`` is not ``"rfedproj"`` (then, and under
+        ``eps="budget"`` and in a deployment, the identity). An array:
         a public SPD matrix (trace-normalised like the trials), charged
         nothing. None: the identity.
     [federation parameters]
@@ -118,9 +198,13 @@ class FederatedTangentSpaceClassifier(FederatedClassifier):
     _parameter_constraints: dict = {"reference": ["array-like", StrOptions({"auto", "mean"}), None]}
     schedule = ClassifierSchedule(
         name="tangent", batch_size=64, optimizer="sgd", optimizer_without_privacy="sgd", adam_lr=1e-2, sgd_lr=0.1,
-        sgd_lr_reason="the grid's best or within 0.01 of it on small and on BNCI-size clients at every ε it ran (the "
-                      "linear model tolerates the noise's walk; SPDNet's rule gave it smaller steps that learnt "
-                      "less at ε = 1)",
+        sgd_lr_reason="the grid's best or within 0.01 of it on small and on BNCI-size clients at every ε it ran",
+        sgd_lr_floor=0.1,
+        sgd_lr_floor_reason="at the clients' released mean, the rule's steps came within 0.02 of the best cell of an "
+                            "(η, T) grid on the 24 real PhysioNet subjects at ε = 4, 10, 20 (24 × 1, 8 × 3, 4 × 6 "
+                            "sites), where 0.1 stayed up to 0.05 below it at ε = 20 (a run not kept); below 0.1 the "
+                            "linear model learnt less (20 synthetic clients at ε = 1: 0.625 at η = 0.048, 0.639 at "
+                            "0.1)",
         distributed_sgd_lr=1.0,
         distributed_sgd_lr_reason="with distributed noise and full batches, the best of 0.5, 1 and 2 on the 24 real "
                                   "PhysioNet subjects (one client each, ε = 10, 3 seeds: 0.64 at T = 300, against "
@@ -128,14 +212,14 @@ class FederatedTangentSpaceClassifier(FederatedClassifier):
     _model_parameters = ("reference", "dtype", "classes")
 
     def _released_mean(self) -> bool:
-        """Whether the reference is the clients' mean, released before the rounds."""
+        """Whether ``fit`` may release the clients' mean before the rounds (``"auto"``: unless an ε search)."""
         if not isinstance(self.reference, str):
             return False
-        return self.reference == "mean" or (self.reference == "auto" and self.eps is None)
+        return self.reference == "mean" or self.eps != "budget"
 
     def _release_trainer(self, input_shape, client_sizes, seeds):
-        """The clients' mean (``reference="mean"``, or ``"auto"`` without privacy): one round of
-        :class:`~skfedriem.models.TangentMean`, planned and charged with the rounds by ``fit``."""
+        """The clients' mean (``reference="mean"``, or ``"auto"`` unless its planned noise would bury it): one round
+        of :class:`~skfedriem.models.TangentMean`, planned and charged with the rounds by ``fit``."""
         if not self._released_mean():
             return None
         if self.eps == "budget":
@@ -151,18 +235,30 @@ class FederatedTangentSpaceClassifier(FederatedClassifier):
         # the clients' secret streams of this release are their own, apart from the rounds' (a seeded run's too)
         client_seed = None if seeds.clients is None else np.random.SeedSequence(
             seeds.clients.entropy, spawn_key=(*seeds.clients.spawn_key, 2**32 - 1))
-        return FederatedTrainer(module, _own_losses, settings, seed_sequence=seeds.server.spawn(1)[0],
-                                client_seed=client_seed, run_name=f"{self!r} reference")
+        release = FederatedTrainer(module, _own_losses, settings, seed_sequence=seeds.server.spawn(1)[0],
+                                   client_seed=client_seed, run_name=f"{self!r} reference")
+        if self.reference == "auto" and self.eps is not None:
+            if self.accounting != "rfedproj":
+                return None  # the rounds' accountant composes no release of the paper's accounting: the identity
+            release.pricing.plan(list(client_sizes), list(range(len(client_sizes))))
+            noise_norm = math.sqrt(module.mean.weight.numel()) * _release_noise_std(release)
+            if noise_norm > REFERENCE_NOISE_LIMIT * math.sqrt(n):
+                return None  # public quantities only: the identity, and the rounds take all of eps
+        return release
 
     def _use_release(self, release, trainer) -> None:
         mean = release.module.mean.weight.detach()[0].double().numpy()
+        noise_std = _release_noise_std(release)
         n_channels = release.module.features.reference.shape[0]
-        trainer.module.at_reference(torch.from_numpy(reference_from_mean(mean, n_channels)))
+        reference = reference_from_mean(shrunk_mean(mean, noise_std), n_channels)
+        trainer.module.at_reference(torch.from_numpy(reference))
 
     def make_trainer(self, input_shape, *, spent=None, **options):
         """:meth:`~skfedriem.base.FederatedEstimatorMixin.make_trainer`; with the clients' mean as reference
         (``reference="mean"``, or ``"auto"`` without privacy) only inside ``fit``, which releases it."""
-        if self._released_mean() and not self._warm() and spent is None:
+        exact_or_asked = isinstance(self.reference, str) and (
+            self.reference == "mean" or (self.reference == "auto" and self.eps is None))
+        if exact_or_asked and not self._warm() and spent is None:
             raise ValueError(f"{type(self).__name__}(reference={self.reference!r}, eps={self.eps!r}) takes the "
                              "clients' mean, which fit releases and charges before the rounds; a trainer made on "
                              "its own (a deployment, a loop of your own) has no such release: pass the public "

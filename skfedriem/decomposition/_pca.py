@@ -35,6 +35,24 @@ _RIEMANNIAN_ONLY = ("n_rounds", "local_steps", "batch_size", "lr", "clients_per_
                     "manifold")
 
 
+def _check_outer_products(X: np.ndarray) -> None:
+    """Refuse data at a scale where float64 holds no record's x xᵀ (what the clients' steps are made of).
+
+    One extreme record is left to the private step (its gradient overflows and contributes nothing, like a
+    clipped one); a whole data set scaled beyond float64's range would train on noise alone, without a word.
+    """
+    with np.errstate(over="ignore", under="ignore"):
+        squared = np.einsum("ij,ij->i", X, X)
+    nonzero = np.any(X != 0, axis=1)
+    for held, what in ((np.isfinite(squared), "overflows"), ((squared >= np.finfo(np.float64).tiny) | ~nonzero,
+                                                               "underflows")):
+        if nonzero.any() and not held[nonzero].any():
+            largest = float(np.abs(X).max())
+            raise ValueError(f"X: every record's squared norm {what} float64 (max |x| = {largest:.3g}), and so would "
+                             "its second moment x x^T, which the clients' steps are made of: the fit would train on "
+                             "noise alone. Rescale X, e.g. divide it by a public bound on its rows' norms.")
+
+
 class FederatedPCA(FederatedEstimatorMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     """Principal subspace learnt across clients with record-level (ε, δ)-DP.
 
@@ -195,6 +213,7 @@ class FederatedPCA(FederatedEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Tra
     def _check_records(self, X: np.ndarray) -> np.ndarray:
         X = check_array(X, dtype=np.float64, input_name="X")
         self._check_n_features(X.shape[1])
+        _check_outer_products(X)
         return X
 
     def _placeholder_record(self, shape: tuple[int, ...]) -> np.ndarray:

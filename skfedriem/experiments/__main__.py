@@ -35,10 +35,12 @@ def main(argv: list[str] | None = None) -> None:
     eeg.add_argument("--rounds", type=int, default=None, help="override the dataset's number of rounds")
     eeg.add_argument("--out", default=None, help="output folder (default: results/<dataset>)")
     eeg.add_argument("--eegmmidb", default=None, help="local PhysioNet eegmmidb folder (PhysionetMI offline)")
+    eeg.add_argument("--jobs", type=int, default=None, help="runs fitted at the same time, one process and one "
+                     "thread each (default: 1; -1: every CPU); results do not depend on it")
     eeg.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     out = run_study(args.dataset, args.arms, args.eps, args.seeds, args.participation,
-                    args.out or f"results/{args.dataset}", n_rounds=args.rounds, eegmmidb=args.eegmmidb,
+                    args.out or f"results/{args.dataset}", n_rounds=args.rounds, eegmmidb=args.eegmmidb, n_jobs=args.jobs,
                     verbose=0 if args.quiet else 1)
     print((out / "table.md").read_text())
     print(f"runs, curves, table and figures in {out}", file=sys.stderr)

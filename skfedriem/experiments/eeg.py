@@ -6,7 +6,7 @@ Protocol, per run (dataset, arm, ε, seed, participation):
   128 Hz; each trial is normalised inside the model (SPDNet: trace of its
   covariance; EEGNet: its standard deviation); clients are fixed groups of
   subjects (docs: user guide, EEG: BNCI2014_001 3 per client, Weibo2014 and Cho2017 2,
-  PhysionetMI 1).
+  PhysionetMI 2: the 24 subjects with all three imagery runs, 12 clients).
 * split: within every subject, stratified by class and drawn with the run's
   seed: 60% training (the client's private records), 20% validation (held by
   the server: the per-round learning curve) and 20% test (the reported
@@ -33,15 +33,19 @@ import csv
 import math
 import time
 import warnings
+from collections.abc import Iterator
+from concurrent.futures import as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
+from loky import ProcessPoolExecutor
 from tqdm.auto import tqdm
 
 from ..classification import FederatedEEGNetClassifier, FederatedSPDNetClassifier, FederatedTangentSpaceClassifier
-from .arms import ARM_SPECS, ARMS
+from ..federated.parallel import THREADS_PER_JOB, effective_n_jobs, thread_budget
+from .arms import ARM_SPECS, ARMS, Arm
 from .report import write_report
 
 __all__ = ["DATASETS", "DatasetConfig", "load_dataset", "run_study", "split_trials"]
@@ -93,10 +97,11 @@ DATASETS: dict[str, DatasetConfig] = {
                                dict(lr=1e-3, batch_size=32, n_rounds=300), dict(lr=3e-3, batch_size=128, n_rounds=300)),
     "Cho2017": DatasetConfig("Cho2017", 2, 2, (16,), 6e-5,
                              dict(lr=3e-2, batch_size=16, n_rounds=300), dict(lr=1e-3, batch_size=64, n_rounds=300)),
-    # offline here (../shared/data/eegmmidb): 5 subjects, one client each; 64 channels like Cho2017
-    "PhysionetMI": DatasetConfig("PhysionetMI", 2, 1, (16,), 6e-5,
+    # the 24 subjects with all three imagery runs (1-23 and 42; 1,080 left/right trials), 2 a client like
+    # Cho2017 (64 channels, 2 classes, the paper's d and ε_R for it): 12 clients
+    "PhysionetMI": DatasetConfig("PhysionetMI", 2, 2, (16,), 6e-5,
                                  dict(lr=1e-2, batch_size=16, n_rounds=200), dict(lr=1e-3, batch_size=16, n_rounds=200),
-                                 subjects=(1, 2, 3, 4, 5)),
+                                 subjects=(*range(1, 24), 42)),
     # MOABB's FakeDataset (noise, 3 subjects): for tests and dry runs
     "FakeDataset": DatasetConfig("FakeDataset", 2, 1, (2,), 1e-4,
                                  dict(lr=1e-2, batch_size=8, n_rounds=5), dict(lr=1e-3, batch_size=8, n_rounds=5),
@@ -224,7 +229,8 @@ def _eps_label(eps: float | None) -> str:
 
 
 def run_study(dataset: str, arms, eps_values, seeds: int, participations, out: str | Path, *,
-              n_rounds: int | None = None, eegmmidb: str | Path | None = None, verbose: int = 1) -> Path:
+              n_rounds: int | None = None, eegmmidb: str | Path | None = None, n_jobs: int | None = None,
+              verbose: int = 1) -> Path:
     """Run every (arm, ε, seed, participation) not already in ``out/runs.csv``; then write the report.
 
     Parameters
@@ -245,6 +251,10 @@ def run_study(dataset: str, arms, eps_values, seeds: int, participations, out: s
         Overrides the dataset's number of rounds (quick runs).
     eegmmidb : path, optional
         Local PhysioNet files for ``PhysionetMI``.
+    n_jobs : int or None, default=None
+        Runs fitted at the same time, each by one process with one thread
+        (scikit-learn's convention: None is 1, -1 every CPU). A run's result
+        does not depend on it.
     verbose : int, default=1
         > 0 shows a progress bar over runs.
 
@@ -266,27 +276,74 @@ def run_study(dataset: str, arms, eps_values, seeds: int, participations, out: s
             if _key(dict(dataset=dataset, arm=arm, eps=_eps_label(eps), seed=seed, participation=p)) not in done]
     todo = [t for t in todo if not (ARM_SPECS[t[0]].central and t[3] != participations[0])]
     if todo:
-        config = DATASETS[dataset]
-        X, y, subjects, clients = load_dataset(dataset, eegmmidb=eegmmidb)
-        covariances = _covariances(X) if any(ARM_SPECS[a].takes_covariances for a, *_ in todo) else None
-        n_clients = len(np.unique(clients))
-        for arm, eps, seed, p in tqdm(todo, disable=verbose <= 0, desc=f"{dataset} runs", unit="run"):
-            train, valid, test = split_trials(y, subjects, seed)
-            spec = ARM_SPECS[arm]
-            inputs = covariances if spec.takes_covariances else X
-            groups = np.zeros(len(y), dtype=int) if spec.central else clients
-            data = (inputs[train], y[train], groups[train], inputs[valid], y[valid], inputs[test], y[test])
-            summary, history = _fit_arm(spec, eps, seed, config, n_clients, p, n_rounds, data)
-            row = dict(dataset=dataset, arm=arm, eps=_eps_label(eps), seed=seed, participation=f"{p:g}",
-                       n_clients=1 if spec.central else n_clients, **summary)
-            row["clients_per_round"] = row["clients_per_round"] or (1 if spec.central else n_clients)
-            curves = [dict(dataset=dataset, arm=arm, eps=row["eps"], seed=seed, participation=row["participation"],
-                           round=h["round"], valid_accuracy=h["valid_accuracy"], epsilon=h["epsilon"])
-                      for h in history]
+        needs_covariances = any(ARM_SPECS[arm].takes_covariances for arm, *_ in todo)
+        for row, curves in tqdm(_runs(dataset, todo, n_rounds, eegmmidb, needs_covariances, effective_n_jobs(n_jobs)),
+                                total=len(todo), disable=verbose <= 0, desc=f"{dataset} runs", unit="run"):
             _append(curves_path, CURVE_FIELDS, curves)
             _append(runs_path, RUN_FIELDS, [row])  # last: a run counts as done once its curve is saved
     write_report(out)
     return out
+
+
+def _study_data(dataset: str, eegmmidb, needs_covariances: bool) -> tuple:
+    X, y, subjects, clients = load_dataset(dataset, eegmmidb=eegmmidb)
+    return X, _covariances(X) if needs_covariances else None, y, subjects, clients
+
+
+# A worker process's copy of the study's data, loaded once when it starts (from the local files, as the parent did).
+_WORKER: dict = {}
+
+
+def _start_worker(dataset: str, eegmmidb, needs_covariances: bool) -> None:
+    torch.set_num_threads(THREADS_PER_JOB)
+    _WORKER["data"] = _study_data(dataset, eegmmidb, needs_covariances)
+
+
+def _run_in_worker(dataset: str, task: tuple, n_rounds: int | None) -> tuple[dict, list[dict]]:
+    return _run_one(dataset, task, n_rounds, _WORKER["data"])
+
+
+def _runs(dataset: str, todo: list[tuple], n_rounds: int | None, eegmmidb, needs_covariances: bool,
+          n_jobs: int) -> Iterator[tuple[dict, list[dict]]]:
+    """Each run's rows, in this process or, with ``n_jobs`` > 1, as ``n_jobs`` worker processes finish them.
+
+    Runs are independent: each job fits one at a time with one thread (tiny-matrix work,
+    :mod:`skfedriem.federated.parallel`) and loads the trials itself once, rather than receiving them
+    with every run.
+    """
+    if n_jobs == 1:
+        data = _study_data(dataset, eegmmidb, needs_covariances)
+        yield from (_run_one(dataset, task, n_rounds, data) for task in todo)
+        return
+    executor = ProcessPoolExecutor(max_workers=n_jobs, initializer=_start_worker,
+                                   initargs=(dataset, eegmmidb, needs_covariances))
+    futures = [executor.submit(_run_in_worker, dataset, task, n_rounds) for task in todo]
+    try:
+        yield from (future.result() for future in as_completed(futures))
+    finally:  # an interrupted study stops now (a resumed one runs what is missing), not after every queued run
+        for future in futures:
+            future.cancel()
+        executor.shutdown(wait=False, kill_workers=True)
+
+
+def _run_one(dataset: str, task: tuple, n_rounds: int | None, data: tuple) -> tuple[dict, list[dict]]:
+    """One run's ``runs.csv`` row and ``curves.csv`` rows; ``task`` is (arm, ε, seed, participation)."""
+    arm, eps, seed, participation = task
+    X, covariances, y, subjects, clients = data
+    train, valid, test = split_trials(y, subjects, seed)
+    spec = ARM_SPECS[arm]
+    inputs = covariances if spec.takes_covariances else X
+    groups = np.zeros(len(y), dtype=int) if spec.central else clients
+    n_clients = len(np.unique(clients))
+    split = (inputs[train], y[train], groups[train], inputs[valid], y[valid], inputs[test], y[test])
+    with thread_budget():
+        summary, history = _fit_arm(spec, eps, seed, DATASETS[dataset], n_clients, participation, n_rounds, split)
+    row = dict(dataset=dataset, arm=arm, eps=_eps_label(eps), seed=seed, participation=f"{participation:g}",
+               n_clients=1 if spec.central else n_clients, **summary)
+    row["clients_per_round"] = row["clients_per_round"] or (1 if spec.central else n_clients)
+    curves = [dict(dataset=dataset, arm=arm, eps=row["eps"], seed=seed, participation=row["participation"],
+                   round=h["round"], valid_accuracy=h["valid_accuracy"], epsilon=h["epsilon"]) for h in history]
+    return row, curves
 
 
 def _fit_arm(spec: Arm, eps, seed: int, config: DatasetConfig, n_clients: int, participation: float,

@@ -198,12 +198,28 @@ class FederatedTrainer:
         self
         """
         names = list(client_names) if client_names is not None else list(range(len(clients)))
+        self.check(clients, names)
+        with thread_budget():
+            run = BACKENDS.get(self.settings.backend)
+            run(self, clients, names, self.client_seeds(len(clients)), self.seed_sequence)
+        return self
+
+    def check(self, clients: Sequence[tuple[torch.Tensor, ...]], client_names: list) -> None:
+        """Refuse, before anything runs or is charged, a run the server or its backend would reject.
+
+        Parameters
+        ----------
+        clients : sequence of tuple of torch.Tensor
+            As in :meth:`fit`.
+        client_names : list
+            Labels used in messages.
+        """
         # records, subjects, or k per subject
         sizes = [unit_count(c, self.settings.unit) for c in clients]
         # fail before any backend starts (tens of seconds for Flower and Ray) on what the server would reject
         self.clients_per_round(len(clients))
-        check_client_sizes(sizes, names, self.settings.unit)
-        run = BACKENDS.get(self.settings.backend)
+        check_client_sizes(sizes, client_names, self.settings.unit)
+        BACKENDS.get(self.settings.backend)
         if self.settings.backend != "local" and self.settings.noise == "distributed":
             raise ValueError(f"noise='distributed' runs with backend='local' for now (Flower sites need secure "
                              f"aggregation, which they do not run yet). Got backend={self.settings.backend!r}.")
@@ -216,9 +232,6 @@ class FederatedTrainer:
             raise ValueError(f"The 'device' parameter places the clients of backend='local'; "
                              f"backend={self.settings.backend!r} places its clients itself. "
                              f"Got device={self.settings.device!r}; leave it 'cpu'.")
-        with thread_budget():
-            run(self, clients, names, self.client_seeds(len(clients)), self.seed_sequence)
-        return self
 
     def client_recipe(self, *, simulated: bool = False) -> ClientRecipe:
         """What every client needs of this run's model: a working copy, the loss and the optimiser.

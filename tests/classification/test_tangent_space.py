@@ -125,8 +125,35 @@ def test_without_privacy_the_reference_is_the_clients_log_euclidean_mean(spd_dat
     clf = FederatedTangentSpaceClassifier(eps=None, **FAST).fit(X, y, groups=groups)
     np.testing.assert_allclose(clf.reference_, _log_euclidean_mean_of_client_means(X, groups), rtol=1e-4, atol=1e-5)
     assert clf.epsilon_ == np.inf
-    private = FederatedTangentSpaceClassifier(eps=4.0, **FAST).fit(X, y, groups=groups)  # "auto": the identity
-    np.testing.assert_allclose(private.reference_, np.eye(6), atol=1e-6)
+
+
+def test_a_private_auto_fit_releases_the_mean_unless_its_planned_noise_would_bury_it(monkeypatch):
+    """The release is planned from public quantities alone; what it released is shrunk towards the identity (James–
+    Stein) by its public noise std: on data centred at the identity a noisy mean leaves the reference near it."""
+    import skfedriem.classification._tangent_space as tangent
+    from skfedriem.classification import REFERENCE_NOISE_LIMIT
+
+    X, y, groups = make_spd_classification(n_clients=3, n_matrices_per_client=60, n_channels=6, random_state=0)
+    released = []
+    original = tangent.shrunk_mean
+
+    def spy(mean, noise_std):
+        released.append((mean, noise_std))
+        return original(mean, noise_std)
+
+    monkeypatch.setattr(tangent, "shrunk_mean", spy)
+    fit = FederatedTangentSpaceClassifier(eps=4.0, n_rounds=5, batch_size=16, random_state=0).fit(X, y, groups=groups)
+    (mean, noise_std), = released
+    assert len(fit.ledger_.history) == 2 and fit.ledger_.history[0].steps == 1  # the release, then the rounds
+    assert np.sqrt(mean.size) * noise_std <= REFERENCE_NOISE_LIMIT * np.sqrt(6)
+    assert np.linalg.norm(mean) > 3.0  # what was released: mostly noise (these data are centred at the identity) ...
+    unshrunk = tangent.reference_from_mean(mean.astype(np.float64), 6)
+    assert np.linalg.norm(unshrunk - np.eye(6)) > 2 * np.linalg.norm(fit.reference_ - np.eye(6))  # ... shrunk back
+    released.clear()
+    small = FederatedTangentSpaceClassifier(eps=1.0, n_rounds=5, batch_size=16, random_state=0).fit(X, y, groups=groups)
+    assert not released and len(small.ledger_.history) == 1  # too noisy to plan: no release, all of eps to the rounds
+    np.testing.assert_allclose(small.reference_, np.eye(6), atol=1e-12)
+    assert small.epsilon_ <= 1.0
 
 
 def test_a_released_mean_is_charged_and_the_rounds_take_what_is_left(spd_data):
@@ -224,3 +251,40 @@ def test_an_eps_the_release_leaves_nothing_of_is_a_value_error_naming_it(spd_dat
     X, y, groups = spd_data
     with pytest.raises(ValueError, match=r"leaves the rounds no ε"):
         FederatedTangentSpaceClassifier(reference="mean", **settings, **FAST).fit(X, y, groups=groups)
+
+
+@pytest.mark.parametrize("noise", ["local", "distributed"])
+def test_the_shrinkage_takes_the_noise_the_release_really_carries(monkeypatch, noise):
+    """σ̄ that shrinks the released mean is the std of the noise it carries: over seeds, ‖m̂ − m‖² / (d σ̄²) ≈ 1.
+    With distributed noise all K clients add a share sized for K − t: the plan's σ̄ alone gave 1.4 at K = 3."""
+    import skfedriem.classification._tangent_space as tangent
+    from skfedriem.models import TangentMean
+
+    X, y, groups = make_spd_classification(n_clients=3, n_matrices_per_client=60, n_channels=6, random_state=0)
+    model = TangentMean(6, dtype=torch.float64)
+    with torch.no_grad():
+        vectors = model.features(model.normalize(torch.from_numpy(X))).numpy()
+    truth = np.mean([vectors[groups == g].mean(axis=0) for g in np.unique(groups)], axis=0)  # clients' equal weights
+    released = []
+    original = tangent.shrunk_mean
+    monkeypatch.setattr(tangent, "shrunk_mean", lambda mean, std: released.append((mean, std)) or original(mean, std))
+    ratios = []
+    for seed in range(10):
+        FederatedTangentSpaceClassifier(eps=8.0, reference="mean", noise=noise, n_rounds=1, dtype="float64",
+                                        random_state=seed).fit(X, y, groups=groups)
+        mean, std = released[-1]
+        ratios.append(np.sum((mean - truth) ** 2) / (mean.size * std**2))
+    assert 0.7 < np.mean(ratios) < 1.3, ratios
+
+
+def test_a_fit_the_rounds_would_refuse_charges_nothing_and_releases_nothing(spd_data):
+    """The default releases the clients' mean before the rounds: a setting the rounds refuse (more clients a round
+    than there are) is refused before the release is charged or run, as it is without a release."""
+    from skfedriem.privacy import PrivacyBudget
+
+    X, y, groups = spd_data
+    budget = PrivacyBudget(20.0, delta=1e-5)
+    with pytest.raises(ValueError, match="clients_per_round"):
+        FederatedTangentSpaceClassifier(eps=4.0, clients_per_round=10, privacy_budget=budget,
+                                        **FAST).fit(X, y, groups=groups)
+    assert budget.fits == []

@@ -126,3 +126,17 @@ def test_the_report_says_what_it_measured(tmp_path):
     assert len(figures["learning_curves.png"].axes) == 2 * 2  # two participations x two ε
     utility = figures["privacy_utility.png"].axes
     assert len(utility) == 2 and [t.get_text() for t in utility[0].get_xticklabels()] == ["10", "non-private"]
+
+
+def test_runs_in_parallel_jobs_give_the_same_rows(tmp_path):
+    args = ["eeg", "--dataset", "FakeDataset", "--arms", "projavg", "tangent", "--eps", "none", "10", "--seeds", "2",
+            "--rounds", "2", "--quiet"]
+    main([*args, "--out", str(tmp_path / "one")])
+    main([*args, "--out", str(tmp_path / "two"), "--jobs", "2"])
+    timings = ("seconds", "aggregation_ms_per_round")
+
+    def by_run(folder):
+        return {(r["arm"], r["eps"], r["seed"]): {k: v for k, v in r.items() if k not in timings}
+                for r in read_rows(tmp_path / folder / "runs.csv")}
+
+    assert len(by_run("one")) == 8 and by_run("two") == by_run("one")
