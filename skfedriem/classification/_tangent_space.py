@@ -29,10 +29,9 @@ REFERENCE_SHARE = 0.2
 REFERENCE_CLIP = 4.0
 #: ``reference="auto"`` in a private fit: the largest planned noise norm √d σ̄ of the released mean, in units of
 #: √n_channels, at which it is released (above it, the identity). Real EEG's mean sits 2.7 √n (9 motor channels: 8.1)
-#: to 3.0 √n (64: 23.6) from the identity; half of REFERENCE_CLIP keeps a release that can find it. Measured once with
-#: the unshrunk mean (2 seeds, not kept): on the 24 real PhysioNet subjects (9 channels) 24 one-subject clients at
-#: ε = 1 planned 2.7 √n (released: 0.504 held out, the identity 0.512), at ε = 4 1.4 √n (0.538 against 0.528); 20
-#: synthetic clients of 40 trials at ε = 1 3.8 √n (released: 0.532, the identity 0.680).
+#: to 3.0 √n (64: 23.6) from the identity (``benchmarks/results/tangent_offset.json``); half of REFERENCE_CLIP keeps a
+#: release that can find it. Not tuned by a kept grid: its cells are in ``benchmarks/results/real_planning.json``
+#: (at ε = 1 every private fit there is skipped or at chance).
 REFERENCE_NOISE_LIMIT = 2.0
 
 
@@ -44,7 +43,7 @@ def shrunk_mean(released: np.ndarray, noise_std: float) -> np.ndarray:
     m̂ itself, in expected squared error, whatever that mean is (James and Stein, 1961; the positive part
     improves on it again). Where the noise's norm √d σ outweighs the mean (features already centred at the identity,
     or a small ε), it shrinks the reference back to the identity, the private default's; where the mean stands
-    out (real EEG: 8.1 on 9 motor channels, against a within-trial spread of 2.1) it keeps it.
+    out (real EEG: 8.1 on 9 motor channels, against a spread of 2.1, ``benchmarks/tangent_offset.py``) it keeps it.
 
     Parameters
     ----------
@@ -126,7 +125,7 @@ class FederatedTangentSpaceClassifier(FederatedClassifier):
     real EEG has from the identity; then the reference is the identity and
     the rounds take all of ``eps``. Real EEG's tangent vectors at the identity
     sit far from it (their mean's norm 8.1 on 9 motor channels and 23.6 on 64,
-    against a spread of 2.1 and 8.9 around it), which makes the logistic
+    against a spread of 2.1 and 8.9 around it: ``benchmarks/tangent_offset.py``), which makes the logistic
     regression ill-conditioned: at the identity every private fit of the 24 real
     PhysioNet subjects stayed at chance with the planned step; at the released
     mean the planned defaults beat every cell of the identity's (η, T) grid on
@@ -202,9 +201,8 @@ class FederatedTangentSpaceClassifier(FederatedClassifier):
         sgd_lr_floor=0.1,
         sgd_lr_floor_reason="at the clients' released mean, the rule's steps came within 0.02 of the best cell of an "
                             "(η, T) grid on the 24 real PhysioNet subjects at ε = 4, 10, 20 (24 × 1, 8 × 3, 4 × 6 "
-                            "sites), where 0.1 stayed up to 0.05 below it at ε = 20 (a run not kept); below 0.1 the "
-                            "linear model learnt less (20 synthetic clients at ε = 1: 0.625 at η = 0.048, 0.639 at "
-                            "0.1)",
+                            "sites; benchmarks/results/real_planning.json); the floor is the constant step that was the "
+                            "synthetic grid's best (benchmarks/results/classifier_planning.json)",
         distributed_sgd_lr=1.0,
         distributed_sgd_lr_reason="with distributed noise and full batches, the best of 0.5, 1 and 2 on the 24 real "
                                   "PhysioNet subjects (one client each, ε = 10, 3 seeds: 0.64 at T = 300, against "
@@ -225,6 +223,8 @@ class FederatedTangentSpaceClassifier(FederatedClassifier):
         if self.eps == "budget":
             raise ValueError("reference='mean' with eps='budget' is not supported: the budget's share is planned for "
                              "the rounds alone. Pass a public reference, or reference=None for the identity.")
+        if self.reference == "auto" and self.eps is not None and self.accounting != "rfedproj":
+            return None  # the rounds' accountant composes no release of the paper's accounting: the identity
         n = int(input_shape[0])
         module = TangentMean(n, dtype=DTYPES[self.dtype])
         settings = dataclasses.replace(
@@ -238,8 +238,6 @@ class FederatedTangentSpaceClassifier(FederatedClassifier):
         release = FederatedTrainer(module, _own_losses, settings, seed_sequence=seeds.server.spawn(1)[0],
                                    client_seed=client_seed, run_name=f"{self!r} reference")
         if self.reference == "auto" and self.eps is not None:
-            if self.accounting != "rfedproj":
-                return None  # the rounds' accountant composes no release of the paper's accounting: the identity
             release.pricing.plan(list(client_sizes), list(range(len(client_sizes))))
             noise_norm = math.sqrt(module.mean.weight.numel()) * _release_noise_std(release)
             if noise_norm > REFERENCE_NOISE_LIMIT * math.sqrt(n):
