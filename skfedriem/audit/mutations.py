@@ -123,6 +123,8 @@ class _ServersNumbers:
                     num_steps=int(self.local_steps), sampling=self.sampling)
         return ledger
 
+    local_release = release  # local noise: what its release guarantees alone
+
 
 def _servers_numbers(instructions, n_records, module, unit=RECORD):
     return _ServersNumbers(n_records, instructions.batch_size, instructions.local_steps, instructions.clip,

@@ -221,8 +221,10 @@ class FederatedTrainer:
         check_client_sizes(sizes, client_names, self.settings.unit)
         BACKENDS.get(self.settings.backend)
         if self.settings.backend != "local" and self.settings.noise == "distributed":
-            raise ValueError(f"noise='distributed' runs with backend='local' for now (Flower sites need secure "
-                             f"aggregation, which they do not run yet). Got backend={self.settings.backend!r}.")
+            raise ValueError(f"noise='distributed' runs with backend='local' in a fit, and on deployed Flower sites "
+                             f"under secure aggregation (the sites' node setting noise = 'distributed'); the "
+                             f"in-process Flower simulation runs no secure aggregation. "
+                             f"Got backend={self.settings.backend!r}.")
         if self.settings.backend != "local" and effective_n_jobs(self.settings.n_jobs) != 1:
             raise ValueError(f"n_jobs runs clients in worker processes of backend='local'; "
                              f"backend={self.settings.backend!r} places its clients itself. "
@@ -414,7 +416,8 @@ class FederatedTrainer:
     def _charge_round(self, lr: float, clip: float, resent: TrainingState | None) -> PrivacyAccountant:
         """Charge the round to both ledgers (unless ``resent`` was charged at this cost already); its cost."""
         cost = self.pricing.round_release(lr, clip)
-        if resent is None or resent.round_cost != cost.state_dict():
+        # a round of distributed noise sent again is a new release (fresh noise under fresh masks): charged again
+        if resent is None or resent.round_cost != cost.state_dict() or self._server is not None:
             self.accountant_.extend(cost)
             self.local_accountant_.extend(self.pricing.local_round_release(lr))
         return cost

@@ -310,13 +310,7 @@ class PrivacyBudget:
         RuntimeError
             When a budget without ``path`` is charged in another process.
         """
-        run = None if release is None else ChargedRun.of(release, steps_per_round, n_rounds)
-        alone = math.inf if run is None else self._epsilon([run], self.discretization)
-        entry = {"label": str(label), "epsilon": alone, "steps": [] if run is None else release.state_dict()["history"],
-                 "time": datetime.now(timezone.utc).isoformat(), "privacy_unit": "record" if release is None else release.unit,
-                 "accounting": self.accounting}
-        if run is not None:
-            entry.update(steps_per_round=run.steps_per_round, n_rounds=run.n_rounds)
+        entry = self._entry(release, label, steps_per_round, n_rounds)
         if self.path is not None:
             with locked_ledger(self.path, _EMPTY) as ledger:
                 total = self._check(ledger["fits"], entry)
@@ -332,6 +326,36 @@ class PrivacyBudget:
             total = self._check(self._fits, entry)
             self._fits.append(entry)
         return total
+
+    def check(self, release: PrivacyAccountant | None, *, label: str, steps_per_round: int | None = None,
+              n_rounds: int | None = None) -> float:
+        """What :meth:`charge` would return for ``release``, or its refusal; nothing is recorded.
+
+        Parameters
+        ----------
+        release : PrivacyAccountant or None
+        label : str
+        steps_per_round, n_rounds : int, optional
+            As in :meth:`charge`.
+
+        Returns
+        -------
+        epsilon : float
+            The composed ε of every fit so far and this one.
+        """
+        return self._check(self.fits, self._entry(release, label, steps_per_round, n_rounds))
+
+    def _entry(self, release: PrivacyAccountant | None, label: str, steps_per_round: int | None,
+               n_rounds: int | None) -> dict:
+        """The ledger entry of ``release``."""
+        run = None if release is None else ChargedRun.of(release, steps_per_round, n_rounds)
+        alone = math.inf if run is None else self._epsilon([run], self.discretization)
+        entry = {"label": str(label), "epsilon": alone, "steps": [] if run is None else release.state_dict()["history"],
+                 "time": datetime.now(timezone.utc).isoformat(), "privacy_unit": "record" if release is None else release.unit,
+                 "accounting": self.accounting}
+        if run is not None:
+            entry.update(steps_per_round=run.steps_per_round, n_rounds=run.n_rounds)
+        return entry
 
     def _check(self, fits: list[dict], entry: dict) -> float:
         if entry["privacy_unit"] == "subject" and any(fit.get("privacy_unit", "record") != "subject" for fit in fits):

@@ -134,13 +134,16 @@ def test_what_distributed_noise_refuses(options, message):
         trainer(**options).fit(data)
 
 
-def test_flower_never_carries_an_encoding():
+def test_flower_carries_an_encoding_but_the_simulation_runs_no_secure_aggregation():
+    """An encoding travels field by field (deployed sites run it under secure aggregation:
+    tests/flower/test_secure_aggregation.py); the in-process Flower simulation refuses distributed noise."""
+    from skfedriem.flower.protocol.messages import decode_instructions
+
     t = trainer()
     t.pricing.plan([40] * 4, list(range(4)))
     instructions = t.pricing.client_instructions(0, 0.1)
     assert instructions.encoding is not None
-    with pytest.raises(ValueError, match="in-process"):
-        encode_instructions(instructions)
+    assert decode_instructions(encode_instructions(instructions)) == instructions
     with pytest.raises(ValueError, match="backend='local'"):
         trainer(backend="flower").fit(clients())
 
@@ -251,7 +254,9 @@ class _Crashing(LocalTransport):
         return super().run_round(t, selected, theta, instructions)
 
 
-def test_a_resumed_run_equals_the_uninterrupted_one_and_keeps_both_ledgers(tmp_path):
+def test_a_resumed_run_equals_the_uninterrupted_one_and_charges_the_resent_round_again(tmp_path):
+    """The round cut by the crash is sent again: under distributed noise that is a new release (deployed sites draw
+    fresh noise under fresh masks and charge it anew), so the certificate counts it twice; the model is the same."""
     from skfedriem.federated import TrainingState
 
     data = clients()
@@ -268,8 +273,8 @@ def test_a_resumed_run_equals_the_uninterrupted_one_and_keeps_both_ledgers(tmp_p
                   resumed.seed_sequence, resume=TrainingState.load(tmp_path / "checkpoint.pt"))
     for a, b in zip(full.module.parameters(), resumed.module.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-13)
-    assert resumed.accountant_.steps == resumed.local_accountant_.steps == 4  # the cut round charged once
-    assert resumed.epsilon_ == full.epsilon_ and resumed.local_epsilon_ == full.local_epsilon_
+    assert full.accountant_.steps == 4 and resumed.accountant_.steps == resumed.local_accountant_.steps == 5
+    assert resumed.epsilon_ > full.epsilon_ and resumed.local_epsilon_ > full.local_epsilon_
 
 
 def test_without_privacy_there_is_no_noise_to_place():

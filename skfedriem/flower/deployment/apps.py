@@ -33,6 +33,19 @@ Node configuration of a SuperNode (``--node-config``):
   (a timing of work on the records: not private). Default: no timings.
 * ``non-private``: ``true`` accepts rounds without noise, each charged as
   infinite loss (test benches only; needs ``max-epsilon=inf``).
+* ``noise`` (default ``"local"``): ``"distributed"`` lets the site take rounds
+  of distributed noise, only under secure aggregation
+  (:mod:`skfedriem.flower.protocol.secure_site`). It then needs
+  ``federation-keys`` (the roster: one line ``<name> <OpenSSH public key>``
+  per site, the keys the SuperNodes authenticate with), ``signing-key`` (this
+  SuperNode's private key) and optionally ``distributed-clients`` (K, default
+  the roster's size), ``distributed-colluders`` (t, default ⌈K / 10⌉, at
+  least 1) and ``semi-honest-server`` (``true``: ``max-epsilon`` bounds
+  ε_central; default: ε_local, what the site's own noise share guarantees
+  against a server that breaks the protocol). Local noise is the default
+  because it is the only setting whose guarantee holds against any server;
+  a site's ledger records both ε's of every round
+  (:class:`~skfedriem.flower.protocol.client_app.SiteGuard`).
 * ``subject-key``: the array of the site's ``.npz`` holding each record's
   subject (e.g. ``subject``, from MOABB's ``meta.subject``); or
   ``one-subject = true``: the site is one subject (client-level privacy).
@@ -75,6 +88,7 @@ from ...federated.fixed_features import on_fixed_features
 from ...privacy.units import PrivacyUnit
 from ..protocol.client_app import DEFAULT_MAX_EPSILON, ClientSetup, SiteGuard, make_client_app
 from ..protocol.messages import FlowerTransport, NodeDirectory
+from ..protocol.secure_site import DistributedNoise
 from .run_config import (DEPLOYMENT_KEYS, ESTIMATORS, classes_from_run_config, estimator_from_run_config,
                          load_site_records, load_site_subjects)
 from .site_files import default_ledger_path
@@ -137,16 +151,18 @@ def site_setup(kind: str, context: Context) -> ClientSetup:
             del _SITES[next(iter(_SITES))]
     _SITES[key] = _SITES.pop(key)  # the most recently used last
     records, recipe, digest, input_shape = _SITES[key]
+    name = str(node.get("name", Path(path).stem))
     guard = SiteGuard(ledger_path=default_ledger_path(node),
                       max_epsilon=float(node.get("max-epsilon", DEFAULT_MAX_EPSILON)),
                       delta=float(node.get("delta", 1e-5)), allow_non_private=_flag(node, "non-private"),
-                      accounting=str(node.get("accounting", "rfedproj")))
+                      accounting=str(node.get("accounting", "rfedproj")),
+                      distributed=DistributedNoise.from_node_config(node, name))
     # the model a request runs on, and the records it trains on: the kind and the estimator's settings (not the
     # deployment's own keys: a resumed run, with resume=true, re-sends its round to the same model and must get the
     # same reply), and the records' digest (another file, or this one rewritten, is another site)
     model = {k: v for k, v in dict(config).items() if k not in DEPLOYMENT_KEYS or k == "classes"}
     scope = json.dumps([kind, model, digest], sort_keys=True, default=str)
-    return ClientSetup(name=str(node.get("name", Path(path).stem)), data=records, recipe=recipe,
+    return ClientSetup(name=name, data=records, recipe=recipe,
                        secure_mode=_flag(node, "secure-mode"), guard=guard, timings=_flag(node, "client-timings"),
                        scope=scope, input_shape=tuple(int(d) for d in input_shape))
 

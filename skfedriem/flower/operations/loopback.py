@@ -19,6 +19,15 @@ stops the last site and starts it again once round R is done: it rejoins the
 next round with its ledger. ``--kill-server-after-round R`` kills the
 ServerApp once round R is done and starts the run again with ``resume=true``.
 ``--insecure`` (test benches only) runs everything in plain text.
+
+``--noise distributed`` runs every round with distributed noise under secure
+aggregation: each site's node configuration consents to it (``noise``),
+names its SuperNode key as its signing key and the federation's roster of
+SuperNode keys (written here as the sites are added), and the server learns
+only the sum of the sites' masked releases. A site killed after round R is
+left out of the next rounds' protocol; each site's ledger records ε_local
+and ε_central (``--semi-honest-server``: its ``max-epsilon`` bounds
+ε_central).
 """
 
 from __future__ import annotations
@@ -165,10 +174,20 @@ class LoopbackFederation:
         i = len(self.sites)
         self.sites.append(dict(node_config))
         keys = None
+        distributed = str(node_config.get("noise", "local")) == "distributed"
+        if distributed and not self.secure:
+            raise ValueError("A site with noise = 'distributed' signs its round keys with its SuperNode key: run the "
+                             "federation secure (no --insecure).")
         if self.secure:
             keys = make_supernode_keys(self.workdir / "keys", f"site-{i}")
             if register:
                 self.flwr(["supernode", "register", str(keys[1]), "loopback"])
+        if distributed:  # the operator's roster of the federation's keys, and the site's own key
+            roster = self.workdir / "keys" / "federation-keys.txt"
+            name = str(node_config.get("name", f"site-{i}"))
+            with roster.open("a") as f:
+                f.write(f"{name} {keys[1].read_text().strip()}\n")
+            self.sites[i].update({"federation-keys": str(roster), "signing-key": str(keys[0])})
         self.keys.append(keys)
         self.supernodes.append(self._start_supernode(i))
         return i
@@ -396,6 +415,12 @@ def _parser(estimators: list[str]) -> argparse.ArgumentParser:
     parser.add_argument("--site-max-epsilon", type=float, default=None,
                         help="each site's own budget over all runs (its ledger is kept in --out); default: the "
                              "sites' default, or inf with --eps none")
+    parser.add_argument("--noise", choices=["local", "distributed"], default="local",
+                        help="distributed: the sites consent to distributed noise (node setting noise), signed with "
+                             "their SuperNode keys, and every round runs under secure aggregation")
+    parser.add_argument("--semi-honest-server", action="store_true",
+                        help="with --noise distributed: the sites' max-epsilon bounds epsilon_central (default: "
+                             "epsilon_local, their own noise share's)")
     parser.add_argument("--insecure", action="store_true", help="no TLS, no SuperNode authentication")
     parser.add_argument("--intruder", action="store_true",
                         help="also start a SuperNode whose key is not registered (it must be refused)")
@@ -422,14 +447,19 @@ def _sites_and_run_config(args: argparse.Namespace, out: Path) -> tuple[list[Pat
             site.update({"non-private": True, "max-epsilon": "inf"})
         if args.site_max_epsilon is not None:
             site["max-epsilon"] = args.site_max_epsilon
+        if args.noise == "distributed":  # the federation's roster and each site's key: LoopbackFederation.add_site
+            site.update({"noise": "distributed", "semi-honest-server": args.semi_honest_server})
         sites.append(site)
     run_config = {"n-clients": args.sites, "rounds": args.rounds, "round-timeout": args.round_timeout,
                   "eps": args.eps if non_private else float(args.eps), "output": str(out / "server"),
-                  "privacy-unit": args.privacy_unit, **settings}
+                  "privacy-unit": args.privacy_unit, "noise": args.noise, **settings}
     for item in args.set:
         key, _, value = item.partition("=")
         run_config[key] = tomllib.loads(f"value = {value}")["value"]
     return paths, sites, run_config
+
+
+_ROUND_ENDED = re.compile(r"skfedriem: round (\d+)/")
 
 
 def _round_watcher(federation: LoopbackFederation, args: argparse.Namespace, show: Callable[[str], None],
@@ -439,9 +469,10 @@ def _round_watcher(federation: LoopbackFederation, args: argparse.Namespace, sho
 
     def watch(line: str) -> bool:
         show(line)
-        if "skfedriem: round " not in line:
+        ended = _ROUND_ENDED.search(line)  # "skfedriem: round 2/5 ...", not a secure-aggregation stage's line
+        if ended is None:
             return False
-        done = int(line.split("skfedriem: round ")[1].split("/")[0])
+        done = int(ended.group(1))
         if done == args.kill_site_after_round and events["killed_site"] is None:
             federation.kill_site(0)
             events["killed_site"] = done

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import logging
 import math
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -31,6 +33,7 @@ from ...privacy.step_plan import StepPlan
 from .errors import FAILED, error_reply
 from .messages import decode_arrays, decode_instructions, encode_arrays
 from .replies import ReplyCache
+from .secure_site import DistributedNoise, answer_stage
 
 __all__ = ["DEFAULT_MAX_EPSILON", "MAX_STEPS_PER_ROUND", "MU0_CEILING", "ClientSetup", "PrivacyBudgetExceeded",
            "SiteGuard", "make_client_app"]
@@ -90,10 +93,23 @@ class SiteGuard:
         its ledger (one that composes runs:
         :attr:`~skfedriem.privacy.RunAccounting.composes_runs`).
 
+    distributed : DistributedNoise, optional
+        The site's consent to rounds of distributed noise under secure
+        aggregation (node setting ``noise = "distributed"``); None (default):
+        it takes rounds of local noise only, whatever the server sends.
+
     Each charge records what its plan protects (``StepPlan.unit``, in every ledger entry): a
     subject-level site's ledger and ``max_epsilon`` are per subject, and its
     ledger refuses a subject-level round while it holds a record-level round
     on these records (:meth:`~skfedriem.privacy.PrivacyBudget.charge`).
+
+    Every round is charged to two ledgers: ``ledger_path`` composes ε_local,
+    what each release guarantees by its own noise against any server, and
+    :attr:`central_ledger_path` composes ε_central, what the round guarantees
+    when the server learns only the sum (a round of local noise: the same
+    release in both). ``max_epsilon`` bounds ε_local, unless the operator
+    declares the server semi-honest for this site
+    (``DistributedNoise.semi_honest_server``): then it bounds ε_central.
     """
 
     ledger_path: str
@@ -101,6 +117,7 @@ class SiteGuard:
     delta: float = 1e-5
     allow_non_private: bool = False
     accounting: str = "rfedproj"
+    distributed: DistributedNoise | None = None
 
     def __post_init__(self) -> None:
         if not self.max_epsilon > 0:
@@ -115,9 +132,32 @@ class SiteGuard:
             raise ValueError("non-private rounds are charged as infinite loss, which no finite budget admits: "
                              f"set max-epsilon=inf with non-private=true. Got max-epsilon={self.max_epsilon!r}.")
 
+    @property
+    def central_ledger_path(self) -> str:
+        """The ε_central ledger's file: ``ledger_path`` with ``.central`` before its suffix."""
+        path = Path(self.ledger_path)
+        return str(path.with_name(f"{path.stem}.central{path.suffix or '.json'}"))
+
+    @property
+    def bounds_central(self) -> bool:
+        """Whether ``max_epsilon`` bounds ε_central (a semi-honest server declared) rather than ε_local."""
+        return self.distributed is not None and self.distributed.semi_honest_server
+
     def ledger(self) -> PrivacyBudget:
-        """The site's ledger (``max_epsilon`` at ``delta``, over every round charged to it)."""
-        return PrivacyBudget(self.max_epsilon, self.delta, path=self.ledger_path, accounting=self.accounting,
+        """The site's ε_local ledger, over every round charged to it (``max_epsilon`` at ``delta`` unless
+        :attr:`bounds_central`)."""
+        return self._budget(self.ledger_path, not self.bounds_central)
+
+    def central_ledger(self) -> PrivacyBudget:
+        """The site's ε_central ledger (``max_epsilon`` when :attr:`bounds_central`)."""
+        if not Path(self.central_ledger_path).exists() and Path(self.ledger_path).exists():
+            # rounds charged before this ledger existed were all of local noise: ε_central = ε_local
+            shutil.copyfile(self.ledger_path, self.central_ledger_path)
+        return self._budget(self.central_ledger_path, self.bounds_central)
+
+    def _budget(self, path: str, bounded: bool) -> PrivacyBudget:
+        return PrivacyBudget(self.max_epsilon if bounded else math.inf, self.delta, path=path,
+                             accounting=self.accounting,
                              discretization=10 * DISCRETIZATION)  # coarser: still an upper bound
 
     def replies(self) -> ReplyCache:
@@ -128,8 +168,30 @@ class SiteGuard:
         """The labels of every round charged to the ledger (a cached reply is served again only under one)."""
         return {str(fit["label"]) for fit in self.ledger().fits}
 
+    def check_budget(self, plan: StepPlan) -> None:
+        """Refuse now what :meth:`charge` would refuse; nothing is recorded."""
+        self._refuse_outright(plan)
+        enforced = self.central_ledger() if self.bounds_central else self.ledger()
+        enforced.check(plan.release() if self.bounds_central else plan.local_release(), label="a round",
+                       steps_per_round=plan.local_steps, n_rounds=1)
+
     def charge(self, plan: StepPlan, *, label: str) -> None:
-        """Refuse a round no budget should take, else charge ``plan`` to the ledger (or refuse it)."""
+        """Refuse a round no budget should take, else charge ``plan`` to both ledgers (or refuse it).
+
+        The bounded ledger is charged first: a refusal leaves no trace in either.
+        """
+        self._refuse_outright(plan)
+        local, central = plan.local_release(), plan.release()
+        ledgers = [(self.ledger(), local), (self.central_ledger(), central)]
+        for ledger, release in sorted(ledgers, key=lambda pair: math.isinf(pair[0].epsilon)):
+            ledger.charge(release, label=label, steps_per_round=plan.local_steps, n_rounds=1)
+
+    def _refuse_outright(self, plan: StepPlan) -> None:
+        if plan.encoding is not None and self.distributed is None:
+            raise InvalidInstructionsError("The site takes no round of distributed noise: its node setting noise "
+                                           "is 'local'.")
+        if plan.encoding is not None:
+            self.distributed.check(plan.encoding)
         if not plan.private and not self.allow_non_private:
             raise PrivacyBudgetExceeded(f"The site refuses a round without noise (noise_std={plan.noise_std}).")
         if plan.mu0 > MU0_CEILING and plan.private:
@@ -138,7 +200,6 @@ class SiteGuard:
         if plan.local_steps > MAX_STEPS_PER_ROUND:
             raise PrivacyBudgetExceeded(f"The site refuses a round of {plan.local_steps} local steps "
                                         f"(at most {MAX_STEPS_PER_ROUND}).")
-        self.ledger().charge(plan.release(), label=label, steps_per_round=plan.local_steps, n_rounds=1)
 
 
 @dataclass
@@ -285,9 +346,13 @@ def make_client_app(setup: Callable[[Context], ClientSetup]) -> ClientApp:
     @app.train()
     def train(msg: Message, context: Context) -> Message:
         def take_round(client: ClientSetup) -> RecordDict:
+            if "secagg" in msg.content.config_records:
+                return answer_stage(client, msg)
             theta = check_iterate(client.recipe.module, decode_arrays(msg.content["theta"]))
             instructions = decode_instructions(msg.content["instructions"])
             plan = step_plan(instructions, client.n_records, client.recipe.module, client.recipe.unit)
+            if plan.encoding is not None:  # its release carries a share of the noise: it never leaves unmasked
+                raise InvalidInstructionsError("A round of distributed noise runs only under secure aggregation.")
             guard = client.guard
             replies = None if guard is None else guard.replies()
             key = None if replies is None else ReplyCache.key(theta, instructions, client.scope)

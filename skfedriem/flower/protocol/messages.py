@@ -26,7 +26,10 @@ import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 
+from ...exceptions import InvalidInstructionsError
 from ...federated.instructions import RoundInstructions
+from ...privacy.discrete import DistributedEncoding
+from .secure_rounds import secure_round
 
 __all__ = ["ClientInfo", "FlowerTransport", "NodeDirectory", "decode_arrays", "decode_instructions", "encode_arrays",
            "encode_instructions"]
@@ -43,23 +46,37 @@ def decode_arrays(record: ArrayRecord) -> dict[str, torch.Tensor]:
 
 
 #: Instructions that may be None, which a ConfigRecord cannot hold: sent as 0 (never a valid value of theirs).
-_NONE_AS_ZERO = ("records_per_subject", "encoding")
+_NONE_AS_ZERO = ("records_per_subject",)
+#: The keys of a distributed round's encoding in the instructions' ConfigRecord (absent: local noise).
+_ENCODING = "encoding."
 
 
 def encode_instructions(instructions: RoundInstructions) -> ConfigRecord:
-    """The public per-round instructions -> ConfigRecord (local noise only: a Flower site is never sent an
-    encoding, so no server can switch it to distributed noise)."""
-    if instructions.encoding is not None:
-        raise ValueError("noise='distributed' runs in-process (backend='local') for now: Flower sites need secure "
-                         "aggregation, which the deployment does not run yet. Use noise='local'.")
+    """The public per-round instructions -> ConfigRecord (a distributed round's encoding field by field).
+
+    A site's own setting decides whether it takes a round of distributed noise
+    (:class:`~skfedriem.flower.protocol.secure_site.DistributedNoise`), and
+    then only under secure aggregation: no server can switch it over.
+    """
     fields = asdict(instructions)
-    return ConfigRecord({k: 0 if k in _NONE_AS_ZERO and v is None else v for k, v in fields.items()})
+    encoding = fields.pop("encoding")
+    record = {k: 0 if k in _NONE_AS_ZERO and v is None else v for k, v in fields.items()}
+    if encoding is not None:
+        record.update({_ENCODING + k: v for k, v in encoding.items()})
+    return ConfigRecord(record)
 
 
 def decode_instructions(record: ConfigRecord) -> RoundInstructions:
-    """Inverse of :func:`encode_instructions`."""
-    fields = {k: record[k] for k in RoundInstructions.__dataclass_fields__}
-    return RoundInstructions(**{k: None if k in _NONE_AS_ZERO and v == 0 else v for k, v in fields.items()})
+    """Inverse of :func:`encode_instructions`; InvalidInstructionsError when an encoding's field is missing."""
+    fields = {k: record[k] for k in RoundInstructions.__dataclass_fields__ if k != "encoding"}
+    fields = {k: None if k in _NONE_AS_ZERO and v == 0 else v for k, v in fields.items()}
+    encoding = {k[len(_ENCODING):]: v for k, v in record.items() if k.startswith(_ENCODING)}
+    if encoding:
+        missing = sorted(set(DistributedEncoding.__dataclass_fields__) - set(encoding))
+        if missing:
+            raise InvalidInstructionsError(f"The round's encoding lacks {missing}.")
+        fields["encoding"] = DistributedEncoding(**{k: encoding[k] for k in DistributedEncoding.__dataclass_fields__})
+    return RoundInstructions(**fields)
 
 
 @dataclass(frozen=True)
@@ -282,13 +299,30 @@ class FlowerTransport:
                                "SuperNodes run and reach the SuperLink; resume=true continues from this round.")
         resized = self._resized(selected)
         reachable = [i for i in selected if nodes[i] in online and i not in resized]
-        sent = self._messages(t, theta, instructions, reachable, nodes)
-        replies = _send_and_receive(self.directory.grid, list(sent.values()), self.timeout)
-        failures = self._not_sent(selected, sent, resized)
-        out = _decoded(replies, {message.metadata.message_id: i for i, message in sent.items()}, failures)
-        failures.update({i: "no reply" for i in sent if i not in out and i not in failures})
+        if any(instructions[i].encoding is not None for i in selected):
+            failures = self._not_sent(selected, reachable, resized)
+            out = self._secure_round(t, theta, instructions, reachable, nodes, failures)
+        else:
+            sent = self._messages(t, theta, instructions, reachable, nodes)
+            replies = _send_and_receive(self.directory.grid, list(sent.values()), self.timeout)
+            failures = self._not_sent(selected, sent, resized)
+            out = _decoded(replies, {message.metadata.message_id: i for i, message in sent.items()}, failures)
+            failures.update({i: "no reply" for i in sent if i not in out and i not in failures})
         self._report(t, failures)
         return out
+
+    def _secure_round(self, t: int, theta: dict[str, torch.Tensor], instructions: dict[int, RoundInstructions],
+                      clients: list[int], nodes: dict[int, int], failures: dict[int, str]) -> dict[int, tuple]:
+        """A round of distributed noise under secure aggregation
+        (:func:`~skfedriem.flower.protocol.secure_rounds.secure_round`): each survivor's pairwise-masked release."""
+        index = {str(self.names[i]): i for i in clients}
+        why: dict[str, str] = {}
+        out = secure_round(lambda messages: _send_and_receive(self.directory.grid, messages, self.timeout), t,
+                           {site: nodes[i] for site, i in index.items()}, encode_arrays(theta),
+                           {site: dataclasses.replace(instructions[i], planned_records=self.sizes[i])
+                            for site, i in index.items()}, encode_instructions, why)
+        failures.update({index[site]: reason for site, reason in why.items()})
+        return {index[site]: reply for site, reply in out.items()}
 
     def _not_sent(self, selected: list[int], sent: dict, resized: dict[int, int]) -> dict[int, str]:
         """Why each selected client was sent nothing: offline, or holding another size than planned."""

@@ -1,0 +1,17 @@
+"""Secure aggregation: the server learns the sum of the sites' releases, even when some drop out, and nothing else.
+
+The protocol of Bonawitz et al. (CCS 2017) on the complete graph, with a
+threshold that needs no consistency round
+(:mod:`~skfedriem.secure_aggregation.session`); every primitive from
+``cryptography`` or pycryptodome (:mod:`~skfedriem.secure_aggregation.crypto`,
+:mod:`~skfedriem.secure_aggregation.shamir`). The sites' side and its checks:
+:mod:`~skfedriem.secure_aggregation.site`; the server's:
+:mod:`~skfedriem.secure_aggregation.server`. A deployment runs it over Flower
+messages (:mod:`skfedriem.flower.protocol.secure_rounds`).
+"""
+
+from .server import ServerSession, TooFewSites
+from .session import Binding, threshold
+from .site import SignedKeys, SiteIdentity, SiteSession
+
+__all__ = ["Binding", "ServerSession", "SignedKeys", "SiteIdentity", "SiteSession", "TooFewSites", "threshold"]

@@ -1,0 +1,117 @@
+"""The server's side of one secure-aggregation instance: it relays, sums and removes masks; it learns the sum.
+
+:class:`ServerSession` keeps what each stage returned and turns the last
+stage's shares into the survivors' releases *still pairwise-masked*: each
+survivor's masked release minus its self-mask and minus its pairwise masks
+with the sites that dropped. Those entries sum, modulo 2^bits, to the sum of
+the survivors' releases (their pairwise masks cancel), while each alone is
+still masked by its pairwise masks with the other survivors: the engine's
+server sums them (:meth:`~skfedriem.federated.FederatedTrainer.serve`)
+exactly as it sums the releases of an in-process federation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+from . import shamir
+from .crypto import agree, mask
+from .session import key_context, threshold
+from .site import SignedKeys
+
+__all__ = ["ServerSession", "TooFewSites"]
+
+
+class TooFewSites(RuntimeError):
+    """Fewer sites than the threshold answered a stage: the instance is abandoned (the round is discarded)."""
+
+
+@dataclass
+class ServerSession:
+    """What the server holds of one instance.
+
+    Parameters
+    ----------
+    instance : str
+    clients, colluders : int
+        K and t (the threshold follows: :func:`~skfedriem.secure_aggregation.session.threshold`).
+    bits : int
+    length : int
+    """
+
+    instance: str
+    clients: int
+    colluders: int
+    bits: int
+    length: int
+    keys: dict = field(default_factory=dict)  # stage 1: site -> SignedKeys
+    routes: dict = field(default_factory=dict)  # stage 2: recipient -> {sender: ciphertext}
+    inputs: dict = field(default_factory=dict)  # stage 3: survivor -> masked release
+
+    @property
+    def threshold(self) -> int:
+        return threshold(self.clients, self.colluders)
+
+    def _enough(self, sites, stage: str) -> None:
+        if len(sites) < self.threshold:
+            raise TooFewSites(f"{len(sites)} sites answered the {stage} stage, fewer than T = {self.threshold}: "
+                              f"the round is abandoned ({sorted(sites)}).")
+
+    def advertised(self, keys: dict[str, SignedKeys]) -> dict[str, SignedKeys]:
+        """Stage 1's answers; what stage 2 relays to every one of them."""
+        self._enough(keys, "keys")
+        self.keys = dict(keys)
+        return self.keys
+
+    def shared(self, ciphertexts: dict[str, dict[str, bytes]]) -> dict[str, dict[str, bytes]]:
+        """Stage 2's answers (by sender, by recipient); what stage 3 forwards to each site that answered."""
+        senders = sorted(ciphertexts)
+        self._enough(senders, "shares")
+        self.routes = {site: {sender: ciphertexts[sender][site] for sender in senders
+                              if sender != site and site in ciphertexts[sender]} for site in senders}
+        return self.routes
+
+    def received(self, masked: dict[str, np.ndarray]) -> tuple[list[str], list[str]]:
+        """Stage 3's masked releases; the survivors and the dropped sites stage 4 names."""
+        self._enough(masked, "masked input")
+        self.inputs = {site: np.asarray(y, dtype=np.int64) for site, y in masked.items()}
+        active = sorted(self.inputs)
+        return active, sorted(set(self.routes) - set(active))
+
+    def unmasked(self, shares: dict[str, tuple[dict[str, bytes], dict[str, bytes]]]) -> dict[str, np.ndarray]:
+        """Stage 4's shares (by responder: its self-mask shares and its mask-key shares, by site): each survivor's
+        release less its self-mask and its masks with the dropped.
+
+        Raises
+        ------
+        TooFewSites
+            Fewer than T sites answered.
+        """
+        self._enough(shares, "unmasking")
+        points = {site: i + 1 for i, site in enumerate(sorted(self.keys))}
+        modulus = 1 << self.bits
+        active, dropped = sorted(self.inputs), sorted(set(self.routes) - set(self.inputs))
+        out = {}
+        for site in active:
+            seed = self._recover(site, {r: pair[0] for r, pair in shares.items()}, points)
+            out[site] = np.mod(self.inputs[site] - mask(seed, self.length, self.bits), modulus)
+        for gone in dropped:
+            key = X25519PrivateKey.from_private_bytes(self._recover(gone, {r: pair[1] for r, pair in shares.items()},
+                                                                    points))
+            for site in active:
+                if gone not in self.routes.get(site, {}):  # never paired with it
+                    continue
+                pairwise = mask(agree(key, self.keys[site].masking, key_context("masks", self.instance)), self.length,
+                                self.bits)
+                # the site added +mask when its name sorts first, −mask otherwise: take it back
+                out[site] = np.mod(out[site] - pairwise if site < gone else out[site] + pairwise, modulus)
+        return out
+
+    def _recover(self, target: str, shares: dict[str, dict[str, bytes]], points: dict[str, int]) -> bytes:
+        held = {points[responder]: answer[target] for responder, answer in shares.items() if target in answer}
+        if len(held) < self.threshold:
+            raise TooFewSites(f"{len(held)} shares of site {target!r}'s secret, fewer than T = {self.threshold}.")
+        return shamir.combine(held, self.threshold)

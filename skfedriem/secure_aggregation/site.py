@@ -1,0 +1,271 @@
+"""A site's side of one secure-aggregation instance, and every check it makes before revealing anything.
+
+The stages, each a method, in order (a message out of order is refused):
+
+1. :meth:`SiteSession.advertise`: two fresh X25519 key pairs (one to
+   encrypt shares, one for pairwise masks), signed with the site's own key
+   over the instance's :class:`~skfedriem.secure_aggregation.session.Binding`.
+2. :meth:`SiteSession.share`: the server relays every site's signed keys.
+   The site checks each signature against the federation's roster (never a
+   key the server relays), that it is listed with its own keys, that no key
+   repeats, and that there are at least T and at most K sites; then it
+   Shamir-shares a fresh self-mask seed and its mask key among them and
+   encrypts each peer's shares to that peer.
+3. :meth:`SiteSession.receive` then :meth:`SiteSession.masked`: the
+   server forwards the shares addressed to the site; at least T − 1 peers,
+   every one signed in stage 2, each share authenticated as from that peer
+   to this site. Only then does the site's caller charge and compute its
+   release, which leaves masked: release + self-mask + Σ ± pairwise masks,
+   modulo 2^bits.
+4. :meth:`SiteSession.unmask`, at most once: the survivors (``active``, whose
+   self-masks the server removes) and the dropped (whose pairwise masks it
+   removes). The site refuses lists that share a site, fewer than T
+   survivors, or sites it holds no shares of; otherwise it reveals its share
+   of each survivor's self-mask seed and of each dropped site's mask key.
+
+Every refusal is a :class:`~skfedriem.exceptions.InvalidInstructionsError`
+naming the check; a deployed site answers it with its generic refusal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+from ..exceptions import InvalidInstructionsError
+from . import shamir
+from .crypto import agree, decrypt, encrypt, fresh_seed, mask, public_bytes, sign, verify
+from .session import Binding
+
+__all__ = ["SiteIdentity", "SiteSession", "SignedKeys"]
+
+
+@dataclass(frozen=True)
+class SignedKeys:
+    """A site's public round keys and its signature over them.
+
+    Parameters
+    ----------
+    cipher : bytes
+        The X25519 public key peers encrypt its shares to.
+    masking : bytes
+        The X25519 public key of its pairwise masks.
+    signature : bytes
+        By the site's own key, over the binding, its name and both keys.
+    """
+
+    cipher: bytes
+    masking: bytes
+    signature: bytes
+
+
+@dataclass(frozen=True)
+class SiteIdentity:
+    """Who a site is in the federation: its name, its signing key and the roster of every site's public key.
+
+    Parameters
+    ----------
+    name : str
+    signing_key : EC or Ed25519 private key
+        The site's own (its SuperNode's) key.
+    roster : dict of str to public key
+        The federation's sites, as the operator gave them to this site.
+    """
+
+    name: str
+    signing_key: object
+    roster: dict
+
+    def __post_init__(self) -> None:
+        own = self.roster.get(self.name)
+        if own is None:
+            raise ValueError(f"Site {self.name!r} is not in the federation's roster ({sorted(self.roster)}).")
+        der = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+        if own.public_bytes(*der) != self.signing_key.public_key().public_bytes(*der):
+            raise ValueError(f"Site {self.name!r}'s signing key is not the one the roster lists for it.")
+
+
+def _refuse(text: str) -> None:
+    raise InvalidInstructionsError(f"Secure aggregation refused: {text}")
+
+
+def sign_keys(identity: SiteIdentity, binding: Binding, cipher: bytes, masking: bytes) -> SignedKeys:
+    """``cipher`` and ``masking`` signed by ``identity`` for ``binding``."""
+    return SignedKeys(cipher, masking, sign(identity.signing_key, binding.payload(identity.name, cipher, masking)))
+
+
+@dataclass
+class SiteSession:
+    """One site's state in one instance (its secrets never leave it but as the shares the protocol sends).
+
+    Parameters
+    ----------
+    identity : SiteIdentity
+    binding : Binding
+        Built by the site from what it saw itself (metadata, θ_t, instructions).
+    """
+
+    identity: SiteIdentity
+    binding: Binding
+    stage: str = "new"
+    _cipher: X25519PrivateKey = field(default_factory=X25519PrivateKey.generate, repr=False)
+    _masking: X25519PrivateKey = field(default_factory=X25519PrivateKey.generate, repr=False)
+    _self_seed: bytes = field(default_factory=fresh_seed, repr=False)
+    _keys: dict = field(default_factory=dict, repr=False)  # the signed keys of stage 2, by site
+    _shares: dict = field(default_factory=dict, repr=False)  # peer -> (self-mask share, mask-key share) it holds
+
+    @property
+    def name(self) -> str:
+        return self.identity.name
+
+    def _advance(self, expected: str, to: str) -> None:
+        if self.stage != expected:
+            _refuse(f"a '{to}' message in stage '{self.stage}' (expected after '{expected}'): each stage once, "
+                    "in order.")
+        self.stage = to
+
+    def advertise(self) -> SignedKeys:
+        """Stage 1: the site's fresh public round keys, signed for this instance."""
+        self._advance("new", "advertised")
+        return sign_keys(self.identity, self.binding, public_bytes(self._cipher), public_bytes(self._masking))
+
+    def share(self, keys: dict[str, SignedKeys]) -> dict[str, bytes]:
+        """Stage 2: check every site's signed keys; each peer's encrypted shares of this site's two secrets.
+
+        Parameters
+        ----------
+        keys : dict of str to SignedKeys
+            Every site of the instance, as the server relays them.
+
+        Returns
+        -------
+        dict of str to bytes
+            The ciphertext for each peer (this site keeps its own share).
+        """
+        self._advance("advertised", "shared")
+        self._check_keys(keys)
+        self._keys = dict(keys)
+        order = sorted(keys)
+        t = self.binding.threshold
+        masking_key = self._masking.private_bytes_raw()
+        pairs = zip(shamir.split(self._self_seed, t, len(order)), shamir.split(masking_key, t, len(order)))
+        out = {}
+        for peer, (self_share, key_share) in zip(order, pairs):
+            if peer == self.name:
+                self._shares[peer] = (self_share, key_share)
+                continue
+            secret = agree(self._cipher, keys[peer].cipher, self.binding.context("shares"))
+            out[peer] = encrypt(secret, self_share + key_share, self.binding.payload(self.name, "to", peer))
+        return out
+
+    @staticmethod
+    def _check_disjoint(active: list[str], dropped: list[str]) -> None:
+        """Never both shares of one site: a site listed as survivor and as dropped is refused."""
+        both = sorted(set(active) & set(dropped))
+        if both:
+            _refuse(f"sites {both} are listed both as survivors and as dropped.")
+
+    def _check_survivors(self, active: list[str]) -> None:
+        """No unmasking with fewer than T (≥ K − t) survivors: their sum would be too few sites' releases."""
+        if len(set(active)) < self.binding.threshold:
+            _refuse(f"{len(set(active))} survivors, fewer than T = {self.binding.threshold} (at least K − t = "
+                    f"{self.binding.clients - self.binding.colluders}).")
+
+    def _check_signatures(self, keys: dict[str, SignedKeys]) -> None:
+        """Every site's keys signed by its roster key over this instance's binding (unsigned, swapped or replayed
+        keys are refused)."""
+        for site, signed in keys.items():
+            if not verify(self.identity.roster[site], signed.signature,
+                          self.binding.payload(site, signed.cipher, signed.masking)):
+                _refuse(f"the keys of site {site!r} are not signed by its roster key for this run, round and "
+                        "instance (unsigned, swapped or replayed).")
+
+    def _check_keys(self, keys: dict[str, SignedKeys]) -> None:
+        b, roster = self.binding, self.identity.roster
+        if not b.threshold <= len(keys) <= b.clients:
+            _refuse(f"{len(keys)} sites' keys; the instance needs between T = {b.threshold} and K = {b.clients}.")
+        unknown = sorted(set(keys) - set(roster))
+        if unknown:
+            _refuse(f"sites {unknown} are not in the federation's roster.")
+        mine = keys.get(self.name)
+        if mine is None or (mine.cipher, mine.masking) != (public_bytes(self._cipher), public_bytes(self._masking)):
+            _refuse("this site's own keys are missing or replaced in the server's list.")
+        publics = [k.cipher for k in keys.values()] + [k.masking for k in keys.values()]
+        if len(set(publics)) != len(publics):
+            _refuse("a round key appears twice in the server's list.")
+        self._check_signatures(keys)
+
+    def receive(self, ciphertexts: dict[str, bytes]) -> None:
+        """Stage 3a: the shares peers sent this site, each authenticated; at least T sites with this one.
+
+        Parameters
+        ----------
+        ciphertexts : dict of str to bytes
+            By sender.
+        """
+        self._advance("shared", "received")
+        strangers = sorted(set(ciphertexts) - set(self._keys) | ({self.name} & set(ciphertexts)))
+        if strangers:
+            _refuse(f"shares from {strangers}, which are not this instance's peers.")
+        if len(ciphertexts) + 1 < self.binding.threshold:
+            _refuse(f"shares from {len(ciphertexts)} peers: with this site fewer than T = {self.binding.threshold}.")
+        for peer, ciphertext in ciphertexts.items():
+            secret = agree(self._cipher, self._keys[peer].cipher, self.binding.context("shares"))
+            plain = decrypt(secret, ciphertext, self.binding.payload(peer, "to", self.name))
+            if plain is None or len(plain) != 2 * shamir.SHARE_BYTES:
+                _refuse(f"the shares from {peer!r} do not decrypt as that peer's to this site.")
+            self._shares[peer] = (plain[:shamir.SHARE_BYTES], plain[shamir.SHARE_BYTES:])
+
+    def masked(self, release: np.ndarray) -> np.ndarray:
+        """Stage 3b: the release masked: + self-mask + Σ_{peers v} ± mask(s_uv), modulo 2^bits.
+
+        Parameters
+        ----------
+        release : ndarray of int64, shape (length,)
+            In [0, 2^bits).
+
+        Returns
+        -------
+        ndarray of int64, shape (length,)
+        """
+        self._advance("received", "masked")
+        b = self.binding
+        release = np.asarray(release, dtype=np.int64)
+        if release.shape != (b.length,):
+            raise ValueError(f"The release has shape {release.shape}; the instance's length is {b.length}.")
+        total = np.mod(release + mask(self._self_seed, b.length, b.bits), 1 << b.bits)
+        for peer in self._shares:
+            if peer == self.name:
+                continue
+            pairwise = mask(agree(self._masking, self._keys[peer].masking, b.context("masks")), b.length, b.bits)
+            total = np.mod(total + pairwise if self.name < peer else total - pairwise, 1 << b.bits)
+        return total
+
+    def unmask(self, active: list[str], dropped: list[str]) -> tuple[dict[str, bytes], dict[str, bytes]]:
+        """Stage 4 (once): this site's shares of the survivors' self-mask seeds and of the dropped sites' mask keys.
+
+        Parameters
+        ----------
+        active : list of str
+            The sites whose masked releases the server summed.
+        dropped : list of str
+            Sites that shared keys but whose releases did not arrive.
+
+        Returns
+        -------
+        self_mask_shares : dict of str to bytes
+            For each site of ``active``, this site's share of its self-mask seed.
+        mask_key_shares : dict of str to bytes
+            For each site of ``dropped``, this site's share of its mask key.
+        """
+        self._advance("masked", "unmasked")
+        self._check_disjoint(active, dropped)
+        self._check_survivors(active)
+        unknown = sorted((set(active) | set(dropped)) - set(self._shares))
+        if unknown:
+            _refuse(f"sites {unknown} whose shares this site does not hold.")
+        return ({site: self._shares[site][0] for site in set(active)},
+                {site: self._shares[site][1] for site in set(dropped)})

@@ -1,0 +1,226 @@
+"""Distributed noise on deployed sites, under secure aggregation: the deployment's ServerApp against real site apps
+over an in-memory grid. The server learns the sum and nothing else, a site that leaves mid-round is recovered, and
+a site refuses what its own node configuration does not allow — each refusal shown to be what stops the attack."""
+
+from __future__ import annotations
+
+import json
+import math
+import uuid
+
+import numpy as np
+import pytest
+
+pytest.importorskip("flwr")
+
+from flwr.app import ConfigRecord, Context, Message, RecordDict  # noqa: E402
+from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
+
+from skfedriem import FederatedPCA  # noqa: E402
+from skfedriem.federated.instructions import RoundInstructions  # noqa: E402
+from skfedriem.flower.deployment import apps  # noqa: E402
+from skfedriem.flower.deployment.apps import client_apps  # noqa: E402
+from skfedriem.flower.operations.certificates import make_supernode_keys  # noqa: E402
+from skfedriem.flower.protocol.messages import encode_arrays, encode_instructions  # noqa: E402
+from skfedriem.flower.protocol.secure_site import DistributedNoise  # noqa: E402
+from skfedriem.privacy import PrivacyBudget  # noqa: E402
+from skfedriem.privacy.discrete import DistributedEncoding  # noqa: E402
+from skfedriem.secure_aggregation import ServerSession, SiteSession  # noqa: E402
+
+from .test_apps import SitesGrid  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore:Round .*:RuntimeWarning")
+SITES = [f"site-{i}" for i in range(5)]
+SETTINGS = {"solver": "riemannian", "n-rounds": 3, "batch-size": 10, "local-steps": 1, "eps": 4.0, "clip": 1.0,
+            "n-components": 2, "noise": "distributed"}
+
+
+@pytest.fixture(autouse=True)
+def inside_a_server_app(monkeypatch):
+    for name, value in (("_run_id", 1), ("_node_id", 0), ("_task_id", 1)):
+        monkeypatch.setattr(TaskIdentity, name, value)
+    apps._SITES.clear()
+
+
+@pytest.fixture
+def federation(tmp_path):
+    """Five sites' files, SuperNode keys and the operator's roster of them."""
+    lines, keys, files = [], {}, {}
+    for i, name in enumerate(SITES):
+        private, public = make_supernode_keys(tmp_path / "keys", name)
+        keys[name] = str(private)
+        lines.append(f"{name} {public.read_text().strip()}")
+        X = np.random.default_rng(i).normal(size=(100, 5)) / 3
+        np.save(tmp_path / f"{name}.npy", X)
+        files[name] = str(tmp_path / f"{name}.npy")
+    (tmp_path / "roster.txt").write_text("\n".join(lines) + "\n")
+    return tmp_path, files, keys
+
+
+class SecureGrid(SitesGrid):
+    """The sites consent to distributed noise; ``drop`` = {(round, stage): site} loses a site at that stage."""
+
+    def __init__(self, folder, files, keys, node=None, drop=None, per_site=None):
+        self.folder, self.keys, self.node, self.drop = folder, keys, node or {}, dict(drop or {})
+        self.per_site = per_site or {}
+        self.round = 0
+        config = {"n-clients": len(files), "output": str(folder / "out"), "round-timeout": 5.0, **SETTINGS}
+        super().__init__("pca", files, config)
+
+    def _join(self, name, path):
+        self.node_config = {"noise": "distributed", "federation-keys": str(self.folder / "roster.txt"),
+                            "signing-key": self.keys[name], **self.node, **self.per_site.get(name, {})}
+        super()._join(name, path)
+
+    def push_messages(self, messages):
+        for message in messages:
+            secagg = message.content.config_records.get("secagg")
+            stage = None if secagg is None else secagg["stage"]
+            node = message.metadata.dst_node_id
+            gone = self.drop.get((message.metadata.group_id, stage))
+            if node in self.nodes and self.nodes[node][0] == gone:
+                del self.nodes[node]  # the site's SuperNode died before it could answer
+        return super().push_messages(messages)
+
+    def serve(self) -> dict:
+        apps._serve("pca", self, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
+                                         run_config=self.run_config))
+        return json.loads((self.folder / "out" / "result.json").read_text())
+
+
+def ledgers(path: str) -> tuple[PrivacyBudget, PrivacyBudget]:
+    """A site's ε_local and ε_central ledgers."""
+    return (PrivacyBudget(math.inf, path=path + ".privacy-ledger.json"),
+            PrivacyBudget(math.inf, path=path + ".privacy-ledger.central.json"))
+
+
+@pytest.fixture
+def spies(monkeypatch):
+    """What each site really released (round, site -> release) and what the server held (its sessions)."""
+    released, held = {}, []
+    masked, unmasked = SiteSession.masked, ServerSession.unmasked
+
+    def spy_masked(self, release):
+        released[(self.binding.round, self.name)] = np.asarray(release).copy()
+        return masked(self, release)
+
+    def spy_unmasked(self, shares):
+        entries = unmasked(self, shares)
+        held.append({"inputs": dict(self.inputs), "entries": entries, "modulus": 1 << self.bits})
+        return entries
+
+    monkeypatch.setattr(SiteSession, "masked", spy_masked)
+    monkeypatch.setattr(ServerSession, "unmasked", spy_unmasked)
+    return released, held
+
+
+def test_a_distributed_deployment_certifies_the_in_process_epsilon_and_the_server_learns_only_the_sum(federation,
+                                                                                                     spies):
+    folder, files, keys = federation
+    released, held = spies
+    result = SecureGrid(folder, files, keys, node={"semi-honest-server": "true"}).serve()
+    X = np.vstack([np.load(files[n]) for n in SITES])
+    local = FederatedPCA(2, eps=4.0, solver="riemannian", n_rounds=3, batch_size=10, local_steps=1, clip=1.0,
+                         noise="distributed").fit(X, groups=np.repeat(np.arange(5), 100))
+    assert result["epsilon"] == local.epsilon_ <= 4.0
+    assert all(h["replied"] == [0, 1, 2, 3, 4] and "discarded" not in h for h in result["history"])
+    for name in SITES:  # each site's ledgers: ε_central is the server's certificate, ε_local its own share's
+        own, central = ledgers(files[name])
+        assert len(own.fits) == len(central.fits) == 3
+        assert central.spent() == pytest.approx(result["epsilon"], rel=1e-6)
+        assert own.spent() == pytest.approx(local.local_epsilon_, rel=1e-6) and own.spent() > central.spent()
+    # the referee: the server's sum is the sites' releases' sum, and nothing it holds is one site's release
+    for r, round_held in enumerate(held, start=1):
+        truth, modulus = {s: released[(str(r), s)] for s in SITES}, round_held["modulus"]
+        total = np.mod(np.sum(list(round_held["entries"].values()), axis=0), modulus)
+        assert np.array_equal(total, np.mod(np.sum(list(truth.values()), axis=0), modulus))
+        for site, release in truth.items():
+            for other in [*round_held["inputs"].values(), *round_held["entries"].values()]:
+                assert np.mean(other == release) < 0.2
+
+
+def test_a_site_lost_after_sharing_its_keys_has_its_masks_removed_and_its_ledger_covers_what_ran(federation, spies):
+    folder, files, keys = federation
+    released, held = spies
+    result = SecureGrid(folder, files, keys, node={"semi-honest-server": "true"},
+                        drop={("2", "masked"): "site-2"}).serve()
+    rounds = result["history"]
+    assert rounds[0]["replied"] == [0, 1, 2, 3, 4]
+    assert rounds[1]["replied"] == [0, 1, 3, 4] and "discarded" not in rounds[1]  # recovered, applied
+    assert rounds[2]["replied"] == [0, 1, 3, 4]  # gone: left out of the protocol from the start
+    survivors = [s for s in SITES if s != "site-2"]
+    assert np.array_equal(*(np.mod(np.sum(v, axis=0), held[1]["modulus"]) for v in (
+        [held[1]["entries"][s] for s in survivors], [released[("2", s)] for s in survivors])))
+    for name in SITES:
+        own, central = ledgers(files[name])
+        assert len(central.fits) == (1 if name == "site-2" else 3)  # charged what it ran: round 1 only
+        assert central.spent() <= result["epsilon"] * (1 + 1e-9)
+
+
+def test_a_site_told_other_k_or_t_refuses_before_anything_is_charged(federation):
+    folder, files, keys = federation
+    result = SecureGrid(folder, files, keys, node={"semi-honest-server": "true"},
+                        per_site={"site-4": {"distributed-clients": 4}}).serve()
+    assert all(h["replied"] == [0, 1, 2, 3] for h in result["history"])
+    assert ledgers(files["site-4"])[0].fits == [] and not (folder / "site-4.npy.privacy-ledger.central.json").exists()
+
+
+def test_without_the_k_and_t_check_the_site_is_charged_for_a_round_it_was_not_told_of(federation, monkeypatch):
+    monkeypatch.setattr(DistributedNoise, "check", lambda self, encoding: None)
+    folder, files, keys = federation
+    SecureGrid(folder, files, keys, node={"semi-honest-server": "true"},
+               per_site={"site-4": {"distributed-clients": 4}}).serve()
+    assert len(ledgers(files["site-4"])[0].fits) == 3
+
+
+def test_a_site_of_local_noise_takes_no_round_of_distributed_noise(federation):
+    folder, files, keys = federation
+    result = SecureGrid(folder, files, keys, node={"noise": "local"}).serve()
+    assert all(h["replied"] == [] and "discarded" in h for h in result["history"])
+    assert all(ledgers(files[n])[0].fits == [] for n in SITES)
+
+
+def test_by_default_max_epsilon_bounds_the_sites_own_share_and_refuses_before_any_key(federation):
+    """One share's ε_local is 9.69 a round here, ε_central 2.98: a site bounding ε_local at 9 refuses every round."""
+    folder, files, keys = federation
+    result = SecureGrid(folder, files, keys, node={"max-epsilon": 9.0}).serve()
+    assert all(h["replied"] == [] for h in result["history"])
+    assert all(ledgers(files[n])[0].fits == [] for n in SITES)
+
+
+def _site_message(folder, files, keys, content, group="1") -> tuple:
+    config = {"n-clients": 5, "output": str(folder / "out"), **SETTINGS}
+    node = {"data-path": files["site-0"], "name": "site-0", "max-epsilon": math.inf, "noise": "distributed",
+            "federation-keys": str(folder / "roster.txt"), "signing-key": keys["site-0"]}
+    context = Context(run_id=1, node_id=1, node_config=node, state=RecordDict(), run_config=config)
+    message = Message(RecordDict(content), dst_node_id=1, message_type="train", group_id=group)
+    message.metadata.__dict__["_message_id"] = str(uuid.uuid4())
+    return client_apps["pca"](message, context)
+
+
+def _round_content(instance: str | None) -> dict:
+    from skfedriem.models import PCAProjector
+    import torch
+
+    theta = {"weight": PCAProjector(5, 2, "grassmann", generator=torch.Generator().manual_seed(1)).weight.detach()}
+    encoding = DistributedEncoding(25, 100.0, 30, 5000.0, 5, 1, rotation_seed=3)
+    instructions = RoundInstructions(0.1, 1, 10, 1.0, 0.0, "fixed", "projavg", planned_records=100,
+                                     encoding=encoding)
+    content = {"theta": encode_arrays(theta), "instructions": encode_instructions(instructions)}
+    if instance is not None:
+        content["secagg"] = ConfigRecord({"stage": "keys", "instance": instance})
+    return content
+
+
+def test_a_release_of_distributed_noise_never_leaves_unmasked_and_an_instance_runs_once(federation):
+    folder, files, keys = federation
+    plain = _site_message(folder, files, keys, _round_content(None))
+    assert plain.has_error() and "refused" in plain.error.reason
+    first = _site_message(folder, files, keys, _round_content("i1"))
+    assert not first.has_error() and len(bytes(first.content["secagg"]["cipher"])) == 32
+    again = _site_message(folder, files, keys, _round_content("i1"))
+    assert again.has_error() and "refused" in again.error.reason  # a replayed instance
+    later = _site_message(folder, files, keys, {"secagg": ConfigRecord({"stage": "unmask", "instance": "i1",
+                                                                        "active": SITES, "dropped": []})})
+    assert later.has_error()  # out of order: nothing revealed
+    assert ledgers(files["site-0"])[0].fits == []
