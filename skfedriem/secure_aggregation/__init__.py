@@ -10,8 +10,8 @@ threshold that needs no consistency round
 messages (:mod:`skfedriem.flower.protocol.secure_rounds`).
 """
 
-from .server import ServerSession, TooFewSites
+from .server import RoundAbandoned, ServerSession
 from .session import Binding, threshold
 from .site import SignedKeys, SiteIdentity, SiteSession
 
-__all__ = ["Binding", "ServerSession", "SignedKeys", "SiteIdentity", "SiteSession", "TooFewSites", "threshold"]
+__all__ = ["Binding", "RoundAbandoned", "ServerSession", "SignedKeys", "SiteIdentity", "SiteSession", "threshold"]

@@ -1,13 +1,15 @@
 """The server's side of one secure-aggregation instance: it relays, sums and removes masks; it learns the sum.
 
-:class:`ServerSession` keeps what each stage returned and turns the last
-stage's shares into the survivors' releases *still pairwise-masked*: each
-survivor's masked release minus its self-mask and minus its pairwise masks
-with the sites that dropped. Those entries sum, modulo 2^bits, to the sum of
-the survivors' releases (their pairwise masks cancel), while each alone is
-still masked by its pairwise masks with the other survivors: the engine's
-server sums them (:meth:`~skfedriem.federated.FederatedTrainer.serve`)
-exactly as it sums the releases of an in-process federation.
+:class:`ServerSession` keeps the instance's signed keys and routes, names
+the survivors and the dropped sites of its round (:meth:`ServerSession.lists`),
+and turns the masked releases and the shares revealed with them into the
+survivors' releases *still pairwise-masked*: each survivor's masked release
+minus its self-mask and minus its pairwise masks with the dropped sites.
+Those entries sum, modulo 2^bits, to the sum of the survivors' releases
+(their pairwise masks cancel), while each alone is still masked by its
+pairwise masks with the other survivors: the engine's server sums them
+(:meth:`~skfedriem.federated.FederatedTrainer.serve`) exactly as it sums the
+releases of an in-process federation.
 """
 
 from __future__ import annotations
@@ -22,11 +24,11 @@ from .crypto import agree, mask
 from .session import key_context, threshold
 from .site import SignedKeys
 
-__all__ = ["ServerSession", "TooFewSites"]
+__all__ = ["RoundAbandoned", "ServerSession"]
 
 
-class TooFewSites(RuntimeError):
-    """Fewer sites than the threshold answered a stage: the instance is abandoned (the round is discarded)."""
+class RoundAbandoned(RuntimeError):
+    """The instance cannot deliver its sum (too few sites, or a survivor's release missing): the round is discarded."""
 
 
 @dataclass
@@ -57,7 +59,7 @@ class ServerSession:
 
     def _enough(self, sites, stage: str) -> None:
         if len(sites) < self.threshold:
-            raise TooFewSites(f"{len(sites)} sites answered the {stage} stage, fewer than T = {self.threshold}: "
+            raise RoundAbandoned(f"{len(sites)} sites answered the {stage} stage, fewer than T = {self.threshold}: "
                               f"the round is abandoned ({sorted(sites)}).")
 
     def advertised(self, keys: dict[str, SignedKeys]) -> dict[str, SignedKeys]:
@@ -74,38 +76,62 @@ class ServerSession:
                               if sender != site and site in ciphertexts[sender]} for site in senders}
         return self.routes
 
-    def received(self, masked: dict[str, np.ndarray]) -> tuple[list[str], list[str]]:
-        """Stage 3's masked releases; the survivors and the dropped sites stage 4 names."""
-        self._enough(masked, "masked input")
-        self.inputs = {site: np.asarray(y, dtype=np.int64) for site, y in masked.items()}
-        active = sorted(self.inputs)
-        return active, sorted(set(self.routes) - set(active))
+    @property
+    def participants(self) -> list[str]:
+        """The sites that shared their secrets in stage 2 (sorted)."""
+        return sorted(self.routes)
 
-    def unmasked(self, shares: dict[str, tuple[dict[str, bytes], dict[str, bytes]]]) -> dict[str, np.ndarray]:
-        """Stage 4's shares (by responder: its self-mask shares and its mask-key shares, by site): each survivor's
-        release less its self-mask and its masks with the dropped.
+    def lists(self, reachable) -> tuple[list[str], list[str]]:
+        """The round's survivors (the participants it reaches) and dropped sites (the other participants).
 
         Raises
         ------
-        TooFewSites
-            Fewer than T sites answered.
+        RoundAbandoned
+            Fewer than T survivors.
         """
-        self._enough(shares, "unmasking")
+        active = [site for site in self.participants if site in set(reachable)]
+        self._enough(active, "round")
+        return active, [site for site in self.participants if site not in set(active)]
+
+    def unmasked(self, masked: dict[str, np.ndarray], shares: dict[str, tuple[dict[str, bytes], dict[str, bytes]]],
+                 active: list[str], dropped: list[str], content: bytes) -> dict[str, np.ndarray]:
+        """Each survivor's release less its self-mask and its masks with the dropped sites.
+
+        Parameters
+        ----------
+        masked : dict of str to ndarray
+            The survivors' masked releases.
+        shares : dict of str to (dict, dict)
+            By responder: its self-mask shares and its mask-key shares, by site.
+        active, dropped : list of str
+            The lists the round was sent with.
+        content : bytes
+            The round's content digest (the pairwise keys' derivation).
+
+        Raises
+        ------
+        RoundAbandoned
+            A survivor's masked release is missing (its pairwise masks cannot be removed), or fewer than T shares.
+        """
+        missing = sorted(set(active) - set(masked))
+        if missing:
+            raise RoundAbandoned(f"survivors {missing} sent no masked release: their pairwise masks cannot be "
+                                 "removed (each site unmasks once per instance); the round is abandoned.")
+        self.inputs = {site: np.asarray(masked[site], dtype=np.int64) for site in active}
         points = {site: i + 1 for i, site in enumerate(sorted(self.keys))}
         modulus = 1 << self.bits
-        active, dropped = sorted(self.inputs), sorted(set(self.routes) - set(self.inputs))
         out = {}
         for site in active:
             seed = self._recover(site, {r: pair[0] for r, pair in shares.items()}, points)
             out[site] = np.mod(self.inputs[site] - mask(seed, self.length, self.bits), modulus)
+        context = key_context("masks", self.instance, content)
         for gone in dropped:
             key = X25519PrivateKey.from_private_bytes(self._recover(gone, {r: pair[1] for r, pair in shares.items()},
                                                                     points))
             for site in active:
                 if gone not in self.routes.get(site, {}):  # never paired with it
                     continue
-                pairwise = mask(agree(key, self.keys[site].masking, key_context("masks", self.instance)), self.length,
-                                self.bits)
+                pairwise = mask(agree(key, self.keys[site].masking, context), self.length, self.bits)
                 # the site added +mask when its name sorts first, −mask otherwise: take it back
                 out[site] = np.mod(out[site] - pairwise if site < gone else out[site] + pairwise, modulus)
         return out
@@ -113,5 +139,5 @@ class ServerSession:
     def _recover(self, target: str, shares: dict[str, dict[str, bytes]], points: dict[str, int]) -> bytes:
         held = {points[responder]: answer[target] for responder, answer in shares.items() if target in answer}
         if len(held) < self.threshold:
-            raise TooFewSites(f"{len(held)} shares of site {target!r}'s secret, fewer than T = {self.threshold}.")
+            raise RoundAbandoned(f"{len(held)} shares of site {target!r}'s secret, fewer than T = {self.threshold}.")
         return shamir.combine(held, self.threshold)

@@ -27,12 +27,26 @@ K ≤ 3t the second term wins and fewer than t sites may drop out; a round
 whose survivors fall below T is abandoned (the engine discards it).
 
 **The binding.** Each site signs its fresh round keys over
-:meth:`Binding.payload`: the Flower run and round the site itself saw in the
-message's metadata, the instance (fresh for every attempt at a round), a
-digest of θ_t and the round's instructions as the site received them, and K,
-t, the modulus and the length. A key signed for another run, round or
-instance, or by a site that was sent another θ or other instructions, fails
-every peer's check.
+:meth:`Binding.payload`: the Flower run the site itself sees in the
+messages' metadata, the round the keys are for, the instance (fresh for
+every batch of rounds the keys are made for), and K, t, the modulus and the
+length. A key signed for another run, round or instance fails every peer's
+check. What the round computes (θ_t and the instructions, as each site
+received them) enters the pairwise masks' key derivation
+(:func:`key_context`): two sites sent different rounds mask with keys that do
+not cancel, so no sum of their releases can be unmasked.
+
+**One message a round.** The keys and the shares of a batch of rounds are
+exchanged ahead (two messages per batch); each round then takes a single
+message per site, which carries θ_t, the instructions, the shares addressed
+to the site and the lists of survivors and dropped sites, and whose reply is
+the masked release with the site's unmasking shares. Revealing the shares
+with the release is safe for the same reason as above: a site reveals, for
+each peer, one secret of the two, once per instance. A site listed as a
+survivor whose masked release does not arrive cannot have its pairwise masks
+removed (that would take the other secret): such a round is abandoned. A
+site already gone when the round starts is listed as dropped, and its
+pairwise masks are removed with the survivors' shares.
 """
 
 from __future__ import annotations
@@ -66,14 +80,15 @@ def threshold(clients: int, colluders: int) -> int:
     return min(clients, max(clients - colluders, (clients + colluders) // 2 + 1))
 
 
-def key_context(purpose: str, instance: str) -> bytes:
-    """The key-derivation context of ``purpose`` in ``instance`` (the sites' and the server's)."""
-    return digest("skfedriem secure aggregation", purpose, instance)
+def key_context(purpose: str, instance: str, content: bytes = b"") -> bytes:
+    """The key-derivation context of ``purpose`` in ``instance`` and the round's ``content`` (the sites' and the
+    server's)."""
+    return digest("skfedriem secure aggregation", purpose, instance, content)
 
 
 @dataclass(frozen=True)
 class Binding:
-    """Everything a round key is signed for: run, round, instance, round content, K, t, modulus and length.
+    """Everything a round key is signed for: run, round, instance, K, t, modulus and length.
 
     Parameters
     ----------
@@ -82,9 +97,7 @@ class Binding:
     round : str
         The round (the message's group), as the site's metadata names it.
     instance : str
-        The attempt at this round (the server draws a fresh one each time).
-    content : bytes
-        A digest of θ_t and the round's instructions as the site received them.
+        The protocol instance (the server draws a fresh one for every batch of rounds).
     clients, colluders : int
         K and t.
     bits : int
@@ -96,7 +109,6 @@ class Binding:
     run: str
     round: str
     instance: str
-    content: bytes
     clients: int
     colluders: int
     bits: int
@@ -109,9 +121,9 @@ class Binding:
 
     def payload(self, site: str, *parts: bytes | str) -> bytes:
         """The bytes ``site`` signs: the binding, the site's name and ``parts``."""
-        return digest("skfedriem secure aggregation", self.run, self.round, self.instance, self.content,
+        return digest("skfedriem secure aggregation", self.run, self.round, self.instance,
                       str(self.clients), str(self.colluders), str(self.bits), str(self.length), site, *parts)
 
-    def context(self, purpose: str) -> bytes:
+    def context(self, purpose: str, content: bytes = b"") -> bytes:
         """The key-derivation context of ``purpose`` in this instance (:func:`key_context`)."""
-        return key_context(purpose, self.instance)
+        return key_context(purpose, self.instance, content)

@@ -1,6 +1,6 @@
 """A site's side of one secure-aggregation instance, and every check it makes before revealing anything.
 
-The stages, each a method, in order (a message out of order is refused):
+The stages, each a method, in order (a call out of order is refused):
 
 1. :meth:`SiteSession.advertise`: two fresh X25519 key pairs (one to
    encrypt shares, one for pairwise masks), signed with the site's own key
@@ -11,17 +11,19 @@ The stages, each a method, in order (a message out of order is refused):
    repeats, and that there are at least T and at most K sites; then it
    Shamir-shares a fresh self-mask seed and its mask key among them and
    encrypts each peer's shares to that peer.
-3. :meth:`SiteSession.receive` then :meth:`SiteSession.masked`: the
-   server forwards the shares addressed to the site; at least T − 1 peers,
-   every one signed in stage 2, each share authenticated as from that peer
-   to this site. Only then does the site's caller charge and compute its
-   release, which leaves masked: release + self-mask + Σ ± pairwise masks,
-   modulo 2^bits.
-4. :meth:`SiteSession.unmask`, at most once: the survivors (``active``, whose
+3. :meth:`SiteSession.receive`: the shares addressed to the site, from at
+   least T − 1 peers, every one signed in stage 2, each authenticated as
+   from that peer to this site.
+4. :meth:`SiteSession.masked`: the release, masked: release + self-mask +
+   Σ ± pairwise masks, modulo 2^bits, the pairwise keys derived with the
+   round's content.
+5. :meth:`SiteSession.unmask`, at most once: given the survivors (whose
    self-masks the server removes) and the dropped (whose pairwise masks it
-   removes). The site refuses lists that share a site, fewer than T
-   survivors, or sites it holds no shares of; otherwise it reveals its share
-   of each survivor's self-mask seed and of each dropped site's mask key.
+   removes), the site's share of each survivor's self-mask seed and of each
+   dropped site's mask key. :meth:`SiteSession.check_unmask` refuses lists
+   that share a site, fewer than T survivors, a list without this site among
+   the survivors, or sites it holds no shares of; a deployed site runs it
+   before it charges or computes anything.
 
 Every refusal is a :class:`~skfedriem.exceptions.InvalidInstructionsError`
 naming the check; a deployed site answers it with its generic refusal.
@@ -199,7 +201,7 @@ class SiteSession:
         self._check_signatures(keys)
 
     def receive(self, ciphertexts: dict[str, bytes]) -> None:
-        """Stage 3a: the shares peers sent this site, each authenticated; at least T sites with this one.
+        """Stage 3: the shares peers sent this site, each authenticated; at least T sites with this one.
 
         Parameters
         ----------
@@ -219,13 +221,17 @@ class SiteSession:
                 _refuse(f"the shares from {peer!r} do not decrypt as that peer's to this site.")
             self._shares[peer] = (plain[:shamir.SHARE_BYTES], plain[shamir.SHARE_BYTES:])
 
-    def masked(self, release: np.ndarray) -> np.ndarray:
-        """Stage 3b: the release masked: + self-mask + Σ_{peers v} ± mask(s_uv), modulo 2^bits.
+    def masked(self, release: np.ndarray, content: bytes) -> np.ndarray:
+        """Stage 4: the release masked: + self-mask + Σ_{peers v} ± mask(s_uv), modulo 2^bits.
 
         Parameters
         ----------
         release : ndarray of int64, shape (length,)
             In [0, 2^bits).
+        content : bytes
+            A digest of what the round computes, as this site received it: it
+            enters the pairwise keys, so that the masks of two sites sent
+            different rounds do not cancel.
 
         Returns
         -------
@@ -240,12 +246,23 @@ class SiteSession:
         for peer in self._shares:
             if peer == self.name:
                 continue
-            pairwise = mask(agree(self._masking, self._keys[peer].masking, b.context("masks")), b.length, b.bits)
+            pairwise = mask(agree(self._masking, self._keys[peer].masking, b.context("masks", content)), b.length,
+                            b.bits)
             total = np.mod(total + pairwise if self.name < peer else total - pairwise, 1 << b.bits)
         return total
 
+    def check_unmask(self, active: list[str], dropped: list[str]) -> None:
+        """Refuse survivor and dropped lists :meth:`unmask` would refuse (nothing changes)."""
+        self._check_disjoint(active, dropped)
+        self._check_survivors(active)
+        if self.name not in active:
+            _refuse("this site is not among the survivors of a round it is asked to mask its release for.")
+        unknown = sorted((set(active) | set(dropped)) - set(self._keys))
+        if unknown:
+            _refuse(f"sites {unknown} that did not share keys in this instance.")
+
     def unmask(self, active: list[str], dropped: list[str]) -> tuple[dict[str, bytes], dict[str, bytes]]:
-        """Stage 4 (once): this site's shares of the survivors' self-mask seeds and of the dropped sites' mask keys.
+        """Stage 5 (once): this site's shares of the survivors' self-mask seeds and of the dropped sites' mask keys.
 
         Parameters
         ----------
@@ -262,8 +279,7 @@ class SiteSession:
             For each site of ``dropped``, this site's share of its mask key.
         """
         self._advance("masked", "unmasked")
-        self._check_disjoint(active, dropped)
-        self._check_survivors(active)
+        self.check_unmask(active, dropped)
         unknown = sorted((set(active) | set(dropped)) - set(self._shares))
         if unknown:
             _refuse(f"sites {unknown} whose shares this site does not hold.")

@@ -100,13 +100,14 @@ def spies(monkeypatch):
     released, held = {}, []
     masked, unmasked = SiteSession.masked, ServerSession.unmasked
 
-    def spy_masked(self, release):
+    def spy_masked(self, release, content):
         released[(self.binding.round, self.name)] = np.asarray(release).copy()
-        return masked(self, release)
+        return masked(self, release, content)
 
-    def spy_unmasked(self, shares):
-        entries = unmasked(self, shares)
-        held.append({"inputs": dict(self.inputs), "entries": entries, "modulus": 1 << self.bits})
+    def spy_unmasked(self, masked_releases, shares, active, dropped, content):
+        entries = unmasked(self, masked_releases, shares, active, dropped, content)
+        held.append({"inputs": dict(self.inputs), "entries": entries, "modulus": 1 << self.bits,
+                     "round": self.instance.split("/")[1]})
         return entries
 
     monkeypatch.setattr(SiteSession, "masked", spy_masked)
@@ -130,30 +131,35 @@ def test_a_distributed_deployment_certifies_the_in_process_epsilon_and_the_serve
         assert central.spent() == pytest.approx(result["epsilon"], rel=1e-6)
         assert own.spent() == pytest.approx(local.local_epsilon_, rel=1e-6) and own.spent() > central.spent()
     # the referee: the server's sum is the sites' releases' sum, and nothing it holds is one site's release
-    for r, round_held in enumerate(held, start=1):
-        truth, modulus = {s: released[(str(r), s)] for s in SITES}, round_held["modulus"]
+    assert [h["round"] for h in held] == ["1", "2", "3"]
+    for round_held in held:
+        truth, modulus = {s: released[(round_held["round"], s)] for s in SITES}, round_held["modulus"]
         total = np.mod(np.sum(list(round_held["entries"].values()), axis=0), modulus)
         assert np.array_equal(total, np.mod(np.sum(list(truth.values()), axis=0), modulus))
-        for site, release in truth.items():
+        for release in truth.values():
             for other in [*round_held["inputs"].values(), *round_held["entries"].values()]:
                 assert np.mean(other == release) < 0.2
 
 
-def test_a_site_lost_after_sharing_its_keys_has_its_masks_removed_and_its_ledger_covers_what_ran(federation, spies):
+def test_a_site_lost_during_a_round_abandons_it_and_is_then_recovered_as_dropped(federation, spies):
+    """Site-2 shared its keys for the batch in round 1 and dies when round 2's message reaches it: round 2 is
+    abandoned (its pairwise masks cannot be removed from a round that listed it as a survivor) and discarded; from
+    round 3 on it is listed as dropped, the survivors' shares remove its masks and the round completes without it."""
     folder, files, keys = federation
     released, held = spies
     result = SecureGrid(folder, files, keys, node={"semi-honest-server": "true"},
-                        drop={("2", "masked"): "site-2"}).serve()
+                        drop={("2", "round"): "site-2"}).serve()
     rounds = result["history"]
-    assert rounds[0]["replied"] == [0, 1, 2, 3, 4]
-    assert rounds[1]["replied"] == [0, 1, 3, 4] and "discarded" not in rounds[1]  # recovered, applied
-    assert rounds[2]["replied"] == [0, 1, 3, 4]  # gone: left out of the protocol from the start
+    assert rounds[0]["replied"] == [0, 1, 2, 3, 4] and "discarded" not in rounds[0]
+    assert rounds[1]["replied"] == [] and "discarded" in rounds[1]
+    assert rounds[2]["replied"] == [0, 1, 3, 4] and "discarded" not in rounds[2]  # its masks removed
     survivors = [s for s in SITES if s != "site-2"]
-    assert np.array_equal(*(np.mod(np.sum(v, axis=0), held[1]["modulus"]) for v in (
-        [held[1]["entries"][s] for s in survivors], [released[("2", s)] for s in survivors])))
-    for name in SITES:
+    third = next(h for h in held if h["round"] == "3")
+    assert np.array_equal(np.mod(np.sum([third["entries"][s] for s in survivors], axis=0), third["modulus"]),
+                          np.mod(np.sum([released[("3", s)] for s in survivors], axis=0), third["modulus"]))
+    for name in SITES:  # each site charged what it ran: the survivors round 2 too (they released, masked)
         own, central = ledgers(files[name])
-        assert len(central.fits) == (1 if name == "site-2" else 3)  # charged what it ran: round 1 only
+        assert len(central.fits) == (1 if name == "site-2" else 3)
         assert central.spent() <= result["epsilon"] * (1 + 1e-9)
 
 
@@ -198,7 +204,7 @@ def _site_message(folder, files, keys, content, group="1") -> tuple:
     return client_apps["pca"](message, context)
 
 
-def _round_content(instance: str | None) -> dict:
+def _keys_content(batch: str | None) -> dict:
     from skfedriem.models import PCAProjector
     import torch
 
@@ -207,20 +213,20 @@ def _round_content(instance: str | None) -> dict:
     instructions = RoundInstructions(0.1, 1, 10, 1.0, 0.0, "fixed", "projavg", planned_records=100,
                                      encoding=encoding)
     content = {"theta": encode_arrays(theta), "instructions": encode_instructions(instructions)}
-    if instance is not None:
-        content["secagg"] = ConfigRecord({"stage": "keys", "instance": instance})
+    if batch is not None:
+        content["secagg"] = ConfigRecord({"stage": "keys", "batch": batch, "rounds": [1, 2]})
     return content
 
 
-def test_a_release_of_distributed_noise_never_leaves_unmasked_and_an_instance_runs_once(federation):
+def test_a_release_of_distributed_noise_never_leaves_unmasked_and_a_batch_runs_once(federation):
     folder, files, keys = federation
-    plain = _site_message(folder, files, keys, _round_content(None))
-    assert plain.has_error() and "refused" in plain.error.reason
-    first = _site_message(folder, files, keys, _round_content("i1"))
-    assert not first.has_error() and len(bytes(first.content["secagg"]["cipher"])) == 32
-    again = _site_message(folder, files, keys, _round_content("i1"))
-    assert again.has_error() and "refused" in again.error.reason  # a replayed instance
-    later = _site_message(folder, files, keys, {"secagg": ConfigRecord({"stage": "unmask", "instance": "i1",
-                                                                        "active": SITES, "dropped": []})})
-    assert later.has_error()  # out of order: nothing revealed
+    plain = _site_message(folder, files, keys, _keys_content(None))
+    assert plain.has_error() and "refused" in plain.error.reason  # no secure aggregation: refused
+    first = _site_message(folder, files, keys, _keys_content("b1"))
+    assert not first.has_error() and [len(bytes(k)) for k in first.content["secagg"]["cipher"]] == [32, 32]
+    again = _site_message(folder, files, keys, _keys_content("b1"))
+    assert again.has_error() and "refused" in again.error.reason  # a replayed batch
+    stranger = _site_message(folder, files, keys, {"secagg": ConfigRecord({
+        "stage": "round", "instance": "b2/1", "from": [], "ciphertext": [], "active": SITES, "dropped": []})})
+    assert stranger.has_error()  # an instance it never made: nothing revealed
     assert ledgers(files["site-0"])[0].fits == []

@@ -9,7 +9,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from skfedriem.exceptions import InvalidInstructionsError
-from skfedriem.secure_aggregation import Binding, ServerSession, SiteIdentity, SiteSession, TooFewSites, threshold
+from skfedriem.secure_aggregation import Binding, RoundAbandoned, ServerSession, SiteIdentity, SiteSession, threshold
 from skfedriem.secure_aggregation import shamir
 from skfedriem.secure_aggregation.crypto import agree, decrypt, digest, mask, public_bytes, sign
 from skfedriem.secure_aggregation.session import key_context
@@ -23,7 +23,7 @@ TARGET = "site-0"
 
 
 def binding(instance: str = "a1", round_: str = "3", clients: int = 5, colluders: int = 1) -> Binding:
-    return Binding("7", round_, instance, b"theta and instructions", clients, colluders, BITS, LENGTH)
+    return Binding("7", round_, instance, clients, colluders, BITS, LENGTH)
 
 
 def releases() -> dict[str, np.ndarray]:
@@ -34,6 +34,8 @@ def releases() -> dict[str, np.ndarray]:
 class Federation:
     """Five honest sites and an honest server, run stage by stage (a test plays the server's part where it lies)."""
 
+    content = b"theta and instructions"
+
     def __init__(self, b: Binding | None = None):
         self.binding = b or binding()
         self.sites = {n: SiteSession(SiteIdentity(n, KEYS[n], ROSTER), self.binding) for n in NAMES}
@@ -43,62 +45,90 @@ class Federation:
     def keys(self) -> dict[str, SignedKeys]:
         return self.server.advertised({n: s.advertise() for n, s in self.sites.items()})
 
-    def through_masking(self, leave_after_sharing=()) -> tuple[list[str], list[str]]:
+    def set_up(self) -> None:
+        """Keys and shares exchanged, every site holding its peers' shares."""
         relay = self.keys()
         routes = self.server.shared({n: s.share(relay) for n, s in self.sites.items()})
         for n in routes:
             self.sites[n].receive(routes[n])
-        return self.server.received({n: self.sites[n].masked(self.x[n]) for n in routes if n not in leave_after_sharing})
+
+    def answer(self, site: str, active: list[str], dropped: list[str], content: bytes | None = None) -> tuple:
+        """One site's round: its masked release and its unmasking shares for the lists it was sent."""
+        session = self.sites[site]
+        session.check_unmask(active, dropped)
+        return session.masked(self.x[site], self.content if content is None else content), \
+            session.unmask(active, dropped)
+
+    def run(self, reachable=NAMES, fail=()) -> dict[str, np.ndarray]:
+        self.set_up()
+        active, dropped = self.server.lists(reachable)
+        answers = {n: self.answer(n, active, dropped) for n in active if n not in fail}
+        return self.server.unmasked({n: a[0] for n, a in answers.items()}, {n: a[1] for n, a in answers.items()},
+                                    active, dropped, self.content)
 
 
 def modular_sum(arrays) -> np.ndarray:
     return np.mod(np.sum(list(arrays), axis=0), 1 << BITS)
 
 
-def unmask_target(server: ServerSession, self_seed: bytes, mask_key: bytes) -> np.ndarray:
-    """What a server holding TARGET's self-mask seed and mask key computes from its masked release."""
-    key = X25519PrivateKey.from_private_bytes(mask_key)
-    y = server.inputs[TARGET] - mask(self_seed, LENGTH, BITS)
-    for peer in server.routes[TARGET]:
-        pairwise = mask(agree(key, server.keys[peer].masking, key_context("masks", server.instance)), LENGTH, BITS)
+def unmask_target(fed: Federation, y: np.ndarray, self_seed: bytes, peer_keys: dict[str, bytes]) -> np.ndarray:
+    """TARGET's release from its masked release, its self-mask seed and every peer's mask key (one side of each
+    pairwise mask is enough: X25519 agrees from either)."""
+    y = y - mask(self_seed, LENGTH, BITS)
+    context = key_context("masks", fed.binding.instance, fed.content)
+    for peer, key in peer_keys.items():
+        pairwise = mask(agree(X25519PrivateKey.from_private_bytes(key), fed.server.keys[TARGET].masking, context),
+                        LENGTH, BITS)
         y = y - pairwise if TARGET < peer else y + pairwise
     return np.mod(y, 1 << BITS)
 
 
-def recovered(server: ServerSession, answers: dict) -> np.ndarray | None:
-    """TARGET's release, if the revealed shares hold both of its secrets (else None)."""
-    points = {n: i + 1 for i, n in enumerate(sorted(server.keys))}
-    seeds = {points[r]: a[0][TARGET] for r, a in answers.items() if TARGET in a[0]}
-    keys = {points[r]: a[1][TARGET] for r, a in answers.items() if TARGET in a[1]}
-    if min(len(seeds), len(keys)) < server.threshold:
+def combined(fed: Federation, shares: dict[str, bytes]) -> bytes | None:
+    """The secret behind ``shares`` (by responder), or None below the threshold."""
+    points = {n: i + 1 for i, n in enumerate(NAMES)}
+    if len(shares) < fed.binding.threshold:
         return None
-    return unmask_target(server, shamir.combine(seeds, server.threshold), shamir.combine(keys, server.threshold))
+    return shamir.combine({points[r]: share for r, share in shares.items()}, fed.binding.threshold)
 
 
 # ---------------------------------------------------------------- an honest run
 def test_the_server_learns_the_exact_sum_and_no_entry_is_a_release():
     fed = Federation()
-    active, dropped = fed.through_masking()
-    assert (active, dropped) == (NAMES, [])
-    entries = fed.server.unmasked({n: fed.sites[n].unmask(active, dropped) for n in active})
+    entries = fed.run()
+    assert sorted(entries) == NAMES
     assert np.array_equal(modular_sum(entries.values()), modular_sum(fed.x.values()))
     for n in NAMES:  # each entry is still pairwise-masked: it agrees with its release by chance only
         assert np.mean(entries[n] == fed.x[n]) < 0.2
 
 
-def test_a_site_that_leaves_after_sharing_has_its_masks_removed_and_the_sum_covers_the_survivors():
+def test_a_site_gone_when_the_round_starts_has_its_masks_removed_and_the_sum_covers_the_survivors():
     fed = Federation()
-    active, dropped = fed.through_masking(leave_after_sharing={"site-2"})
-    assert dropped == ["site-2"]
-    entries = fed.server.unmasked({n: fed.sites[n].unmask(active, dropped) for n in active})
-    assert sorted(entries) == active
-    assert np.array_equal(modular_sum(entries.values()), modular_sum(fed.x[n] for n in active))
+    entries = fed.run(reachable=[n for n in NAMES if n != "site-2"])
+    survivors = [n for n in NAMES if n != "site-2"]
+    assert sorted(entries) == survivors
+    assert np.array_equal(modular_sum(entries.values()), modular_sum(fed.x[n] for n in survivors))
 
 
-def test_a_round_with_fewer_survivors_than_the_threshold_is_abandoned():
+def test_a_survivor_whose_release_does_not_arrive_abandons_the_round():
     fed = Federation()
-    with pytest.raises(TooFewSites, match="fewer than T = 4"):
-        fed.through_masking(leave_after_sharing={"site-2", "site-3"})
+    with pytest.raises(RoundAbandoned, match="site-2.*sent no masked release"):
+        fed.run(fail={"site-2"})
+
+
+def test_a_round_with_fewer_reachable_sites_than_the_threshold_is_abandoned():
+    fed = Federation()
+    with pytest.raises(RoundAbandoned, match="fewer than T = 4"):
+        fed.run(reachable=NAMES[:3])
+
+
+def test_sites_sent_different_rounds_have_masks_that_do_not_cancel():
+    """The round's content enters the pairwise keys: a server that sends one site another θ gets no usable sum."""
+    fed = Federation()
+    fed.set_up()
+    answers = {n: fed.answer(n, NAMES, [], b"another theta" if n == "site-3" else None) for n in NAMES}
+    entries = fed.server.unmasked({n: a[0] for n, a in answers.items()}, {n: a[1] for n, a in answers.items()},
+                                  NAMES, [], fed.content)
+    assert np.mean(modular_sum(entries.values()) == modular_sum(fed.x.values())) < 0.2
 
 
 def test_the_threshold_keeps_two_views_of_one_site_from_reaching_both_secrets():
@@ -131,42 +161,64 @@ def test_fewer_shares_than_the_threshold_recover_nothing():
 
 
 # ---------------------------------------------------------------- a malicious server, refused; and the variant
-def _lists_target_both_ways(fed: Federation) -> dict:
-    active, _ = fed.through_masking()
-    return {n: fed.sites[n].unmask(active, [TARGET]) for n in NAMES}
+def _lists_target_both_ways(fed: Federation) -> np.ndarray | None:
+    """The target is told everyone survives; every other site that the target dropped: both its secrets."""
+    fed.set_up()
+    y, _ = fed.answer(TARGET, NAMES, [])
+    others = {n: fed.answer(n, NAMES, [TARGET])[1] for n in NAMES if n != TARGET}
+    seed = combined(fed, {n: a[0][TARGET] for n, a in others.items()})
+    key = combined(fed, {n: a[1][TARGET] for n, a in others.items()})
+    if seed is None or key is None:
+        return None
+    public = {n: fed.server.keys[n].masking for n in NAMES if n != TARGET}
+    own = X25519PrivateKey.from_private_bytes(key)  # the target's mask key: every pairwise mask from its side
+    y = y - mask(seed, LENGTH, BITS)
+    for peer, peer_public in public.items():
+        pairwise = mask(agree(own, peer_public, key_context("masks", fed.binding.instance, fed.content)), LENGTH, BITS)
+        y = y - pairwise if TARGET < peer else y + pairwise
+    return np.mod(y, 1 << BITS)
 
 
 def test_a_site_listed_both_as_survivor_and_dropped_is_refused():
-    fed = Federation()
     with pytest.raises(InvalidInstructionsError, match="both as survivors and as dropped"):
-        _lists_target_both_ways(fed)
+        _lists_target_both_ways(Federation())
 
 
 def test_without_the_disjoint_check_the_server_rebuilds_one_sites_release(monkeypatch):
     monkeypatch.setattr(SiteSession, "_check_disjoint", staticmethod(lambda active, dropped: None))
     fed = Federation()
-    answers = _lists_target_both_ways(fed)
-    assert np.array_equal(recovered(fed.server, answers), fed.x[TARGET])
+    assert np.array_equal(_lists_target_both_ways(fed), fed.x[TARGET])
 
 
-def _unmasks_the_target_alone(fed: Federation) -> np.ndarray:
-    fed.through_masking()
-    others = [n for n in NAMES if n != TARGET]  # the server says everyone else dropped
-    answers = {n: fed.sites[n].unmask([TARGET], others) for n in NAMES}
-    fed.server.inputs = {TARGET: fed.server.inputs[TARGET]}
-    return fed.server.unmasked(answers)[TARGET]
+COLLUDER = "site-4"
+HONEST = ["site-1", "site-2", "site-3"]
+
+
+def _sums_the_target_with_a_colluder(fed: Federation) -> np.ndarray | None:
+    """Survivor lists of two or three: the sum of the target's and the colluder's releases, less the colluder's."""
+    fed.set_up()
+    y, (target_seeds, target_keys) = fed.answer(TARGET, [TARGET, COLLUDER], HONEST)
+    answers = {h: fed.answer(h, [h, TARGET, COLLUDER], [o for o in HONEST if o != h])[1] for h in HONEST}
+    colluder = fed.sites[COLLUDER]._shares  # the colluder hands over the shares it holds
+    seed = combined(fed, {**{h: a[0][TARGET] for h, a in answers.items()}, TARGET: target_seeds[TARGET],
+                          COLLUDER: colluder[TARGET][0]})
+    peer_keys = {h: combined(fed, {**{o: answers[o][1][h] for o in HONEST if o != h}, TARGET: target_keys[h],
+                                   COLLUDER: colluder[h][1]}) for h in HONEST}
+    peer_keys[COLLUDER] = fed.sites[COLLUDER]._masking.private_bytes_raw()
+    if seed is None or None in peer_keys.values():
+        return None
+    return unmask_target(fed, y, seed, peer_keys)
 
 
 def test_unmasking_with_fewer_survivors_than_the_threshold_is_refused():
-    fed = Federation()
-    with pytest.raises(InvalidInstructionsError, match="1 survivors, fewer than T = 4"):
-        _unmasks_the_target_alone(fed)
+    with pytest.raises(InvalidInstructionsError, match="2 survivors, fewer than T = 4"):
+        _sums_the_target_with_a_colluder(Federation())
 
 
-def test_without_the_survivor_check_the_server_unmasks_one_sites_release(monkeypatch):
+def test_without_the_survivor_check_a_colluding_server_reads_one_sites_release(monkeypatch):
     monkeypatch.setattr(SiteSession, "_check_survivors", lambda self, active: None)
     fed = Federation()
-    assert np.array_equal(_unmasks_the_target_alone(fed), fed.x[TARGET])
+    assert np.array_equal(_sums_the_target_with_a_colluder(fed), fed.x[TARGET])
 
 
 def _swaps_the_peers_keys(fed: Federation) -> tuple[dict, dict]:
@@ -179,9 +231,8 @@ def _swaps_the_peers_keys(fed: Federation) -> tuple[dict, dict]:
 
 
 def test_swapped_keys_are_refused():
-    fed = Federation()
     with pytest.raises(InvalidInstructionsError, match="not signed by its roster key"):
-        _swaps_the_peers_keys(fed)
+        _swaps_the_peers_keys(Federation())
 
 
 def test_without_the_signature_check_the_server_decrypts_both_secrets_of_a_site(monkeypatch):
@@ -191,15 +242,13 @@ def test_without_the_signature_check_the_server_decrypts_both_secrets_of_a_site(
     fed = Federation()
     ciphertexts, own = _swaps_the_peers_keys(fed)
     target = fed.sites[TARGET]
-    points = {n: i + 1 for i, n in enumerate(NAMES)}
     seeds, keys = {}, {}
     for peer, ciphertext in ciphertexts.items():
         secret = agree(own[peer][0], public_bytes(target._cipher), fed.binding.context("shares"))
         plain = decrypt(secret, ciphertext, fed.binding.payload(TARGET, "to", peer))
-        seeds[points[peer]], keys[points[peer]] = plain[:32], plain[32:]
-    assert len(seeds) >= fed.binding.threshold
-    assert shamir.combine(seeds, fed.binding.threshold) == target._self_seed
-    assert shamir.combine(keys, fed.binding.threshold) == target._masking.private_bytes_raw()
+        seeds[peer], keys[peer] = plain[:32], plain[32:]
+    assert combined(fed, seeds) == target._self_seed
+    assert combined(fed, keys) == target._masking.private_bytes_raw()
 
 
 def test_a_replayed_key_of_another_instance_or_round_is_refused():
@@ -219,7 +268,7 @@ def test_without_the_binding_a_replayed_key_is_accepted(monkeypatch):
     later = Federation(binding("a1", "3"))
     relay = later.keys()
     relay["site-3"] = replayed
-    assert TARGET not in later.sites[TARGET].share(relay)  # accepted: shares go out to the replayed key
+    assert "site-3" in later.sites[TARGET].share(relay)  # accepted: its shares go out to the replayed key
 
 
 def test_an_unsigned_key_and_a_stranger_are_refused():
@@ -238,8 +287,8 @@ def test_an_unsigned_key_and_a_stranger_are_refused():
 
 def test_each_stage_runs_once_in_order():
     fed = Federation()
-    fed.through_masking()
-    fed.sites[TARGET].unmask(NAMES, [])
+    fed.set_up()
+    fed.answer(TARGET, NAMES, [])
     with pytest.raises(InvalidInstructionsError, match="each stage once"):
         fed.sites[TARGET].unmask(NAMES, [])
     with pytest.raises(InvalidInstructionsError, match="each stage once"):

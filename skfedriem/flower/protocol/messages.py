@@ -29,7 +29,6 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 from ...exceptions import InvalidInstructionsError
 from ...federated.instructions import RoundInstructions
 from ...privacy.discrete import DistributedEncoding
-from .secure_rounds import secure_round
 
 __all__ = ["ClientInfo", "FlowerTransport", "NodeDirectory", "decode_arrays", "decode_instructions", "encode_arrays",
            "encode_instructions"]
@@ -286,6 +285,7 @@ class FlowerTransport:
         self.sizes = [int(m) for m in sizes]
         self.timeout = timeout
         self.on_failure = on_failure
+        self._secure = None  # a run's secure aggregation, from its first round of distributed noise
 
     def run_round(self, t: int, selected: list[int], theta: dict[str, torch.Tensor],
                   instructions: dict[int, RoundInstructions]) -> dict[int, tuple[dict, float]]:
@@ -314,13 +314,18 @@ class FlowerTransport:
     def _secure_round(self, t: int, theta: dict[str, torch.Tensor], instructions: dict[int, RoundInstructions],
                       clients: list[int], nodes: dict[int, int], failures: dict[int, str]) -> dict[int, tuple]:
         """A round of distributed noise under secure aggregation
-        (:func:`~skfedriem.flower.protocol.secure_rounds.secure_round`): each survivor's pairwise-masked release."""
+        (:class:`~skfedriem.flower.protocol.secure_rounds.SecureAggregation`): each survivor's pairwise-masked
+        release."""
+        if self._secure is None:
+            from .secure_rounds import SecureAggregation  # which imports this module's encoders
+
+            self._secure = SecureAggregation(lambda messages: _send_and_receive(self.directory.grid, messages,
+                                                                                self.timeout))
         index = {str(self.names[i]): i for i in clients}
         why: dict[str, str] = {}
-        out = secure_round(lambda messages: _send_and_receive(self.directory.grid, messages, self.timeout), t,
-                           {site: nodes[i] for site, i in index.items()}, encode_arrays(theta),
-                           {site: dataclasses.replace(instructions[i], planned_records=self.sizes[i])
-                            for site, i in index.items()}, encode_instructions, why)
+        out = self._secure.run_round(t, {site: nodes[i] for site, i in index.items()}, theta,
+                                     {site: dataclasses.replace(instructions[i], planned_records=self.sizes[i])
+                                      for site, i in index.items()}, why)
         failures.update({index[site]: reason for site, reason in why.items()})
         return {index[site]: reply for site, reply in out.items()}
 

@@ -1,16 +1,24 @@
-"""The server's side of a round of distributed noise on deployed sites: secure aggregation over Flower messages.
+"""The server's side of rounds of distributed noise on deployed sites: secure aggregation over Flower messages.
 
-:class:`~skfedriem.flower.protocol.messages.FlowerTransport` hands a round
-whose instructions carry an encoding to :func:`secure_round`, which drives
-the four stages of :mod:`skfedriem.flower.protocol.secure_site` through the
-Grid and returns, for every survivor, its release *still pairwise-masked*
+:class:`~skfedriem.flower.protocol.messages.FlowerTransport` hands every
+round whose instructions carry an encoding to a :class:`SecureAggregation`,
+which keeps the run's current batch of protocol instances. A batch is set up
+in two messages to each site (``keys`` and ``shares``, for up to
+:data:`~skfedriem.flower.protocol.secure_site.BATCH_ROUNDS` rounds ahead);
+each round then takes one message per site (``round``; see
+:mod:`skfedriem.flower.protocol.secure_site`), and returns, for every
+survivor, its release *still pairwise-masked*
 (:class:`~skfedriem.secure_aggregation.ServerSession`): the engine sums them
-into the sum of the survivors' releases, the only thing it learns. A site
-that fails or leaves at any stage is left out of the later ones; one that
-leaves after sharing its keys has its pairwise masks removed from the
-survivors' releases with the shares the survivors reveal. A stage that
-fewer than T sites answer abandons the round: no release is returned, and
-the engine discards the round (it was charged when it started).
+into the sum of the survivors' releases, the only thing it learns.
+
+A participant of the batch that is not reachable when a round starts is
+listed as dropped: the survivors' shares remove its pairwise masks and the
+round completes without it. A participant that fails *during* a round (its
+masked release missing) makes the round abandoned: nothing is returned and
+the engine discards the round (it was charged when it started); it is listed
+as dropped from the next round on. A new batch is set up when the current
+one runs out, has fewer than T reachable participants, or a reachable site
+is not among its participants (it joined or restarted, and lost its keys).
 """
 
 from __future__ import annotations
@@ -23,14 +31,22 @@ import torch
 from flwr.app import ConfigRecord, Message, RecordDict
 
 from ...federated.instructions import ENCODED_RELEASE, RoundInstructions
-from ...secure_aggregation import ServerSession, SignedKeys, TooFewSites
+from ...secure_aggregation import RoundAbandoned, ServerSession, SignedKeys
+from .messages import encode_arrays, encode_instructions
+from .secure_site import BATCH_ROUNDS, instance_of, round_digest
 
-__all__ = ["secure_round"]
+__all__ = ["SecureAggregation"]
+
+Send = Callable[[list[Message]], list[Message]]
 
 
-def _stage(send: Callable[[list[Message]], list[Message]], messages: dict[str, Message],
-           failures: dict[str, str]) -> dict[str, Message]:
-    """The replies to ``messages`` (by site), the failed ones recorded in ``failures``."""
+def _message(node: int, group: str, secagg: dict, **records) -> Message:
+    return Message(RecordDict({**records, "secagg": ConfigRecord(secagg)}), dst_node_id=node, message_type="train",
+                   group_id=group)
+
+
+def _stage(send: Send, messages: dict[str, Message], failures: dict[str, str]) -> dict[str, Message]:
+    """The replies to ``messages`` (by site); why the others failed goes to ``failures``."""
     replies = send(list(messages.values()))
     by_id = {message.metadata.message_id: site for site, message in messages.items()}
     out = {}
@@ -44,85 +60,127 @@ def _stage(send: Callable[[list[Message]], list[Message]], messages: dict[str, M
     return out
 
 
-def _message(node: int, t: int, secagg: dict, **records) -> Message:
-    return Message(RecordDict({**records, "secagg": ConfigRecord(secagg)}), dst_node_id=node, message_type="train",
-                   group_id=str(t + 1))
-
-
-def secure_round(send: Callable[[list[Message]], list[Message]], t: int, sites: dict[str, int],
-                 theta_record, instructions: dict[str, RoundInstructions], encode_instructions,
-                 failures: dict[str, str], log: Callable[[str], None] = print) -> dict[str, tuple[dict, float]]:
-    """Round ``t`` under secure aggregation: every survivor's pairwise-masked release, by site.
+class SecureAggregation:
+    """A run's secure aggregation at the server: its batches of instances, and one round at a time.
 
     Parameters
     ----------
     send : callable
-        Pushes messages and returns their replies (a stage's wait).
-    t : int
-        The round (0-based).
-    sites : dict of str to int
-        The selected sites that can be reached, and their nodes.
-    theta_record : flwr.app.ArrayRecord
-        θ_t.
-    instructions : dict of str to RoundInstructions
-        Each site's, with the round's encoding.
-    encode_instructions : callable
-        Instructions -> ConfigRecord.
-    failures : dict of str to str
-        Filled with why a site fell out, by site.
+        Pushes messages and returns their replies (one stage's wait).
     log : callable, default=print
-        One line per stage (the deployment's log).
-
-    Returns
-    -------
-    dict of str to (dict, float)
-        Each survivor's ``{ENCODED_RELEASE: release}`` (masked pairwise) and the seconds its step took (NaN unless
-        the site opts in); empty when the round was abandoned.
+        One line per batch and per round (the deployment's log).
+    batch_rounds : int, default=BATCH_ROUNDS
+        Rounds a batch of keys covers.
     """
-    encoding = next(iter(instructions.values())).encoding
-    instance = secrets.token_hex(16)
-    session = ServerSession(instance, encoding.clients, encoding.colluders, encoding.bits, encoding.padded)
-    try:
-        replies = _stage(send, {site: _message(node, t, {"stage": "keys", "instance": instance}, theta=theta_record,
-                                               instructions=encode_instructions(instructions[site]))
-                                for site, node in sites.items()}, failures)
-        keys = session.advertised({site: SignedKeys(bytes(r.content["secagg"]["cipher"]),
-                                                    bytes(r.content["secagg"]["masking"]),
-                                                    bytes(r.content["secagg"]["signature"]))
-                                   for site, r in replies.items()})
-        log(f"skfedriem: round {t + 1} secure aggregation: keys of {len(keys)} sites")
-        relay = {"stage": "shares", "instance": instance, "sites": list(keys),
-                 "cipher": [k.cipher for k in keys.values()], "masking": [k.masking for k in keys.values()],
-                 "signature": [k.signature for k in keys.values()]}
-        replies = _stage(send, {site: _message(sites[site], t, relay) for site in keys}, failures)
-        routes = session.shared({site: dict(zip(r.content["secagg"]["to"], map(bytes, r.content["secagg"]["ciphertext"])))
-                                 for site, r in replies.items()})
-        log(f"skfedriem: round {t + 1} secure aggregation: shares of {len(routes)} sites routed")
-        replies = _stage(send, {site: _message(sites[site], t, {"stage": "masked", "instance": instance,
-                                                                "from": list(routes[site]),
-                                                                "ciphertext": list(routes[site].values())})
-                                for site in routes}, failures)
-        seconds = {site: _seconds(r) for site, r in replies.items()}
-        active, dropped = session.received({site: _masked(r) for site, r in replies.items()})
-        log(f"skfedriem: round {t + 1} secure aggregation: masked releases of {len(active)} sites, "
-            f"{len(dropped)} dropped")
-        replies = _stage(send, {site: _message(sites[site], t, {"stage": "unmask", "instance": instance,
-                                                                "active": active, "dropped": dropped})
-                                for site in active}, failures)
-        entries = session.unmasked({site: _unmask_shares(r.content["secagg"]) for site, r in replies.items()})
-    except TooFewSites as error:
-        log(f"skfedriem: round {t + 1} secure aggregation abandoned: {error}")
-        return {}
-    return {site: ({ENCODED_RELEASE: torch.from_numpy(entry)}, seconds[site]) for site, entry in entries.items()}
+
+    def __init__(self, send: Send, *, log: Callable[[str], None] = print, batch_rounds: int = BATCH_ROUNDS) -> None:
+        self.send = send
+        self.log = log
+        self.batch_rounds = int(batch_rounds)
+        self.sessions: dict[int, ServerSession] = {}  # round (1-based) -> its instance
+        self.lost: set[str] = set()  # participants of the current batch that failed during a round
+
+    def run_round(self, t: int, sites: dict[str, int], theta: dict[str, torch.Tensor],
+                  instructions: dict[str, RoundInstructions], failures: dict[str, str]) -> dict[str, tuple[dict, float]]:
+        """Round ``t`` (0-based): each survivor's pairwise-masked release and its step's seconds, by site.
+
+        Parameters
+        ----------
+        t : int
+        sites : dict of str to int
+            The selected sites that can be reached, and their nodes.
+        theta : dict of str to Tensor
+            θ_t.
+        instructions : dict of str to RoundInstructions
+            Each reachable site's, with the round's encoding (the same for all).
+        failures : dict of str to str
+            Filled with why a site fell out, by site.
+
+        Returns
+        -------
+        dict of str to (dict, float)
+            ``{ENCODED_RELEASE: release}`` (masked pairwise) and the seconds its step took (NaN unless the site
+            opts in); empty when the round was abandoned.
+        """
+        round_ = t + 1
+        try:
+            session = self._session(round_, sites, instructions, failures)
+            active, dropped = session.lists(set(sites) - self.lost)
+            return self._round(session, round_, sites, active, dropped, theta, instructions, failures)
+        except RoundAbandoned as error:
+            self.log(f"skfedriem: round {round_} secure aggregation abandoned: {error}")
+            return {}
+
+    def _session(self, round_: int, sites: dict[str, int], instructions: dict[str, RoundInstructions],
+                 failures: dict[str, str]) -> ServerSession:
+        """The round's instance: the current batch's, or a new batch's when it cannot serve the round."""
+        session = self.sessions.get(round_)
+        usable = set(sites) - self.lost
+        if session is None or set(sites) - set(session.participants) or len(usable & set(session.participants)) \
+                < session.threshold:
+            self._set_up(round_, sites, instructions, failures)
+            session = self.sessions[round_]
+        return session
+
+    def _set_up(self, first: int, sites: dict[str, int], instructions: dict[str, RoundInstructions],
+                failures: dict[str, str]) -> None:
+        """A new batch for rounds ``first`` ... ``first + batch_rounds − 1``: keys, then shares."""
+        self.sessions, self.lost = {}, set()
+        batch, rounds = secrets.token_hex(16), list(range(first, first + self.batch_rounds))
+        encoding = next(iter(instructions.values())).encoding
+        group = str(first)
+        replies = _stage(self.send, {site: _message(node, group, {"stage": "keys", "batch": batch, "rounds": rounds},
+                                                    instructions=_encoded(instructions[site]))
+                                     for site, node in sites.items()}, failures)
+        for i, round_ in enumerate(rounds):
+            session = ServerSession(instance_of(batch, round_), encoding.clients, encoding.colluders, encoding.bits,
+                                    encoding.padded)
+            session.advertised({site: SignedKeys(*(bytes(r.content["secagg"][key][i])
+                                                   for key in ("cipher", "masking", "signature")))
+                                for site, r in replies.items()})
+            self.sessions[round_] = session
+        keyed = sorted(replies)
+        relay = {"stage": "shares", "batch": batch, "rounds": rounds,
+                 "sites": [s for s in keyed for _ in rounds],
+                 **{key: [getattr(self.sessions[r].keys[s], key) for s in keyed for r in rounds]
+                    for key in ("cipher", "masking", "signature")}}
+        replies = _stage(self.send, {site: _message(sites[site], group, relay) for site in keyed}, failures)
+        outgoing: dict[int, dict[str, dict[str, bytes]]] = {r: {} for r in rounds}
+        for site, reply in replies.items():
+            record = reply.content["secagg"]
+            for peer, ciphertext, round_ in zip(record["to"], record["ciphertext"], record["round"]):
+                outgoing[int(round_)].setdefault(site, {})[str(peer)] = bytes(ciphertext)
+        for round_ in rounds:
+            self.sessions[round_].shared(outgoing[round_])
+        self.log(f"skfedriem: secure aggregation: keys and shares of {len(replies)} sites for rounds "
+                 f"{rounds[0]}-{rounds[-1]}")
+
+    def _round(self, session: ServerSession, round_: int, sites: dict[str, int], active: list[str],
+               dropped: list[str], theta: dict[str, torch.Tensor], instructions: dict[str, RoundInstructions],
+               failures: dict[str, str]) -> dict[str, tuple[dict, float]]:
+        theta_record = encode_arrays(theta)
+        messages = {site: _message(sites[site], str(round_), {
+            "stage": "round", "instance": session.instance, "from": list(session.routes[site]),
+            "ciphertext": list(session.routes[site].values()), "active": active, "dropped": dropped},
+            theta=theta_record, instructions=_encoded(instructions[site])) for site in active}
+        replies = _stage(self.send, messages, failures)
+        self.lost |= set(active) - set(replies)  # listed as dropped from the next round on
+        masked = {site: np.array(r.content["masked"]["y"].numpy(), dtype=np.int64, copy=True)
+                  for site, r in replies.items()}
+        shares = {site: _shares(r.content["secagg"]) for site, r in replies.items()}
+        entries = session.unmasked(masked, shares, active, dropped, round_digest(theta, instructions[active[0]]))
+        self.log(f"skfedriem: round {round_} secure aggregation: {len(active)} survivors, {len(dropped)} dropped")
+        return {site: ({ENCODED_RELEASE: torch.from_numpy(entry)}, _seconds(replies[site]))
+                for site, entry in entries.items()}
 
 
-def _unmask_shares(record: ConfigRecord) -> tuple[dict[str, bytes], dict[str, bytes]]:
+def _encoded(instructions: RoundInstructions) -> ConfigRecord:
+    return encode_instructions(instructions)
+
+
+def _shares(record: ConfigRecord) -> tuple[dict[str, bytes], dict[str, bytes]]:
     return (dict(zip(record["survivors"], map(bytes, record["self_mask_shares"]))),
             dict(zip(record["dropped"], map(bytes, record["mask_key_shares"]))))
-
-
-def _masked(reply: Message) -> np.ndarray:
-    return np.array(reply.content["masked"]["y"].numpy(), dtype=np.int64, copy=True)
 
 
 def _seconds(reply: Message) -> float:

@@ -3,35 +3,37 @@
 A site takes a round of distributed noise only when its own node configuration
 says ``noise = "distributed"`` (:class:`DistributedNoise`), and only under
 secure aggregation: such a round's release carries a share of the noise, so
-it must never reach the server but masked. The server drives four ``train``
-messages per round (their ``secagg`` record names the stage; see
-:mod:`skfedriem.secure_aggregation.site` for what each checks):
+it must never reach the server but masked. The server sends ``train``
+messages whose ``secagg`` record names the stage (what each step checks:
+:mod:`skfedriem.secure_aggregation.site`):
 
-1. ``keys``: θ_t and the instructions, checked as for any round (the iterate,
-   the step plan), then the encoding's K and t against the site's own
-   setting, *before* anything is computed or charged; the site answers its
-   fresh round keys, signed over the run and round it sees in the message's
-   metadata, the instance, and a digest of θ_t and the instructions.
-2. ``shares``: every site's signed keys, checked against the federation's
-   roster; the site answers its encrypted shares.
-3. ``masked``: the shares addressed to the site, authenticated; the site's
-   guard charges the round (ε_local and ε_central, :class:`SiteGuard`), its
-   one private step runs with fresh secret randomness, and its release
-   leaves masked.
-4. ``unmask``: survivors and dropped sites, checked; the site's shares.
+* ``keys`` (once per batch of rounds): the encoding's K and t are checked
+  against the site's own setting, and the batch's first round against its
+  budget, *before* any key is made; the site answers one fresh pair of round
+  keys per round of the batch, each signed over the run it sees in the
+  message's metadata, that round and the instance.
+* ``shares`` (once per batch): every site's signed keys, checked against the
+  federation's roster; the site answers its encrypted shares.
+* ``round`` (one message a round): θ_t, the instructions, the shares
+  addressed to the site and the round's survivors and dropped sites. The
+  site checks the iterate, its step plan, that the encoding is the
+  instance's, the lists and the shares; only then its guard charges the
+  round (ε_local and ε_central, :class:`~skfedriem.flower.protocol.client_app.SiteGuard`),
+  its one private step runs with fresh secret randomness, and it answers its
+  masked release with its unmasking shares.
 
 Each instance's secrets live in this process's memory only (the site's
-resident worker), until its unmasking or until :data:`KEPT_SESSIONS` newer
-instances have started; an instance seen before is refused (a replay), and
-a repeated round is a new instance with fresh keys, masks and noise, charged
-anew: a cached release is never sent twice under different masks.
+resident worker) until its round, or until :data:`KEPT_SESSIONS` newer
+instances have been made; an instance seen before is refused (a replay), and
+a round sent again is answered only by a new instance, with fresh keys, masks
+and noise, charged anew: a release is never sent twice under different masks.
 """
 
 from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
@@ -39,28 +41,48 @@ from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
 from ...exceptions import InvalidInstructionsError
 from ...federated import client_round
 from ...federated.client import ClientState
-from ...federated.instructions import ENCODED_RELEASE, check_iterate, step_plan
+from ...federated.instructions import ENCODED_RELEASE, RoundInstructions, check_iterate, step_plan
 from ...privacy.discrete import DistributedEncoding
 from ...secure_aggregation import Binding, SignedKeys, SiteIdentity, SiteSession
 from ...secure_aggregation.crypto import load_signing_key, read_roster
 from .messages import decode_arrays, decode_instructions, encode_arrays
 from .replies import ReplyCache
 
-__all__ = ["KEPT_SESSIONS", "STAGES", "DistributedNoise", "answer_stage", "default_colluders"]
+__all__ = ["BATCH_ROUNDS", "KEPT_SESSIONS", "DistributedNoise", "answer_stage", "default_colluders", "round_digest"]
 
-#: The stages of a round under secure aggregation, in order.
-STAGES = ("keys", "shares", "masked", "unmask")
-#: Unfinished instances a site keeps (the oldest is forgotten: its round can no longer be unmasked).
-KEPT_SESSIONS = 8
+#: The most rounds one batch of keys may cover.
+BATCH_ROUNDS = 64
+#: Instances a site keeps (its oldest is forgotten: that round can no longer run).
+KEPT_SESSIONS = 4 * BATCH_ROUNDS
 
-# (site, run, instance) -> (session, θ_t, instructions, plan); and every (site, run, instance) started in this process
-_SESSIONS: OrderedDict[tuple[str, str, str], tuple] = OrderedDict()
+# site -> (run, instance) -> SiteSession; and every (site, run, batch) ever started in this process
+_SESSIONS: dict[str, OrderedDict[tuple[str, str], SiteSession]] = {}
 _STARTED: set[tuple[str, str, str]] = set()
 
 
 def default_colluders(clients: int) -> int:
     """t when the site's node configuration names none: ⌈K / 10⌉, at least 1 when K > 1 (the estimators' default)."""
     return 0 if clients == 1 else max(1, math.ceil(clients / 10))
+
+
+def round_digest(theta: dict[str, torch.Tensor], instructions: RoundInstructions) -> bytes:
+    """What every site of a round must compute alike: θ_t bit for bit and the instructions but each site's size.
+
+    Parameters
+    ----------
+    theta : dict of str to Tensor
+    instructions : RoundInstructions
+
+    Returns
+    -------
+    bytes
+    """
+    return bytes.fromhex(ReplyCache.key(theta, replace(instructions, planned_records=0)))
+
+
+def instance_of(batch: str, round_: int) -> str:
+    """The instance id of ``round_`` in ``batch``."""
+    return f"{batch}/{int(round_)}"
 
 
 @dataclass(frozen=True)
@@ -78,7 +100,8 @@ class DistributedNoise:
     semi_honest_server : bool, default=False
         The operator trusts the server to run the protocol as written: the
         site's ``max-epsilon`` then bounds ε_central (its guarantee when the
-        server only sees the sum) rather than ε_local (its own share's).
+        server learns only the sum of K − t honest sites' releases) rather
+        than ε_local (its own share's, its guarantee against any server).
     """
 
     identity: SiteIdentity
@@ -125,39 +148,106 @@ def _field(record: ConfigRecord, key: str):
     return record[key]
 
 
-def _listed(record: ConfigRecord, *keys: str) -> list[list]:
+def _columns(record: ConfigRecord, *keys: str) -> list[list]:
     columns = [list(_field(record, key)) for key in keys]
     if len({len(column) for column in columns}) > 1:
         raise InvalidInstructionsError(f"The secure-aggregation lists {keys} differ in length.")
     return columns
 
 
-def _start(client, msg: Message, key: tuple[str, str, str]) -> RecordDict:
-    """Stage ``keys``: check the round against the site's own settings; its signed keys."""
-    guard = client.guard
-    if guard is None or guard.distributed is None:
-        raise InvalidInstructionsError("This site takes no round of distributed noise (its node setting noise is "
-                                       "'local').")
-    _, run, instance = key
-    if key in _STARTED:
-        raise InvalidInstructionsError(f"Instance {instance!r} of run {run} was started before: a replay.")
-    theta = check_iterate(client.recipe.module, decode_arrays(msg.content["theta"]))
-    instructions = decode_instructions(msg.content["instructions"])
+def _plan(client, instructions: RoundInstructions):
+    """The step plan of ``instructions`` at this site, checked against its own setting (nothing is charged)."""
     plan = step_plan(instructions, client.n_records, client.recipe.module, client.recipe.unit)
     if plan.encoding is None:
         raise InvalidInstructionsError("A secure-aggregation round without an encoding: local noise needs none.")
-    guard.distributed.check(plan.encoding)
-    guard.check_budget(plan)  # refuse now what the charge would refuse, before any key is made
-    binding = Binding(run, str(msg.metadata.group_id), instance, bytes.fromhex(ReplyCache.key(theta, instructions)),
-                      plan.encoding.clients, plan.encoding.colluders, plan.encoding.bits, plan.encoding.padded)
-    session = SiteSession(guard.distributed.identity, binding)
-    _STARTED.add(key)
-    _SESSIONS[key] = session, theta, instructions, plan
-    while len(_SESSIONS) > KEPT_SESSIONS:
-        _SESSIONS.popitem(last=False)
-    keys = session.advertise()
-    return RecordDict({"secagg": ConfigRecord({"cipher": keys.cipher, "masking": keys.masking,
-                                               "signature": keys.signature})})
+    client.guard.distributed.check(plan.encoding)
+    return plan
+
+
+def _make_keys(client, msg: Message, run: str, record: ConfigRecord) -> RecordDict:
+    """Stage ``keys``: the batch checked against the site's own setting and budget; one signed key pair a round."""
+    batch, rounds = str(_field(record, "batch")), [int(r) for r in _field(record, "rounds")]
+    if not 1 <= len(rounds) <= BATCH_ROUNDS or len(set(rounds)) != len(rounds) or min(rounds) < 1:
+        raise InvalidInstructionsError(f"A batch of secure aggregation covers 1 to {BATCH_ROUNDS} distinct rounds; "
+                                       f"got {len(rounds)}.")
+    if (client.name, run, batch) in _STARTED:
+        raise InvalidInstructionsError(f"Batch {batch!r} of run {run} was started before: a replay.")
+    plan = _plan(client, decode_instructions(msg.content["instructions"]))
+    client.guard.check_budget(plan)  # refuse now what the first round's charge would refuse, before any key
+    _STARTED.add((client.name, run, batch))
+    encoding = plan.encoding
+    keys = []
+    for round_ in rounds:
+        instance = instance_of(batch, round_)
+        binding = Binding(run, str(round_), instance, encoding.clients, encoding.colluders, encoding.bits,
+                          encoding.padded)
+        session = SiteSession(client.guard.distributed.identity, binding)
+        kept = _SESSIONS.setdefault(client.name, OrderedDict())
+        kept[(run, instance)] = session
+        keys.append(session.advertise())
+        while len(kept) > KEPT_SESSIONS:
+            kept.popitem(last=False)
+    return RecordDict({"secagg": ConfigRecord({"cipher": [k.cipher for k in keys], "masking": [k.masking for k in keys],
+                                               "signature": [k.signature for k in keys]})})
+
+
+def _session(client, run: str, instance: str) -> SiteSession:
+    session = _SESSIONS.get(client.name, {}).get((run, instance))
+    if session is None:
+        raise InvalidInstructionsError("A secure-aggregation stage of an instance this site has not made, or has "
+                                       "finished or forgotten.")
+    return session
+
+
+def _share(client, run: str, record: ConfigRecord) -> RecordDict:
+    """Stage ``shares``: every site's signed keys for each round of the batch; this site's encrypted shares."""
+    batch, rounds = str(_field(record, "batch")), [int(r) for r in _field(record, "rounds")]
+    sites, cipher, masking, signature = _columns(record, "sites", "cipher", "masking", "signature")
+    if len(sites) != len(rounds) * len(set(sites)):
+        raise InvalidInstructionsError("The relayed keys are not one per site and round.")
+    rows = list(zip(sites, cipher, masking, signature))
+    to, ciphertexts, of_round = [], [], []
+    for i, round_ in enumerate(rounds):  # the relay lists, for each round, every site's keys
+        keys = {s: SignedKeys(bytes(c), bytes(m), bytes(g)) for s, c, m, g in rows[i::len(rounds)]}
+        for peer, ciphertext in _session(client, run, instance_of(batch, round_)).share(keys).items():
+            to.append(peer)
+            ciphertexts.append(ciphertext)
+            of_round.append(round_)
+    return RecordDict({"secagg": ConfigRecord({"to": to, "ciphertext": ciphertexts, "round": of_round})})
+
+
+def _round(client, msg: Message, run: str, record: ConfigRecord) -> RecordDict:
+    """Stage ``round``: everything checked, then charged, run, masked and answered with the unmasking shares."""
+    session = _session(client, run, str(_field(record, "instance")))
+    if str(msg.metadata.group_id) != session.binding.round:
+        raise InvalidInstructionsError(f"Instance {session.binding.instance!r} is for round {session.binding.round}, "
+                                       f"not {msg.metadata.group_id}.")
+    theta = check_iterate(client.recipe.module, decode_arrays(msg.content["theta"]))
+    instructions = decode_instructions(msg.content["instructions"])
+    plan = _plan(client, instructions)
+    b, encoding = session.binding, plan.encoding
+    if (encoding.clients, encoding.colluders, encoding.bits, encoding.padded) != (b.clients, b.colluders, b.bits,
+                                                                                    b.length):
+        raise InvalidInstructionsError("The round's encoding is not the one its keys were made for.")
+    senders, ciphertexts = _columns(record, "from", "ciphertext")
+    (active,), (dropped,) = _columns(record, "active"), _columns(record, "dropped")
+    active, dropped = [str(s) for s in active], [str(s) for s in dropped]
+    session.check_unmask(active, dropped)
+    session.receive({str(s): bytes(c) for s, c in zip(senders, ciphertexts)})
+    del _SESSIONS[client.name][(run, b.instance)]  # one round per instance, whatever happens next
+    client.guard.charge(plan, label=f"run {run} round {b.round} secure aggregation {b.instance}")
+    state = ClientState.fresh(secure_mode=client.secure_mode)  # fresh OS entropy, never a cached release
+    [(submission, seconds)] = client_round.run_round(client.recipe, theta, [client.data], [state], instructions)
+    masked = session.masked(submission[ENCODED_RELEASE].numpy(), round_digest(theta, instructions))
+    self_masks, mask_keys = session.unmask(active, dropped)
+    content = RecordDict({"masked": encode_arrays({"y": torch.from_numpy(masked)}),
+                          "secagg": ConfigRecord({"survivors": list(self_masks),
+                                                  "self_mask_shares": list(self_masks.values()),
+                                                  "dropped": list(mask_keys),
+                                                  "mask_key_shares": list(mask_keys.values())})})
+    if client.timings:
+        content["metrics"] = MetricRecord({"submission_seconds": seconds})
+    return content
 
 
 def answer_stage(client, msg: Message) -> RecordDict:
@@ -174,36 +264,14 @@ def answer_stage(client, msg: Message) -> RecordDict:
     flwr.app.RecordDict
     """
     record = msg.content["secagg"]
-    stage, instance, run = str(_field(record, "stage")), str(_field(record, "instance")), str(msg.metadata.run_id)
-    key = (str(client.name), run, instance)
-    if stage == "keys":
-        return _start(client, msg, key)
-    if stage not in STAGES or key not in _SESSIONS:
-        raise InvalidInstructionsError(f"A secure-aggregation stage {stage!r} of an instance this site has not "
-                                       "started, or has finished or forgotten.")
-    session, theta, instructions, plan = _SESSIONS[key]
-    if str(msg.metadata.group_id) != session.binding.round:
-        raise InvalidInstructionsError("A secure-aggregation stage sent in another round than its instance's.")
-    if stage == "shares":
-        sites, cipher, masking, signature = _listed(record, "sites", "cipher", "masking", "signature")
-        out = session.share({s: SignedKeys(c, m, g) for s, c, m, g in zip(sites, cipher, masking, signature)})
-        return RecordDict({"secagg": ConfigRecord({"to": list(out), "ciphertext": list(out.values())})})
-    if stage == "masked":
-        senders, ciphertexts = _listed(record, "from", "ciphertext")
-        session.receive(dict(zip(senders, ciphertexts)))
-        client.guard.charge(plan, label=f"run {run} round {session.binding.round} secure aggregation {instance}")
-        state = ClientState.fresh(secure_mode=client.secure_mode)  # fresh OS entropy, never a cached release
-        [(submission, seconds)] = client_round.run_round(client.recipe, theta, [client.data], [state], instructions)
-        masked = session.masked(submission[ENCODED_RELEASE].numpy())
-        content = RecordDict({"masked": encode_arrays({"y": torch.from_numpy(masked)})})
-        if client.timings:
-            content["metrics"] = MetricRecord({"submission_seconds": seconds})
-        return content
-    active, = _listed(record, "active")
-    dropped, = _listed(record, "dropped")
-    del _SESSIONS[key]  # one unmasking per instance, whatever it answers
-    self_masks, mask_keys = session.unmask([str(s) for s in active], [str(s) for s in dropped])
-    return RecordDict({"secagg": ConfigRecord({"survivors": list(self_masks), "self_mask_shares": list(self_masks.values()),
-                                               "dropped": list(mask_keys), "mask_key_shares": list(mask_keys.values())})})
+    stage, run = str(_field(record, "stage")), str(msg.metadata.run_id)
+    if client.guard is None or client.guard.distributed is None:
+        raise InvalidInstructionsError("This site takes no round of distributed noise (its node setting noise is "
+                                       "'local').")
+    stages = {"keys": lambda: _make_keys(client, msg, run, record), "shares": lambda: _share(client, run, record),
+              "round": lambda: _round(client, msg, run, record)}
+    if stage not in stages:
+        raise InvalidInstructionsError(f"Unknown secure-aggregation stage {stage!r}.")
+    return stages[stage]()
 
 
