@@ -38,6 +38,7 @@ SMOKE_ARGS: dict[str, list[str] | str] = {
     "privacy_unit": ["--seeds", "1", "--eps", "10", "--rounds", "2", "--no-real"],
     "subject_batch": ["--seeds", "1", "--eps", "10", "--ks", "2", "--rounds", "2", "--no-real", "--sites-of", "3"],
     "privacy_audit": ["--runs", "20", "--runs-subsampled", "20", "--runs-fits", "10", "--jobs", "1"],
+    "secure_aggregation": ["--rounds", "0", "--compute-sites", "3", "--lengths", "64", "--repeats", "1"],
     "secure_mode": ["--repeats", "2"],
     "speed": ["--rounds", "2", "--pca-rounds", "2", "--repeats", "3", "--busy-workload", "none", "--clients", "3",
               "--scaling-rounds", "2", "--calibration-targets", "2"],

@@ -10,7 +10,8 @@
 * :mod:`skfedriem.flower.operations`: test certificates and keys, and a secured deployment on this host
   (:mod:`~skfedriem.flower.operations.loopback`).
 * :mod:`skfedriem.flower.protocol`: what the simulation and the deployments share (the messages, the ClientApp
-  around a client's round and what a site refuses).
+  around a client's round and what a site refuses), and secure aggregation on deployed sites for rounds of
+  distributed noise (:mod:`~skfedriem.flower.protocol.secure_site`, :mod:`~skfedriem.flower.protocol.secure_rounds`).
 
 The modules' paths before this grouping (``skfedriem.flower.apps``, ``site_client``, ``site_worker``, ``run_config``,
 ``certificates``, ``loopback``) are the new modules, with a ``FutureWarning``, until 0.3.
@@ -27,13 +28,14 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError('The Flower backend needs Flower: pip install "skfedriem[flower]".') from exc
 
-__all__ = ["ClientInfo", "ClientSetup", "FlowerTransport", "NodeDirectory", "PrivacyBudgetExceeded", "SiteGuard",
-           "make_client_app"]
+__all__ = ["ClientInfo", "ClientSetup", "DistributedNoise", "FlowerTransport", "NodeDirectory", "PrivacyBudgetExceeded",
+           "SecureAggregation", "SiteGuard", "make_client_app"]
 
 _WHERE = {"ClientSetup": ".protocol.client_app", "PrivacyBudgetExceeded": ".protocol.client_app",
           "SiteGuard": ".protocol.client_app", "make_client_app": ".protocol.client_app",
           "ClientInfo": ".protocol.messages", "FlowerTransport": ".protocol.messages",
-          "NodeDirectory": ".protocol.messages"}
+          "NodeDirectory": ".protocol.messages", "DistributedNoise": ".protocol.secure_site",
+          "SecureAggregation": ".protocol.secure_rounds"}
 
 
 def __getattr__(name: str):

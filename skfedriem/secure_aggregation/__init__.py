@@ -1,8 +1,8 @@
 """Secure aggregation: the server learns the sum of the sites' releases, even when some drop out, and nothing else.
 
-The protocol of Bonawitz et al. (CCS 2017) on the complete graph, with a
-threshold that needs no consistency round
-(:mod:`~skfedriem.secure_aggregation.session`); every primitive from
+The protocol of Bonawitz et al. (CCS 2017) on the complete graph, its
+threshold and its consistency check (:mod:`~skfedriem.secure_aggregation.session`),
+one message a round when no site drops out; every primitive from
 ``cryptography`` or pycryptodome (:mod:`~skfedriem.secure_aggregation.crypto`,
 :mod:`~skfedriem.secure_aggregation.shamir`). The sites' side and its checks:
 :mod:`~skfedriem.secure_aggregation.site`; the server's:

@@ -39,7 +39,18 @@ _NONCE_BYTES = 12
 
 
 def digest(*parts: bytes | str) -> bytes:
-    """SHA-256 of the parts, each prefixed by its length (no two lists of parts give the same input)."""
+    """SHA-256 of the parts, each prefixed by its length (no two lists of parts give the same input).
+
+    Parameters
+    ----------
+    *parts : bytes or str
+        Strings are UTF-8 encoded.
+
+    Returns
+    -------
+    bytes
+        32 bytes.
+    """
     h = hashlib.sha256()
     for part in parts:
         data = part.encode() if isinstance(part, str) else bytes(part)
@@ -49,12 +60,28 @@ def digest(*parts: bytes | str) -> bytes:
 
 
 def fresh_seed() -> bytes:
-    """256 bits from the OS's secure generator."""
+    """256 bits from the OS's secure generator.
+
+    Returns
+    -------
+    bytes
+        32 bytes.
+    """
     return os.urandom(SEED_BYTES)
 
 
 def load_signing_key(path: str | Path):
-    """A site's private signing key (its SuperNode's: OpenSSH or PEM, P-384 or Ed25519); ValueError otherwise."""
+    """A site's private signing key (its SuperNode's: OpenSSH or PEM, P-384 or Ed25519); ValueError otherwise.
+
+    Parameters
+    ----------
+    path : str or Path
+        The key file (unencrypted).
+
+    Returns
+    -------
+    EllipticCurvePrivateKey or Ed25519PrivateKey
+    """
     data = Path(path).read_bytes()
     loader = serialization.load_ssh_private_key if b"OPENSSH" in data else serialization.load_pem_private_key
     key = loader(data, password=None)
@@ -103,14 +130,35 @@ def read_roster(path: str | Path) -> dict[str, object]:
 
 
 def sign(key, payload: bytes) -> bytes:
-    """The signature of ``payload`` by a site's key (ECDSA P-384 / SHA-384, or Ed25519)."""
+    """The signature of ``payload`` by a site's key (ECDSA with SHA-384, or Ed25519).
+
+    Parameters
+    ----------
+    key : EllipticCurvePrivateKey or Ed25519PrivateKey
+    payload : bytes
+
+    Returns
+    -------
+    bytes
+    """
     if isinstance(key, ed25519.Ed25519PrivateKey):
         return key.sign(payload)
     return key.sign(payload, ec.ECDSA(hashes.SHA384()))
 
 
 def verify(public_key, signature: bytes, payload: bytes) -> bool:
-    """Whether ``signature`` is ``public_key``'s over ``payload``."""
+    """Whether ``signature`` is ``public_key``'s over ``payload``.
+
+    Parameters
+    ----------
+    public_key : EllipticCurvePublicKey or Ed25519PublicKey
+        From the roster.
+    signature, payload : bytes
+
+    Returns
+    -------
+    bool
+    """
     try:
         if isinstance(public_key, ed25519.Ed25519PublicKey):
             public_key.verify(signature, payload)
@@ -122,27 +170,72 @@ def verify(public_key, signature: bytes, payload: bytes) -> bool:
 
 
 def public_bytes(key: X25519PrivateKey) -> bytes:
-    """The raw 32 bytes of an X25519 key's public half."""
+    """The raw 32 bytes of an X25519 key's public half.
+
+    Parameters
+    ----------
+    key : X25519PrivateKey
+
+    Returns
+    -------
+    bytes
+    """
     return key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
 
 
 def agree(private: X25519PrivateKey, peer_public: bytes, context: bytes) -> bytes:
     """A 256-bit key shared with the peer: HKDF-SHA256 of the X25519 secret, bound to ``context``.
 
-    ValueError when ``peer_public`` is not a valid X25519 public key (or gives the all-zero secret).
+    Parameters
+    ----------
+    private : X25519PrivateKey
+        This side's.
+    peer_public : bytes
+        The peer's raw public key (ValueError when it is not a valid X25519 key, or gives the all-zero secret).
+    context : bytes
+        What the key is for (HKDF's info).
+
+    Returns
+    -------
+    bytes
+        32 bytes.
     """
     secret = private.exchange(X25519PublicKey.from_public_bytes(bytes(peer_public)))
     return HKDF(algorithm=hashes.SHA256(), length=SEED_BYTES, salt=None, info=context).derive(secret)
 
 
 def encrypt(key: bytes, plaintext: bytes, associated: bytes) -> bytes:
-    """AES-256-GCM: a fresh 96-bit nonce, then the ciphertext and its tag."""
+    """AES-256-GCM: a fresh 96-bit nonce, then the ciphertext and its tag.
+
+    Parameters
+    ----------
+    key : bytes
+        32 bytes.
+    plaintext : bytes
+    associated : bytes
+        Authenticated, not encrypted (who sends it to whom, in which instance).
+
+    Returns
+    -------
+    bytes
+    """
     nonce = os.urandom(_NONCE_BYTES)
     return nonce + AESGCM(key).encrypt(nonce, plaintext, associated)
 
 
 def decrypt(key: bytes, ciphertext: bytes, associated: bytes) -> bytes | None:
-    """The plaintext of :func:`encrypt`'s output, or None when it was not made with this key and ``associated``."""
+    """The plaintext of :func:`encrypt`'s output, or None when it was not made with this key and ``associated``.
+
+    Parameters
+    ----------
+    key : bytes
+    ciphertext : bytes
+    associated : bytes
+
+    Returns
+    -------
+    bytes or None
+    """
     try:
         return AESGCM(key).decrypt(ciphertext[:_NONCE_BYTES], ciphertext[_NONCE_BYTES:], associated)
     except (InvalidTag, ValueError):

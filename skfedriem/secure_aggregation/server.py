@@ -41,7 +41,18 @@ class ServerSession:
     clients, colluders : int
         K and t (the threshold follows: :func:`~skfedriem.secure_aggregation.session.threshold`).
     bits : int
+        The modulus is 2^bits.
     length : int
+        The releases' length.
+
+    Attributes
+    ----------
+    keys : dict of str to SignedKeys
+        Each site's signed round keys.
+    routes : dict of str to dict of str to bytes
+        The shares forwarded to each site, by sender.
+    inputs : dict of str to ndarray
+        The survivors' masked releases.
     """
 
     instance: str
@@ -49,9 +60,9 @@ class ServerSession:
     colluders: int
     bits: int
     length: int
-    keys: dict = field(default_factory=dict)  # stage 1: site -> SignedKeys
-    routes: dict = field(default_factory=dict)  # stage 2: recipient -> {sender: ciphertext}
-    inputs: dict = field(default_factory=dict)  # stage 3: survivor -> masked release
+    keys: dict = field(default_factory=dict, init=False)  # stage 1: site -> SignedKeys
+    routes: dict = field(default_factory=dict, init=False)  # stage 2: recipient -> {sender: ciphertext}
+    inputs: dict = field(default_factory=dict, init=False)  # the round: survivor -> masked release
 
     @property
     def threshold(self) -> int:
@@ -124,17 +135,21 @@ class ServerSession:
         for site in active:
             seed = self._recover(site, {r: pair[0] for r, pair in shares.items()}, points)
             out[site] = np.mod(self.inputs[site] - mask(seed, self.length, self.bits), modulus)
-        context = key_context("masks", self.instance, content)
         for gone in dropped:
-            key = X25519PrivateKey.from_private_bytes(self._recover(gone, {r: pair[1] for r, pair in shares.items()},
-                                                                    points))
-            for site in active:
-                if gone not in self.routes.get(site, {}):  # never paired with it
-                    continue
-                pairwise = mask(agree(key, self.keys[site].masking, context), self.length, self.bits)
-                # the site added +mask when its name sorts first, −mask otherwise: take it back
-                out[site] = np.mod(out[site] - pairwise if site < gone else out[site] + pairwise, modulus)
+            key = self._recover(gone, {r: pair[1] for r, pair in shares.items()}, points)
+            self._remove_pairwise(out, gone, X25519PrivateKey.from_private_bytes(key), content)
         return out
+
+    def _remove_pairwise(self, entries: dict[str, np.ndarray], gone: str, key: X25519PrivateKey,
+                         content: bytes) -> None:
+        """Take the dropped site's pairwise masks (from its recovered key) out of every survivor's entry."""
+        context = key_context("masks", self.instance, content)
+        for site, entry in entries.items():
+            if gone not in self.routes.get(site, {}):  # never paired with it
+                continue
+            pairwise = mask(agree(key, self.keys[site].masking, context), self.length, self.bits)
+            # the site added +mask when its name sorts first, −mask otherwise: take it back
+            entries[site] = np.mod(entry - pairwise if site < gone else entry + pairwise, 1 << self.bits)
 
     def _recover(self, target: str, shares: dict[str, dict[str, bytes]], points: dict[str, int]) -> bytes:
         held = {points[responder]: answer[target] for responder, answer in shares.items() if target in answer}

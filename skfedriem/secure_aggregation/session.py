@@ -14,16 +14,15 @@ split with threshold
     T = max(K − t, ⌊(K + t) / 2⌋ + 1).
 
 K − t: unmasking goes ahead only with at least the K − t survivors whose
-noise shares the certificate counts. ⌊(K + t) / 2⌋ + 1: an honest site
-reveals, for a peer, either its self-mask share or its pairwise-mask share,
-never both (the lists it is given are disjoint; it answers one unmasking per
-instance). To rebuild both secrets of one site, a server that shows the
-honest sites two different views (that site alive to some, dropped to
-others) needs T shares of each; the c ≤ t colluders give both, the K − c
-honest sites one each, so it needs 2T ≤ K + c ≤ K + t. With 2T > K + t it
-cannot, whatever views it shows: Bonawitz et al.'s consistency round,
-which lets their protocol run with a lower threshold, is not needed. For
-K ≤ 3t the second term wins and fewer than t sites may drop out; a round
+noise shares the certificate counts. ⌊(K + t) / 2⌋ + 1, so that 2T > K + t:
+an honest site reveals, for a peer, either its self-mask share or its
+pairwise-mask share, never both, once per instance, and reveals mask-key
+shares only against T survivors' signatures over the lists it signed itself
+(the consistency check of :mod:`~skfedriem.secure_aggregation.site`). A
+server showing different lists to different sites, with c ≤ t colluders
+that sign and reveal anything, would need T signatures (or T shares) from
+two disjoint groups of honest sites: 2T ≤ K + c, which 2T > K + t rules out.
+For K ≤ 3t the second term wins and fewer than t sites may drop out; a round
 whose survivors fall below T is abandoned (the engine discards it).
 
 **The binding.** Each site signs its fresh round keys over
@@ -40,13 +39,13 @@ not cancel, so no sum of their releases can be unmasked.
 exchanged ahead (two messages per batch); each round then takes a single
 message per site, which carries θ_t, the instructions, the shares addressed
 to the site and the lists of survivors and dropped sites, and whose reply is
-the masked release with the site's unmasking shares. Revealing the shares
-with the release is safe for the same reason as above: a site reveals, for
-each peer, one secret of the two, once per instance. A site listed as a
-survivor whose masked release does not arrive cannot have its pairwise masks
-removed (that would take the other secret): such a round is abandoned. A
-site already gone when the round starts is listed as dropped, and its
-pairwise masks are removed with the survivors' shares.
+the masked release with the site's signature over the lists and, when no
+site is dropped, its self-mask shares (no mask key is revealed: a release's
+pairwise masks cancel only in a sum with its partners'). A site already gone
+when the round starts is listed as dropped: a second message carries the
+survivors' signatures, against which they reveal the shares of its mask key.
+A survivor whose masked release does not arrive cannot have its pairwise
+masks removed (that would take its other secret): the round is abandoned.
 """
 
 from __future__ import annotations

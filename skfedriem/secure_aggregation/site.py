@@ -8,22 +8,30 @@ The stages, each a method, in order (a call out of order is refused):
 2. :meth:`SiteSession.share`: the server relays every site's signed keys.
    The site checks each signature against the federation's roster (never a
    key the server relays), that it is listed with its own keys, that no key
-   repeats, and that there are at least T and at most K sites; then it
-   Shamir-shares a fresh self-mask seed and its mask key among them and
-   encrypts each peer's shares to that peer.
+   repeats, that every masking key agrees on a secret (no low-order point),
+   and that there are at least T and at most K sites; then it Shamir-shares
+   a fresh self-mask seed and its mask key among them and encrypts each
+   peer's shares to that peer.
 3. :meth:`SiteSession.receive`: the shares addressed to the site, from at
    least T − 1 peers, every one signed in stage 2, each authenticated as
    from that peer to this site.
-4. :meth:`SiteSession.masked`: the release, masked: release + self-mask +
+4. :meth:`SiteSession.sign_lists`: the round's survivors (whose self-masks
+   the server will remove) and dropped sites (whose pairwise masks it will
+   remove), checked (:meth:`SiteSession.check_unmask`: no site in both, at
+   least T survivors, this site among them, only sites it holds shares of),
+   kept and signed; a deployed site runs it before it charges or computes
+   anything.
+5. :meth:`SiteSession.masked`: the release, masked: release + self-mask +
    Σ ± pairwise masks, modulo 2^bits, the pairwise keys derived with the
    round's content.
-5. :meth:`SiteSession.unmask`, at most once: given the survivors (whose
-   self-masks the server removes) and the dropped (whose pairwise masks it
-   removes), the site's share of each survivor's self-mask seed and of each
-   dropped site's mask key. :meth:`SiteSession.check_unmask` refuses lists
-   that share a site, fewer than T survivors, a list without this site among
-   the survivors, or sites it holds no shares of; a deployed site runs it
-   before it charges or computes anything.
+6. :meth:`SiteSession.unmask`: for the lists it signed, the site's share of
+   each survivor's self-mask seed and of each dropped site's mask key. When
+   any site is dropped, only with the signatures of at least T survivors over
+   the same lists (Bonawitz et al.'s consistency check): the honest sites
+   that reveal mask-key shares then all hold one view of who dropped, so a
+   server cannot drop a site's partners to some sites and keep it alive to
+   others. With no site dropped, only self-mask shares are revealed, and a
+   release's pairwise masks cancel only in a sum with its partners'.
 
 Every refusal is a :class:`~skfedriem.exceptions.InvalidInstructionsError`
 naming the check; a deployed site answers it with its generic refusal.
@@ -31,6 +39,7 @@ naming the check; a deployed site answers it with its generic refusal.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -94,6 +103,10 @@ def _refuse(text: str) -> None:
     raise InvalidInstructionsError(f"Secure aggregation refused: {text}")
 
 
+def _lists(active: list[str], dropped: list[str]) -> tuple[list[str], list[str]]:
+    return sorted({str(s) for s in active}), sorted({str(s) for s in dropped})
+
+
 def sign_keys(identity: SiteIdentity, binding: Binding, cipher: bytes, masking: bytes) -> SignedKeys:
     """``cipher`` and ``masking`` signed by ``identity`` for ``binding``."""
     return SignedKeys(cipher, masking, sign(identity.signing_key, binding.payload(identity.name, cipher, masking)))
@@ -107,17 +120,24 @@ class SiteSession:
     ----------
     identity : SiteIdentity
     binding : Binding
-        Built by the site from what it saw itself (metadata, θ_t, instructions).
+        Built by the site from what it saw itself (the run in the messages' metadata, the round, the instance,
+        and the encoding it checked).
+
+    Attributes
+    ----------
+    stage : str
+        The last stage run.
     """
 
     identity: SiteIdentity
     binding: Binding
-    stage: str = "new"
-    _cipher: X25519PrivateKey = field(default_factory=X25519PrivateKey.generate, repr=False)
-    _masking: X25519PrivateKey = field(default_factory=X25519PrivateKey.generate, repr=False)
-    _self_seed: bytes = field(default_factory=fresh_seed, repr=False)
-    _keys: dict = field(default_factory=dict, repr=False)  # the signed keys of stage 2, by site
-    _shares: dict = field(default_factory=dict, repr=False)  # peer -> (self-mask share, mask-key share) it holds
+    stage: str = field(default="new", init=False)
+    _cipher: X25519PrivateKey = field(default_factory=X25519PrivateKey.generate, init=False, repr=False)
+    _masking: X25519PrivateKey = field(default_factory=X25519PrivateKey.generate, init=False, repr=False)
+    _self_seed: bytes = field(default_factory=fresh_seed, init=False, repr=False)
+    _keys: dict = field(default_factory=dict, init=False, repr=False)  # the signed keys of stage 2, by site
+    _shares: dict = field(default_factory=dict, init=False, repr=False)  # peer -> (self-mask share, mask-key share)
+    _lists: tuple = field(default=((), ()), init=False, repr=False)  # the survivors and dropped sites it signed
 
     @property
     def name(self) -> str:
@@ -130,7 +150,12 @@ class SiteSession:
         self.stage = to
 
     def advertise(self) -> SignedKeys:
-        """Stage 1: the site's fresh public round keys, signed for this instance."""
+        """Stage 1: the site's fresh public round keys, signed for this instance.
+
+        Returns
+        -------
+        SignedKeys
+        """
         self._advance("new", "advertised")
         return sign_keys(self.identity, self.binding, public_bytes(self._cipher), public_bytes(self._masking))
 
@@ -163,28 +188,6 @@ class SiteSession:
             out[peer] = encrypt(secret, self_share + key_share, self.binding.payload(self.name, "to", peer))
         return out
 
-    @staticmethod
-    def _check_disjoint(active: list[str], dropped: list[str]) -> None:
-        """Never both shares of one site: a site listed as survivor and as dropped is refused."""
-        both = sorted(set(active) & set(dropped))
-        if both:
-            _refuse(f"sites {both} are listed both as survivors and as dropped.")
-
-    def _check_survivors(self, active: list[str]) -> None:
-        """No unmasking with fewer than T (≥ K − t) survivors: their sum would be too few sites' releases."""
-        if len(set(active)) < self.binding.threshold:
-            _refuse(f"{len(set(active))} survivors, fewer than T = {self.binding.threshold} (at least K − t = "
-                    f"{self.binding.clients - self.binding.colluders}).")
-
-    def _check_signatures(self, keys: dict[str, SignedKeys]) -> None:
-        """Every site's keys signed by its roster key over this instance's binding (unsigned, swapped or replayed
-        keys are refused)."""
-        for site, signed in keys.items():
-            if not verify(self.identity.roster[site], signed.signature,
-                          self.binding.payload(site, signed.cipher, signed.masking)):
-                _refuse(f"the keys of site {site!r} are not signed by its roster key for this run, round and "
-                        "instance (unsigned, swapped or replayed).")
-
     def _check_keys(self, keys: dict[str, SignedKeys]) -> None:
         b, roster = self.binding, self.identity.roster
         if not b.threshold <= len(keys) <= b.clients:
@@ -199,6 +202,21 @@ class SiteSession:
         if len(set(publics)) != len(publics):
             _refuse("a round key appears twice in the server's list.")
         self._check_signatures(keys)
+        for peer, signed in keys.items():  # a low-order key would fail only when masking, after the charge
+            if peer != self.name:
+                try:
+                    agree(self._masking, signed.masking, b"check")
+                except ValueError:
+                    _refuse(f"the masking key of site {peer!r} agrees on no secret.")
+
+    def _check_signatures(self, keys: dict[str, SignedKeys]) -> None:
+        """Every site's keys signed by its roster key over this instance's binding (unsigned, swapped or replayed
+        keys are refused)."""
+        for site, signed in keys.items():
+            if not verify(self.identity.roster[site], signed.signature,
+                          self.binding.payload(site, signed.cipher, signed.masking)):
+                _refuse(f"the keys of site {site!r} are not signed by its roster key for this run, round and "
+                        "instance (unsigned, swapped or replayed).")
 
     def receive(self, ciphertexts: dict[str, bytes]) -> None:
         """Stage 3: the shares peers sent this site, each authenticated; at least T sites with this one.
@@ -221,8 +239,57 @@ class SiteSession:
                 _refuse(f"the shares from {peer!r} do not decrypt as that peer's to this site.")
             self._shares[peer] = (plain[:shamir.SHARE_BYTES], plain[shamir.SHARE_BYTES:])
 
+    def sign_lists(self, active: list[str], dropped: list[str]) -> bytes:
+        """Stage 4: the round's lists checked (:meth:`check_unmask`), kept, and signed by this site.
+
+        Parameters
+        ----------
+        active, dropped : list of str
+            The survivors and the dropped sites, as the server sent them to this site.
+
+        Returns
+        -------
+        bytes
+            The site's signature over them (what the other sites' consistency check counts).
+        """
+        self.check_unmask(active, dropped)
+        self._advance("received", "signed")
+        self._lists = _lists(active, dropped)
+        return sign(self.identity.signing_key, self._lists_payload(self.name))
+
+    def _lists_payload(self, site: str) -> bytes:
+        return self.binding.payload(site, "survivors and dropped", json.dumps(self._lists))
+
+    def check_unmask(self, active: list[str], dropped: list[str]) -> None:
+        """Refuse survivor and dropped lists :meth:`unmask` would refuse (nothing changes).
+
+        Parameters
+        ----------
+        active, dropped : list of str
+        """
+        self._check_disjoint(active, dropped)
+        self._check_survivors(active)
+        if self.name not in active:
+            _refuse("this site is not among the survivors of a round it is asked to mask its release for.")
+        unknown = sorted((set(active) | set(dropped)) - set(self._shares))
+        if unknown:
+            _refuse(f"sites {unknown} whose shares this site does not hold.")
+
+    @staticmethod
+    def _check_disjoint(active: list[str], dropped: list[str]) -> None:
+        """Never both shares of one site: a site listed as survivor and as dropped is refused."""
+        both = sorted(set(active) & set(dropped))
+        if both:
+            _refuse(f"sites {both} are listed both as survivors and as dropped.")
+
+    def _check_survivors(self, active: list[str]) -> None:
+        """No unmasking with fewer than T (≥ K − t) survivors: their sum would be too few sites' releases."""
+        if len(set(active)) < self.binding.threshold:
+            _refuse(f"{len(set(active))} survivors, fewer than T = {self.binding.threshold} (at least K − t = "
+                    f"{self.binding.clients - self.binding.colluders}).")
+
     def masked(self, release: np.ndarray, content: bytes) -> np.ndarray:
-        """Stage 4: the release masked: + self-mask + Σ_{peers v} ± mask(s_uv), modulo 2^bits.
+        """Stage 5: the release masked: + self-mask + Σ_{peers v} ± mask(s_uv), modulo 2^bits.
 
         Parameters
         ----------
@@ -237,7 +304,7 @@ class SiteSession:
         -------
         ndarray of int64, shape (length,)
         """
-        self._advance("received", "masked")
+        self._advance("signed", "masked")
         b = self.binding
         release = np.asarray(release, dtype=np.int64)
         if release.shape != (b.length,):
@@ -251,25 +318,19 @@ class SiteSession:
             total = np.mod(total + pairwise if self.name < peer else total - pairwise, 1 << b.bits)
         return total
 
-    def check_unmask(self, active: list[str], dropped: list[str]) -> None:
-        """Refuse survivor and dropped lists :meth:`unmask` would refuse (nothing changes)."""
-        self._check_disjoint(active, dropped)
-        self._check_survivors(active)
-        if self.name not in active:
-            _refuse("this site is not among the survivors of a round it is asked to mask its release for.")
-        unknown = sorted((set(active) | set(dropped)) - set(self._keys))
-        if unknown:
-            _refuse(f"sites {unknown} that did not share keys in this instance.")
-
-    def unmask(self, active: list[str], dropped: list[str]) -> tuple[dict[str, bytes], dict[str, bytes]]:
-        """Stage 5 (once): this site's shares of the survivors' self-mask seeds and of the dropped sites' mask keys.
+    def unmask(self, active: list[str], dropped: list[str],
+               signatures: dict[str, bytes] | None = None) -> tuple[dict[str, bytes], dict[str, bytes]]:
+        """Stage 6 (once): this site's shares of the survivors' self-mask seeds and of the dropped sites' mask keys.
 
         Parameters
         ----------
         active : list of str
-            The sites whose masked releases the server summed.
+            The sites whose masked releases the server sums.
         dropped : list of str
-            Sites that shared keys but whose releases did not arrive.
+            Sites that shared keys but whose releases it does not sum.
+        signatures : dict of str to bytes, optional
+            Survivors' signatures over these lists (:meth:`sign_lists`), by site: at least T are needed when any
+            site is dropped.
 
         Returns
         -------
@@ -279,9 +340,18 @@ class SiteSession:
             For each site of ``dropped``, this site's share of its mask key.
         """
         self._advance("masked", "unmasked")
-        self.check_unmask(active, dropped)
-        unknown = sorted((set(active) | set(dropped)) - set(self._shares))
-        if unknown:
-            _refuse(f"sites {unknown} whose shares this site does not hold.")
+        if _lists(active, dropped) != self._lists:
+            _refuse("the survivors and dropped sites differ from the lists this site signed.")
+        if dropped:
+            self._check_consistency(active, signatures or {})
         return ({site: self._shares[site][0] for site in set(active)},
                 {site: self._shares[site][1] for site in set(dropped)})
+
+    def _check_consistency(self, active: list[str], signatures: dict[str, bytes]) -> None:
+        """Mask-key shares only when at least T survivors signed the very lists this site signed."""
+        roster = self.identity.roster
+        signers = {site for site, signature in signatures.items() if site in set(active) and site in roster
+                   and verify(roster[site], bytes(signature), self._lists_payload(site))}
+        if len(signers) < self.binding.threshold:
+            _refuse(f"{len(signers)} survivors signed these lists, fewer than T = {self.binding.threshold}: the "
+                    "sites may have been shown different survivors.")

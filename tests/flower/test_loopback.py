@@ -167,3 +167,32 @@ def test_a_subject_level_deployment_is_charged_per_subject_as_the_in_process_fit
         assert all(f["privacy_unit"] == "subject" for f in ledger.fits) and len(ledger.fits) == 2
         assert {step.get("group_size", 1) for f in ledger.fits for step in f["steps"]} == {records_per_subject or 1}
         assert ledger.spent() <= 4.0 + 1e-9
+
+
+@pytest.mark.deployment
+def test_a_distributed_deployment_certifies_the_in_process_epsilon_and_recovers_a_killed_sites_masks(tmp_path, capsys):
+    """Five secured sites consent to distributed noise (node settings noise, federation-keys, signing-key); every
+    round runs under secure aggregation. Site-0 is killed after round 2: the next rounds list it as dropped (the
+    survivors' shares remove its pairwise masks of the batch it shared keys for) and complete with four sites; a
+    round it was still listed alive in, if any, is abandoned and discarded. The certificate is the in-process fit's,
+    and every site's ledgers cover what it ran."""
+    summary = main(["--estimator", "pca", "--sites", "5", "--rounds", "5", "--eps", "2.0", "--noise", "distributed",
+                    "--semi-honest-server", "--kill-site-after-round", "2", "--round-timeout", "30",
+                    "--set", 'solver="riemannian"', "--set", "local-steps=1", "--timeout", "420",
+                    "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "killed site-0's SuperNode" in out and "4 survivors, 1 dropped" in out
+    replied = summary["replied"]
+    assert replied[0] == replied[1] == [0, 1, 2, 3, 4] and replied[-1] == [1, 2, 3, 4]
+    result = json.loads((tmp_path / "server" / "result.json").read_text())
+    assert all(h["replied"] == [] for h in result["history"] if "discarded" in h)  # abandoned, not averaged
+    X = np.vstack([x for x, _ in site_data(tmp_path, 5, False)])
+    reference = FederatedPCA(n_components=2, eps=2.0, n_rounds=5, local_steps=1, solver="riemannian",
+                             noise="distributed").fit(X, groups=np.repeat(np.arange(5), 120))
+    assert result["epsilon"] == reference.epsilon_ <= 2.0
+    for i in range(5):
+        ledger = tmp_path / f"site-{i}" / "ledger.json"
+        local = PrivacyBudget(float("inf"), path=ledger).fits
+        central = PrivacyBudget(float("inf"), path=ledger.with_name("ledger.central.json"))
+        assert len(local) == len(central.fits) and (len(local) == 2 if i == 0 else len(local) >= 3)
+        assert central.spent() <= result["epsilon"] * (1 + 1e-9)

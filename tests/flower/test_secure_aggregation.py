@@ -22,6 +22,7 @@ from skfedriem.flower.deployment import apps  # noqa: E402
 from skfedriem.flower.deployment.apps import client_apps  # noqa: E402
 from skfedriem.flower.operations.certificates import make_supernode_keys  # noqa: E402
 from skfedriem.flower.protocol.messages import encode_arrays, encode_instructions  # noqa: E402
+from skfedriem.flower.protocol import secure_site  # noqa: E402
 from skfedriem.flower.protocol.secure_site import DistributedNoise  # noqa: E402
 from skfedriem.privacy import PrivacyBudget  # noqa: E402
 from skfedriem.privacy.discrete import DistributedEncoding  # noqa: E402
@@ -60,11 +61,11 @@ def federation(tmp_path):
 class SecureGrid(SitesGrid):
     """The sites consent to distributed noise; ``drop`` = {(round, stage): site} loses a site at that stage."""
 
-    def __init__(self, folder, files, keys, node=None, drop=None, per_site=None):
+    def __init__(self, folder, files, keys, node=None, drop=None, per_site=None, restart=None, crash=(), **settings):
         self.folder, self.keys, self.node, self.drop = folder, keys, node or {}, dict(drop or {})
-        self.per_site = per_site or {}
-        self.round = 0
-        config = {"n-clients": len(files), "output": str(folder / "out"), "round-timeout": 5.0, **SETTINGS}
+        self.per_site, self.restart, self.files, self.crash = per_site or {}, dict(restart or {}), files, set(crash)
+        config = {"n-clients": len(files), "output": str(folder / "out"), "round-timeout": 5.0, **SETTINGS,
+                  **settings}
         super().__init__("pca", files, config)
 
     def _join(self, name, path):
@@ -80,6 +81,14 @@ class SecureGrid(SitesGrid):
             gone = self.drop.get((message.metadata.group_id, stage))
             if node in self.nodes and self.nodes[node][0] == gone:
                 del self.nodes[node]  # the site's SuperNode died before it could answer
+            if (message.metadata.group_id, stage) in self.crash and message is messages[-1]:
+                super().push_messages(messages)  # every site answers, then the server dies
+                self.crash.discard((message.metadata.group_id, stage))
+                raise RuntimeError("server crash")
+            back = self.restart.pop((message.metadata.group_id, stage), None)
+            if back is not None:  # a new process under a new node: its secrets are gone
+                secure_site._SESSIONS.pop(back, None)
+                self._join(back, self.files[back])
         return super().push_messages(messages)
 
     def serve(self) -> dict:
@@ -107,7 +116,7 @@ def spies(monkeypatch):
     def spy_unmasked(self, masked_releases, shares, active, dropped, content):
         entries = unmasked(self, masked_releases, shares, active, dropped, content)
         held.append({"inputs": dict(self.inputs), "entries": entries, "modulus": 1 << self.bits,
-                     "round": self.instance.split("/")[1]})
+                     "round": self.instance.split("/")[1], "shares": shares, "threshold": self.threshold})
         return entries
 
     monkeypatch.setattr(SiteSession, "masked", spy_masked)
@@ -139,6 +148,10 @@ def test_a_distributed_deployment_certifies_the_in_process_epsilon_and_the_serve
         for release in truth.values():
             for other in [*round_held["inputs"].values(), *round_held["entries"].values()]:
                 assert np.mean(other == release) < 0.2
+        for site in SITES:  # of no site does the server hold T shares of both secrets that remove its masks
+            self_masks = sum(site in pair[0] for pair in round_held["shares"].values())
+            mask_keys = sum(site in pair[1] for pair in round_held["shares"].values())
+            assert min(self_masks, mask_keys) < round_held["threshold"]
 
 
 def test_a_site_lost_during_a_round_abandons_it_and_is_then_recovered_as_dropped(federation, spies):
@@ -161,6 +174,34 @@ def test_a_site_lost_during_a_round_abandons_it_and_is_then_recovered_as_dropped
         own, central = ledgers(files[name])
         assert len(central.fits) == (1 if name == "site-2" else 3)
         assert central.spent() <= result["epsilon"] * (1 + 1e-9)
+
+
+def test_a_site_that_restarts_loses_its_round_and_joins_a_new_batch(federation):
+    """Site-1 restarts as round 3's messages go out (a new node, its secrets gone): round 3, which listed it as a
+    survivor, is abandoned; round 4 sets up a new batch of keys with it and completes with all five."""
+    folder, files, keys = federation
+    result = SecureGrid(folder, files, keys, node={"semi-honest-server": "true"}, restart={("3", "round"): "site-1"},
+                        **{"n-rounds": 4}).serve()
+    replied = [h["replied"] for h in result["history"]]
+    assert replied == [[0, 1, 2, 3, 4], [0, 1, 2, 3, 4], [], [0, 1, 2, 3, 4]]
+    assert "discarded" in result["history"][2]
+
+
+def test_a_resumed_run_sends_the_cut_round_as_a_new_release_charged_again(federation):
+    """The server dies once every site has answered round 2 (their masked releases sent); resume=true sends round 2
+    again: a new batch, fresh keys, masks and noise, charged again at every site and in the certificate."""
+    folder, files, keys = federation
+    grid = SecureGrid(folder, files, keys, node={"semi-honest-server": "true"}, crash={("2", "round")})
+    with pytest.raises(RuntimeError, match="server crash"):
+        grid.serve()
+    grid.run_config = {**grid.run_config, "resume": "true"}
+    result = grid.serve()
+    assert [h["round"] for h in result["history"]] == [1, 2, 3]
+    for name in SITES:  # the certificate counts round 2 twice, as every site's ε_central ledger does
+        own, central = ledgers(files[name])
+        labels = [f["label"].split(" secure aggregation ")[0] for f in central.fits]
+        assert labels == ["run 1 round 1", "run 1 round 2", "run 1 round 2", "run 1 round 3"]
+        assert central.spent() == pytest.approx(result["epsilon"], rel=1e-6)
 
 
 def test_a_site_told_other_k_or_t_refuses_before_anything_is_charged(federation):

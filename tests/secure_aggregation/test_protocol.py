@@ -41,6 +41,7 @@ class Federation:
         self.sites = {n: SiteSession(SiteIdentity(n, KEYS[n], ROSTER), self.binding) for n in NAMES}
         self.server = ServerSession(self.binding.instance, self.binding.clients, self.binding.colluders, BITS, LENGTH)
         self.x = releases()
+        self.signatures: dict[str, bytes] = {}
 
     def keys(self) -> dict[str, SignedKeys]:
         return self.server.advertised({n: s.advertise() for n, s in self.sites.items()})
@@ -52,19 +53,22 @@ class Federation:
         for n in routes:
             self.sites[n].receive(routes[n])
 
-    def answer(self, site: str, active: list[str], dropped: list[str], content: bytes | None = None) -> tuple:
-        """One site's round: its masked release and its unmasking shares for the lists it was sent."""
+    def answer(self, site: str, active: list[str], dropped: list[str], content: bytes | None = None) -> np.ndarray:
+        """One site's round: it signs the lists it was sent and masks its release."""
         session = self.sites[site]
-        session.check_unmask(active, dropped)
-        return session.masked(self.x[site], self.content if content is None else content), \
-            session.unmask(active, dropped)
+        self.signatures[site] = session.sign_lists(active, dropped)
+        return session.masked(self.x[site], self.content if content is None else content)
+
+    def reveal(self, site: str, active: list[str], dropped: list[str], signatures=None) -> tuple:
+        """Its unmasking shares (with every signature collected so far, unless told which)."""
+        return self.sites[site].unmask(active, dropped, self.signatures if signatures is None else signatures)
 
     def run(self, reachable=NAMES, fail=()) -> dict[str, np.ndarray]:
         self.set_up()
         active, dropped = self.server.lists(reachable)
-        answers = {n: self.answer(n, active, dropped) for n in active if n not in fail}
-        return self.server.unmasked({n: a[0] for n, a in answers.items()}, {n: a[1] for n, a in answers.items()},
-                                    active, dropped, self.content)
+        masked = {n: self.answer(n, active, dropped) for n in active if n not in fail}
+        shares = {n: self.reveal(n, active, dropped) for n in masked}
+        return self.server.unmasked(masked, shares, active, dropped, self.content)
 
 
 def modular_sum(arrays) -> np.ndarray:
@@ -125,9 +129,8 @@ def test_sites_sent_different_rounds_have_masks_that_do_not_cancel():
     """The round's content enters the pairwise keys: a server that sends one site another θ gets no usable sum."""
     fed = Federation()
     fed.set_up()
-    answers = {n: fed.answer(n, NAMES, [], b"another theta" if n == "site-3" else None) for n in NAMES}
-    entries = fed.server.unmasked({n: a[0] for n, a in answers.items()}, {n: a[1] for n, a in answers.items()},
-                                  NAMES, [], fed.content)
+    masked = {n: fed.answer(n, NAMES, [], b"another theta" if n == "site-3" else None) for n in NAMES}
+    entries = fed.server.unmasked(masked, {n: fed.reveal(n, NAMES, []) for n in NAMES}, NAMES, [], fed.content)
     assert np.mean(modular_sum(entries.values()) == modular_sum(fed.x.values())) < 0.2
 
 
@@ -164,17 +167,21 @@ def test_fewer_shares_than_the_threshold_recover_nothing():
 def _lists_target_both_ways(fed: Federation) -> np.ndarray | None:
     """The target is told everyone survives; every other site that the target dropped: both its secrets."""
     fed.set_up()
-    y, _ = fed.answer(TARGET, NAMES, [])
-    others = {n: fed.answer(n, NAMES, [TARGET])[1] for n in NAMES if n != TARGET}
-    seed = combined(fed, {n: a[0][TARGET] for n, a in others.items()})
-    key = combined(fed, {n: a[1][TARGET] for n, a in others.items()})
+    y = fed.answer(TARGET, NAMES, [])
+    fed.reveal(TARGET, NAMES, [])
+    others = [n for n in NAMES if n != TARGET]
+    for n in others:
+        fed.answer(n, NAMES, [TARGET])
+    answers = {n: fed.reveal(n, NAMES, [TARGET]) for n in others}  # four signed the same lists: T = 4
+    seed = combined(fed, {n: a[0][TARGET] for n, a in answers.items()})
+    key = combined(fed, {n: a[1][TARGET] for n, a in answers.items()})
     if seed is None or key is None:
         return None
-    public = {n: fed.server.keys[n].masking for n in NAMES if n != TARGET}
     own = X25519PrivateKey.from_private_bytes(key)  # the target's mask key: every pairwise mask from its side
     y = y - mask(seed, LENGTH, BITS)
-    for peer, peer_public in public.items():
-        pairwise = mask(agree(own, peer_public, key_context("masks", fed.binding.instance, fed.content)), LENGTH, BITS)
+    for peer in others:
+        pairwise = mask(agree(own, fed.server.keys[peer].masking, key_context("masks", fed.binding.instance,
+                                                                            fed.content)), LENGTH, BITS)
         y = y - pairwise if TARGET < peer else y + pairwise
     return np.mod(y, 1 << BITS)
 
@@ -195,15 +202,22 @@ HONEST = ["site-1", "site-2", "site-3"]
 
 
 def _sums_the_target_with_a_colluder(fed: Federation) -> np.ndarray | None:
-    """Survivor lists of two or three: the sum of the target's and the colluder's releases, less the colluder's."""
+    """Survivor lists of two or three: the sum of the target's and the colluder's releases, less the colluder's.
+    The colluder signs whatever the server asks."""
     fed.set_up()
-    y, (target_seeds, target_keys) = fed.answer(TARGET, [TARGET, COLLUDER], HONEST)
-    answers = {h: fed.answer(h, [h, TARGET, COLLUDER], [o for o in HONEST if o != h])[1] for h in HONEST}
-    colluder = fed.sites[COLLUDER]._shares  # the colluder hands over the shares it holds
-    seed = combined(fed, {**{h: a[0][TARGET] for h, a in answers.items()}, TARGET: target_seeds[TARGET],
-                          COLLUDER: colluder[TARGET][0]})
-    peer_keys = {h: combined(fed, {**{o: answers[o][1][h] for o in HONEST if o != h}, TARGET: target_keys[h],
-                                   COLLUDER: colluder[h][1]}) for h in HONEST}
+    views = {TARGET: ([TARGET, COLLUDER], HONEST), **{h: ([h, TARGET, COLLUDER], [o for o in HONEST if o != h])
+                                                      for h in HONEST}}
+    y = fed.answer(TARGET, *views[TARGET])
+    for h in HONEST:
+        fed.answer(h, *views[h])
+    answers = {}
+    for site, (active, dropped) in views.items():
+        colluder = sign(KEYS[COLLUDER], fed.sites[site]._lists_payload(COLLUDER))
+        answers[site] = fed.reveal(site, active, dropped, {site: fed.signatures[site], COLLUDER: colluder})
+    held = fed.sites[COLLUDER]._shares  # the colluder hands over the shares it holds
+    seed = combined(fed, {**{s: a[0][TARGET] for s, a in answers.items()}, COLLUDER: held[TARGET][0]})
+    peer_keys = {h: combined(fed, {**{s: answers[s][1][h] for s in views if h in answers[s][1]},
+                                   COLLUDER: held[h][1]}) for h in HONEST}
     peer_keys[COLLUDER] = fed.sites[COLLUDER]._masking.private_bytes_raw()
     if seed is None or None in peer_keys.values():
         return None
@@ -215,10 +229,87 @@ def test_unmasking_with_fewer_survivors_than_the_threshold_is_refused():
         _sums_the_target_with_a_colluder(Federation())
 
 
-def test_without_the_survivor_check_a_colluding_server_reads_one_sites_release(monkeypatch):
+def test_without_the_survivor_check_only_the_consistency_check_stops_the_server(monkeypatch):
     monkeypatch.setattr(SiteSession, "_check_survivors", lambda self, active: None)
+    with pytest.raises(InvalidInstructionsError, match="survivors signed these lists, fewer than T"):
+        _sums_the_target_with_a_colluder(Federation())
+    monkeypatch.setattr(SiteSession, "_check_consistency", lambda self, active, signatures: None)
     fed = Federation()
     assert np.array_equal(_sums_the_target_with_a_colluder(fed), fed.x[TARGET])
+
+
+def _drops_the_targets_partners(k: int, t: int, check: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """K = 7, t = 2 (T = 5): the target is given shares from T − 1 partners only (the colluders and D); every other
+    honest site is shown its own lists, dropping members of D, so that together they reveal D's mask keys.
+    Returns the target's release and what the server rebuilds of it."""
+    names = [f"s{i:02d}" for i in range(k)]
+    keys = {n: ec.generate_private_key(ec.SECP384R1()) for n in names}
+    roster = {n: key.public_key() for n, key in keys.items()}
+    b = Binding("7", "1", "b/1", k, t, BITS, LENGTH)
+    T = b.threshold
+    colluders, honest = names[k - t:], names[:k - t]
+    target, partners, others = honest[0], honest[1:T - t], honest[T - t:]
+    sites = {n: SiteSession(SiteIdentity(n, keys[n], roster), b) for n in names}
+    relay = {n: sites[n].advertise() for n in names}
+    ciphertexts = {n: sites[n].share(relay) for n in names}
+    x = {n: np.random.default_rng(i).integers(0, 1 << BITS, LENGTH) for i, n in enumerate(names)}
+    content, load, views = b"round", {v: 0 for v in partners}, {}
+    for w in partners + others:  # each drops up to K − T of the target's partners, spreading the load
+        views[w] = sorted((v for v in partners if v != w), key=lambda v: load[v])[:k - T]
+        for v in views[w]:
+            load[v] += 1
+    answers, masked = {}, {}
+    for n in honest:
+        frm = {p: ciphertexts[p][n] for p in (colluders + partners if n == target else names) if p != n}
+        dropped = [] if n == target else views[n]
+        active = [target] + colluders + partners if n == target else [p for p in names if p not in dropped]
+        sites[n].receive(frm)
+        own = sites[n].sign_lists(active, dropped)
+        masked[n] = sites[n].masked(x[n], content)
+        forged = {c: sign(keys[c], sites[n]._lists_payload(c)) for c in colluders}  # colluders sign anything
+        answers[n] = sites[n].unmask(active, dropped, {n: own, **forged})
+    points = {n: i + 1 for i, n in enumerate(names)}
+
+    def rebuild(whose: str, which: int) -> bytes:
+        held = {points[r]: a[which][whose] for r, a in answers.items() if whose in a[which]}
+        for c in colluders:
+            plain = decrypt(agree(sites[c]._cipher, relay[whose].cipher, b.context("shares")),
+                            ciphertexts[whose][c], b.payload(whose, "to", c)) if whose != c else None
+            held[points[c]] = plain[32 * which:32 * (which + 1)]
+        return shamir.combine(held, T)
+
+    y = masked[target] - mask(rebuild(target, 0), LENGTH, BITS)
+    context = key_context("masks", b.instance, content)
+    for p in colluders + partners:
+        key = sites[p]._masking if p in colluders else X25519PrivateKey.from_private_bytes(rebuild(p, 1))
+        pairwise = mask(agree(key, relay[target].masking, context), LENGTH, BITS)
+        y = y - pairwise if target < p else y + pairwise
+    return x[target], np.mod(y, 1 << BITS)
+
+
+def test_showing_each_site_its_own_dropped_partners_is_refused_by_the_consistency_check():
+    """The review's attack (K = 7, t = 2): every honest site's lists are its own; at most 1 + t survivors sign
+    any one of them, fewer than T = 5."""
+    with pytest.raises(InvalidInstructionsError, match="survivors signed these lists, fewer than T = 5"):
+        _drops_the_targets_partners(7, 2)
+
+
+def test_without_the_consistency_check_the_server_reads_one_sites_release(monkeypatch):
+    monkeypatch.setattr(SiteSession, "_check_consistency", lambda self, active, signatures: None)
+    release, rebuilt = _drops_the_targets_partners(7, 2)
+    assert np.array_equal(rebuilt, release)
+
+
+def test_a_low_order_masking_key_is_refused_before_anything_is_charged():
+    """A colluder signs a masking key that agrees on no secret: caught when the keys are checked, not after the
+    honest sites were charged for a release that cannot be masked."""
+    fed = Federation()
+    relay = fed.keys()
+    cipher = relay[COLLUDER].cipher
+    relay[COLLUDER] = SignedKeys(cipher, bytes(32), sign(KEYS[COLLUDER], fed.binding.payload(COLLUDER, cipher,
+                                                                                            bytes(32))))
+    with pytest.raises(InvalidInstructionsError, match="agrees on no secret"):
+        fed.sites[TARGET].share(relay)
 
 
 def _swaps_the_peers_keys(fed: Federation) -> tuple[dict, dict]:
@@ -285,11 +376,13 @@ def test_an_unsigned_key_and_a_stranger_are_refused():
         fed.sites[TARGET].share(relay)
 
 
-def test_each_stage_runs_once_in_order():
+def test_each_stage_runs_once_in_order_and_unmasks_only_the_lists_it_signed():
     fed = Federation()
     fed.set_up()
-    fed.answer(TARGET, NAMES, [])
+    fed.answer(TARGET, NAMES[:4], [NAMES[4]])
+    with pytest.raises(InvalidInstructionsError, match="differ from the lists this site signed"):
+        fed.reveal(TARGET, NAMES, [])
     with pytest.raises(InvalidInstructionsError, match="each stage once"):
-        fed.sites[TARGET].unmask(NAMES, [])
+        fed.reveal(TARGET, NAMES[:4], [NAMES[4]])
     with pytest.raises(InvalidInstructionsError, match="each stage once"):
         SiteSession(SiteIdentity(TARGET, KEYS[TARGET], ROSTER), binding()).share({})

@@ -69,13 +69,18 @@ def decode_instructions(record: ConfigRecord) -> RoundInstructions:
     """Inverse of :func:`encode_instructions`; InvalidInstructionsError when an encoding's field is missing."""
     fields = {k: record[k] for k in RoundInstructions.__dataclass_fields__ if k != "encoding"}
     fields = {k: None if k in _NONE_AS_ZERO and v == 0 else v for k, v in fields.items()}
+    return RoundInstructions(**fields, encoding=_decoded_encoding(record))
+
+
+def _decoded_encoding(record: ConfigRecord) -> DistributedEncoding | None:
+    """The encoding's fields in the instructions' record (None: local noise)."""
     encoding = {k[len(_ENCODING):]: v for k, v in record.items() if k.startswith(_ENCODING)}
-    if encoding:
-        missing = sorted(set(DistributedEncoding.__dataclass_fields__) - set(encoding))
-        if missing:
-            raise InvalidInstructionsError(f"The round's encoding lacks {missing}.")
-        fields["encoding"] = DistributedEncoding(**{k: encoding[k] for k in DistributedEncoding.__dataclass_fields__})
-    return RoundInstructions(**fields)
+    if not encoding:
+        return None
+    missing = sorted(set(DistributedEncoding.__dataclass_fields__) - set(encoding))
+    if missing:
+        raise InvalidInstructionsError(f"The round's encoding lacks {missing}.")
+    return DistributedEncoding(**{k: encoding[k] for k in DistributedEncoding.__dataclass_fields__})
 
 
 @dataclass(frozen=True)
@@ -299,16 +304,19 @@ class FlowerTransport:
                                "SuperNodes run and reach the SuperLink; resume=true continues from this round.")
         resized = self._resized(selected)
         reachable = [i for i in selected if nodes[i] in online and i not in resized]
-        if any(instructions[i].encoding is not None for i in selected):
-            failures = self._not_sent(selected, reachable, resized)
-            out = self._secure_round(t, theta, instructions, reachable, nodes, failures)
-        else:
-            sent = self._messages(t, theta, instructions, reachable, nodes)
-            replies = _send_and_receive(self.directory.grid, list(sent.values()), self.timeout)
-            failures = self._not_sent(selected, sent, resized)
-            out = _decoded(replies, {message.metadata.message_id: i for i, message in sent.items()}, failures)
-            failures.update({i: "no reply" for i in sent if i not in out and i not in failures})
+        failures = self._not_sent(selected, reachable, resized)
+        secure = any(instructions[i].encoding is not None for i in selected)
+        out = (self._secure_round if secure else self._local_round)(t, theta, instructions, reachable, nodes, failures)
         self._report(t, failures)
+        return out
+
+    def _local_round(self, t: int, theta: dict[str, torch.Tensor], instructions: dict[int, RoundInstructions],
+                     clients: list[int], nodes: dict[int, int], failures: dict[int, str]) -> dict[int, tuple]:
+        """A round of local noise: one train message to each client, its submission back."""
+        sent = self._messages(t, theta, instructions, clients, nodes)
+        replies = _send_and_receive(self.directory.grid, list(sent.values()), self.timeout)
+        out = _decoded(replies, {message.metadata.message_id: i for i, message in sent.items()}, failures)
+        failures.update({i: "no reply" for i in sent if i not in out and i not in failures})
         return out
 
     def _secure_round(self, t: int, theta: dict[str, torch.Tensor], instructions: dict[int, RoundInstructions],

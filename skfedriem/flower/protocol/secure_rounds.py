@@ -12,13 +12,15 @@ survivor, its release *still pairwise-masked*
 into the sum of the survivors' releases, the only thing it learns.
 
 A participant of the batch that is not reachable when a round starts is
-listed as dropped: the survivors' shares remove its pairwise masks and the
-round completes without it. A participant that fails *during* a round (its
+listed as dropped: the round then takes a second message (``unmask``) that
+carries the survivors' signatures over the lists, against which they reveal
+the shares that remove its pairwise masks, and completes without it. A participant that fails *during* a round (its
 masked release missing) makes the round abandoned: nothing is returned and
 the engine discards the round (it was charged when it started); it is listed
 as dropped from the next round on. A new batch is set up when the current
-one runs out, has fewer than T reachable participants, or a reachable site
-is not among its participants (it joined or restarted, and lost its keys).
+one runs out, has fewer than T reachable participants, a site joined since
+it was made, or a participant restarted (its node changed: its keys are
+lost; it is listed as dropped until then).
 """
 
 from __future__ import annotations
@@ -78,6 +80,8 @@ class SecureAggregation:
         self.log = log
         self.batch_rounds = int(batch_rounds)
         self.sessions: dict[int, ServerSession] = {}  # round (1-based) -> its instance
+        self.nodes: dict[str, int] = {}  # the node of each site asked to join the current batch
+        self.declined: set[str] = set()  # sites asked that did not become participants
         self.lost: set[str] = set()  # participants of the current batch that failed during a round
 
     def run_round(self, t: int, sites: dict[str, int], theta: dict[str, torch.Tensor],
@@ -115,9 +119,11 @@ class SecureAggregation:
                  failures: dict[str, str]) -> ServerSession:
         """The round's instance: the current batch's, or a new batch's when it cannot serve the round."""
         session = self.sessions.get(round_)
+        joined = set(sites) - set(self.nodes) - self.declined  # new since the batch was made
+        restarted = {site for site in sites if self.nodes.get(site, sites[site]) != sites[site]}  # its keys are lost
+        self.lost |= restarted
         usable = set(sites) - self.lost
-        if session is None or set(sites) - set(session.participants) or len(usable & set(session.participants)) \
-                < session.threshold:
+        if session is None or joined or restarted or len(usable & set(session.participants)) < session.threshold:
             self._set_up(round_, sites, instructions, failures)
             session = self.sessions[round_]
         return session
@@ -125,11 +131,20 @@ class SecureAggregation:
     def _set_up(self, first: int, sites: dict[str, int], instructions: dict[str, RoundInstructions],
                 failures: dict[str, str]) -> None:
         """A new batch for rounds ``first`` ... ``first + batch_rounds − 1``: keys, then shares."""
-        self.sessions, self.lost = {}, set()
+        self.sessions, self.nodes, self.lost = {}, dict(sites), set()
         batch, rounds = secrets.token_hex(16), list(range(first, first + self.batch_rounds))
+        self._keys(batch, rounds, sites, instructions, failures)
+        participants = self._shares(batch, rounds, sites, failures)
+        self.declined = set(sites) - participants
+        self.log(f"skfedriem: secure aggregation: keys and shares of {len(participants)} sites for rounds "
+                 f"{rounds[0]}-{rounds[-1]}")
+
+    def _keys(self, batch: str, rounds: list[int], sites: dict[str, int],
+              instructions: dict[str, RoundInstructions], failures: dict[str, str]) -> None:
+        """Stage ``keys``: each site's signed key pairs, one instance a round."""
         encoding = next(iter(instructions.values())).encoding
-        group = str(first)
-        replies = _stage(self.send, {site: _message(node, group, {"stage": "keys", "batch": batch, "rounds": rounds},
+        replies = _stage(self.send, {site: _message(node, str(rounds[0]), {"stage": "keys", "batch": batch,
+                                                                          "rounds": rounds},
                                                     instructions=_encoded(instructions[site]))
                                      for site, node in sites.items()}, failures)
         for i, round_ in enumerate(rounds):
@@ -139,12 +154,14 @@ class SecureAggregation:
                                                    for key in ("cipher", "masking", "signature")))
                                 for site, r in replies.items()})
             self.sessions[round_] = session
-        keyed = sorted(replies)
-        relay = {"stage": "shares", "batch": batch, "rounds": rounds,
-                 "sites": [s for s in keyed for _ in rounds],
+
+    def _shares(self, batch: str, rounds: list[int], sites: dict[str, int], failures: dict[str, str]) -> set[str]:
+        """Stage ``shares``: every site's keys relayed, the encrypted shares routed; the participants."""
+        keyed = sorted(self.sessions[rounds[0]].keys)
+        relay = {"stage": "shares", "batch": batch, "rounds": rounds, "sites": [s for s in keyed for _ in rounds],
                  **{key: [getattr(self.sessions[r].keys[s], key) for s in keyed for r in rounds]
                     for key in ("cipher", "masking", "signature")}}
-        replies = _stage(self.send, {site: _message(sites[site], group, relay) for site in keyed}, failures)
+        replies = _stage(self.send, {site: _message(sites[site], str(rounds[0]), relay) for site in keyed}, failures)
         outgoing: dict[int, dict[str, dict[str, bytes]]] = {r: {} for r in rounds}
         for site, reply in replies.items():
             record = reply.content["secagg"]
@@ -152,8 +169,7 @@ class SecureAggregation:
                 outgoing[int(round_)].setdefault(site, {})[str(peer)] = bytes(ciphertext)
         for round_ in rounds:
             self.sessions[round_].shared(outgoing[round_])
-        self.log(f"skfedriem: secure aggregation: keys and shares of {len(replies)} sites for rounds "
-                 f"{rounds[0]}-{rounds[-1]}")
+        return set(replies)
 
     def _round(self, session: ServerSession, round_: int, sites: dict[str, int], active: list[str],
                dropped: list[str], theta: dict[str, torch.Tensor], instructions: dict[str, RoundInstructions],
@@ -165,13 +181,22 @@ class SecureAggregation:
             theta=theta_record, instructions=_encoded(instructions[site])) for site in active}
         replies = _stage(self.send, messages, failures)
         self.lost |= set(active) - set(replies)  # listed as dropped from the next round on
+        missing = sorted(set(active) - set(replies))
+        if missing:  # their pairwise masks cannot be removed: abandoned before anyone reveals a mask key
+            raise RoundAbandoned(f"survivors {missing} sent no masked release.")
         masked = {site: np.array(r.content["masked"]["y"].numpy(), dtype=np.int64, copy=True)
                   for site, r in replies.items()}
+        seconds = {site: _seconds(r) for site, r in replies.items()}
+        if dropped:  # the mask keys of the dropped: only against T survivors' signatures over the same lists
+            signed = {"stage": "unmask", "instance": session.instance, "active": active, "dropped": dropped,
+                      "signers": list(replies), "signatures": [bytes(r.content["secagg"]["signature"])
+                                                               for r in replies.values()]}
+            replies = _stage(self.send, {site: _message(sites[site], str(round_), signed) for site in replies},
+                             failures)
         shares = {site: _shares(r.content["secagg"]) for site, r in replies.items()}
         entries = session.unmasked(masked, shares, active, dropped, round_digest(theta, instructions[active[0]]))
         self.log(f"skfedriem: round {round_} secure aggregation: {len(active)} survivors, {len(dropped)} dropped")
-        return {site: ({ENCODED_RELEASE: torch.from_numpy(entry)}, _seconds(replies[site]))
-                for site, entry in entries.items()}
+        return {site: ({ENCODED_RELEASE: torch.from_numpy(entry)}, seconds[site]) for site, entry in entries.items()}
 
 
 def _encoded(instructions: RoundInstructions) -> ConfigRecord:

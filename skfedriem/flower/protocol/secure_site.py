@@ -17,10 +17,14 @@ messages whose ``secagg`` record names the stage (what each step checks:
 * ``round`` (one message a round): θ_t, the instructions, the shares
   addressed to the site and the round's survivors and dropped sites. The
   site checks the iterate, its step plan, that the encoding is the
-  instance's, the lists and the shares; only then its guard charges the
-  round (ε_local and ε_central, :class:`~skfedriem.flower.protocol.client_app.SiteGuard`),
+  instance's, the shares and the lists, which it signs; only then its guard
+  charges the round (ε_local and ε_central, :class:`~skfedriem.flower.protocol.client_app.SiteGuard`),
   its one private step runs with fresh secret randomness, and it answers its
-  masked release with its unmasking shares.
+  masked release and its signature, with its unmasking shares when no site
+  is dropped.
+* ``unmask`` (a round with dropped sites only): the survivors' signatures
+  over the lists; the site reveals its shares only when at least T of them
+  signed the lists it signed.
 
 Each instance's secrets live in this process's memory only (the site's
 resident worker) until its round, or until :data:`KEPT_SESSIONS` newer
@@ -61,7 +65,17 @@ _STARTED: set[tuple[str, str, str]] = set()
 
 
 def default_colluders(clients: int) -> int:
-    """t when the site's node configuration names none: ⌈K / 10⌉, at least 1 when K > 1 (the estimators' default)."""
+    """t when the site's node configuration names none: ⌈K / 10⌉, at least 1 when K > 1 (the estimators' default).
+
+    Parameters
+    ----------
+    clients : int
+        K.
+
+    Returns
+    -------
+    int
+    """
     return 0 if clients == 1 else max(1, math.ceil(clients / 10))
 
 
@@ -164,12 +178,18 @@ def _plan(client, instructions: RoundInstructions):
     return plan
 
 
-def _make_keys(client, msg: Message, run: str, record: ConfigRecord) -> RecordDict:
-    """Stage ``keys``: the batch checked against the site's own setting and budget; one signed key pair a round."""
-    batch, rounds = str(_field(record, "batch")), [int(r) for r in _field(record, "rounds")]
+def _batch_rounds(record: ConfigRecord) -> list[int]:
+    """The rounds a batch's keys are for: 1 to :data:`BATCH_ROUNDS` distinct rounds (numbered from 1)."""
+    rounds = [int(r) for r in _field(record, "rounds")]
     if not 1 <= len(rounds) <= BATCH_ROUNDS or len(set(rounds)) != len(rounds) or min(rounds) < 1:
         raise InvalidInstructionsError(f"A batch of secure aggregation covers 1 to {BATCH_ROUNDS} distinct rounds; "
                                        f"got {len(rounds)}.")
+    return rounds
+
+
+def _make_keys(client, msg: Message, run: str, record: ConfigRecord) -> RecordDict:
+    """Stage ``keys``: the batch checked against the site's own setting and budget; one signed key pair a round."""
+    batch, rounds = str(_field(record, "batch")), _batch_rounds(record)
     if (client.name, run, batch) in _STARTED:
         raise InvalidInstructionsError(f"Batch {batch!r} of run {run} was started before: a replay.")
     plan = _plan(client, decode_instructions(msg.content["instructions"]))
@@ -217,7 +237,8 @@ def _share(client, run: str, record: ConfigRecord) -> RecordDict:
 
 
 def _round(client, msg: Message, run: str, record: ConfigRecord) -> RecordDict:
-    """Stage ``round``: everything checked, then charged, run, masked and answered with the unmasking shares."""
+    """Stage ``round``: everything checked, then charged, run and masked; with no site dropped, the unmasking
+    shares come with the release (one message a round)."""
     session = _session(client, run, str(_field(record, "instance")))
     if str(msg.metadata.group_id) != session.binding.round:
         raise InvalidInstructionsError(f"Instance {session.binding.instance!r} is for round {session.binding.round}, "
@@ -230,24 +251,43 @@ def _round(client, msg: Message, run: str, record: ConfigRecord) -> RecordDict:
                                                                                     b.length):
         raise InvalidInstructionsError("The round's encoding is not the one its keys were made for.")
     senders, ciphertexts = _columns(record, "from", "ciphertext")
-    (active,), (dropped,) = _columns(record, "active"), _columns(record, "dropped")
-    active, dropped = [str(s) for s in active], [str(s) for s in dropped]
-    session.check_unmask(active, dropped)
+    active, dropped = _lists(record)
     session.receive({str(s): bytes(c) for s, c in zip(senders, ciphertexts)})
-    del _SESSIONS[client.name][(run, b.instance)]  # one round per instance, whatever happens next
+    signature = session.sign_lists(active, dropped)
     client.guard.charge(plan, label=f"run {run} round {b.round} secure aggregation {b.instance}")
     state = ClientState.fresh(secure_mode=client.secure_mode)  # fresh OS entropy, never a cached release
     [(submission, seconds)] = client_round.run_round(client.recipe, theta, [client.data], [state], instructions)
     masked = session.masked(submission[ENCODED_RELEASE].numpy(), round_digest(theta, instructions))
-    self_masks, mask_keys = session.unmask(active, dropped)
     content = RecordDict({"masked": encode_arrays({"y": torch.from_numpy(masked)}),
-                          "secagg": ConfigRecord({"survivors": list(self_masks),
-                                                  "self_mask_shares": list(self_masks.values()),
-                                                  "dropped": list(mask_keys),
-                                                  "mask_key_shares": list(mask_keys.values())})})
+                          "secagg": ConfigRecord({"signature": signature})})
+    if not dropped:  # no mask key to reveal: the self-mask shares go with the release
+        content["secagg"].update(_unmasked(client, run, session, active, dropped, {}))
     if client.timings:
         content["metrics"] = MetricRecord({"submission_seconds": seconds})
     return content
+
+
+def _lists(record: ConfigRecord) -> tuple[list[str], list[str]]:
+    (active,), (dropped,) = _columns(record, "active"), _columns(record, "dropped")
+    return [str(s) for s in active], [str(s) for s in dropped]
+
+
+def _unmasked(client, run: str, session: SiteSession, active: list[str], dropped: list[str],
+              signatures: dict[str, bytes]) -> dict:
+    """The site's unmasking shares, as a ConfigRecord's fields; the instance is then forgotten."""
+    self_masks, mask_keys = session.unmask(active, dropped, signatures)
+    _SESSIONS[client.name].pop((run, session.binding.instance), None)
+    return {"survivors": list(self_masks), "self_mask_shares": list(self_masks.values()),
+            "dropped": list(mask_keys), "mask_key_shares": list(mask_keys.values())}
+
+
+def _unmask(client, run: str, record: ConfigRecord) -> RecordDict:
+    """Stage ``unmask`` (a round with dropped sites): the survivors' signatures over the lists; the shares."""
+    session = _session(client, run, str(_field(record, "instance")))
+    active, dropped = _lists(record)
+    signers, signatures = _columns(record, "signers", "signatures")
+    shares = _unmasked(client, run, session, active, dropped, {str(s): bytes(g) for s, g in zip(signers, signatures)})
+    return RecordDict({"secagg": ConfigRecord(shares)})
 
 
 def answer_stage(client, msg: Message) -> RecordDict:
@@ -269,7 +309,7 @@ def answer_stage(client, msg: Message) -> RecordDict:
         raise InvalidInstructionsError("This site takes no round of distributed noise (its node setting noise is "
                                        "'local').")
     stages = {"keys": lambda: _make_keys(client, msg, run, record), "shares": lambda: _share(client, run, record),
-              "round": lambda: _round(client, msg, run, record)}
+              "round": lambda: _round(client, msg, run, record), "unmask": lambda: _unmask(client, run, record)}
     if stage not in stages:
         raise InvalidInstructionsError(f"Unknown secure-aggregation stage {stage!r}.")
     return stages[stage]()
