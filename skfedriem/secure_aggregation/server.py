@@ -44,6 +44,8 @@ class ServerSession:
         The modulus is 2^bits.
     length : int
         The releases' length.
+    roster : int, optional
+        N, the sites of the roster, as the sites report it (default K).
 
     Attributes
     ----------
@@ -60,13 +62,15 @@ class ServerSession:
     colluders: int
     bits: int
     length: int
+    roster: int | None = None
     keys: dict = field(default_factory=dict, init=False)  # stage 1: site -> SignedKeys
     routes: dict = field(default_factory=dict, init=False)  # stage 2: recipient -> {sender: ciphertext}
     inputs: dict = field(default_factory=dict, init=False)  # the round: survivor -> masked release
 
     @property
     def threshold(self) -> int:
-        return threshold(self.clients, self.colluders)
+        """T (:func:`~skfedriem.secure_aggregation.session.threshold`)."""
+        return threshold(self.clients, self.colluders, self.roster)
 
     def _enough(self, sites, stage: str) -> None:
         if len(sites) < self.threshold:

@@ -7,23 +7,25 @@ and a self-mask, and Shamir-shares its self-mask seed and its pairwise-mask
 key with every peer, so that the server can remove the masks of sites that
 drop out, and only those.
 
-**The threshold.** With K sites a round, at most t of which may drop out or
-collude with the server (the encoding's ``colluders``), the shares are
-split with threshold
+**The threshold.** With K sites a round out of the N of the federation's
+roster, at most t of which may drop out or collude with the server (the
+encoding's ``colluders``), the shares are split with threshold
 
-    T = max(K − t, ⌊(K + t) / 2⌋ + 1).
+    T = max(K − t, ⌊(N + t) / 2⌋ + 1).
 
 K − t: unmasking goes ahead only with at least the K − t survivors whose
-noise shares the certificate counts. ⌊(K + t) / 2⌋ + 1, so that 2T > K + t:
+noise shares the certificate counts. ⌊(N + t) / 2⌋ + 1, so that 2T > N + t:
 an honest site reveals, for a peer, either its self-mask share or its
 pairwise-mask share, never both, once per instance, and reveals mask-key
 shares only against T survivors' signatures over the lists it signed itself
 (the consistency check of :mod:`~skfedriem.secure_aggregation.site`). A
 server showing different lists to different sites, with c ≤ t colluders
 that sign and reveal anything, would need T signatures (or T shares) from
-two disjoint groups of honest sites: 2T ≤ K + c, which 2T > K + t rules out.
-For K ≤ 3t the second term wins and fewer than t sites may drop out; a round
-whose survivors fall below T is abandoned (the engine discards it).
+two disjoint groups of the N − c honest sites (each site may be shown its
+own K of them): 2T ≤ N + c, which 2T > N + t rules out. When the second term
+wins (K ≤ 3t, or K well below N) fewer than t sites may drop out, and a
+configuration with T > K is refused; a round whose survivors fall below T is
+abandoned (the engine discards it).
 
 **The binding.** Each site signs its fresh round keys over
 :meth:`Binding.payload`: the Flower run the site itself sees in the
@@ -57,26 +59,37 @@ from .crypto import digest
 __all__ = ["Binding", "key_context", "threshold"]
 
 
-def threshold(clients: int, colluders: int) -> int:
-    """T = max(K − t, ⌊(K + t) / 2⌋ + 1), capped at K: the shares that unmask, and the survivors unmasking needs.
+def threshold(clients: int, colluders: int, roster: int | None = None) -> int:
+    """T = max(K − t, ⌊(N + t) / 2⌋ + 1): the shares that unmask, and the survivors unmasking needs.
 
     Parameters
     ----------
     clients : int
-        K.
+        K, the sites of a round.
     colluders : int
         t < K.
+    roster : int, optional
+        N ≥ K, the sites of the federation's roster, any K of which a server may ask (default K). Each honest
+        site may be shown its own K sites of the N: 2T > N + t keeps two disjoint groups of them from both
+        reaching T.
 
     Returns
     -------
     int
+        ValueError when T > K (no round of K sites could be unmasked: more sites a round, or fewer colluders).
 
     Examples
     --------
-    >>> threshold(5, 1), threshold(3, 1), threshold(10, 1), threshold(1, 0)
-    (4, 3, 9, 1)
+    >>> threshold(5, 1), threshold(3, 1), threshold(10, 1), threshold(1, 0), threshold(7, 2, roster=8)
+    (4, 3, 9, 1, 6)
     """
-    return min(clients, max(clients - colluders, (clients + colluders) // 2 + 1))
+    sites = clients if roster is None else roster
+    value = max(clients - colluders, (sites + colluders) // 2 + 1)
+    if value > clients or sites < clients:
+        raise ValueError(f"Secure aggregation with K = {clients} sites a round out of a roster of N = {sites}, "
+                         f"t = {colluders}: the threshold max(K − t, ⌊(N + t)/2⌋ + 1) = {value} exceeds K (or N < "
+                         f"K). Ask more sites a round (distributed-clients) or assume fewer colluders.")
+    return value
 
 
 def key_context(purpose: str, instance: str, content: bytes = b"") -> bytes:
@@ -103,6 +116,8 @@ class Binding:
         The modulus is 2^bits.
     length : int
         The release's length.
+    roster : int, optional
+        N, the sites of the roster the site holds (default K): the threshold counts them.
     """
 
     run: str
@@ -112,16 +127,18 @@ class Binding:
     colluders: int
     bits: int
     length: int
+    roster: int | None = None
 
     @property
     def threshold(self) -> int:
         """T (:func:`threshold`)."""
-        return threshold(self.clients, self.colluders)
+        return threshold(self.clients, self.colluders, self.roster)
 
     def payload(self, site: str, *parts: bytes | str) -> bytes:
         """The bytes ``site`` signs: the binding, the site's name and ``parts``."""
         return digest("skfedriem secure aggregation", self.run, self.round, self.instance,
-                      str(self.clients), str(self.colluders), str(self.bits), str(self.length), site, *parts)
+                      str(self.clients), str(self.colluders), str(self.bits), str(self.length),
+                      str(self.clients if self.roster is None else self.roster), site, *parts)
 
     def context(self, purpose: str, content: bytes = b"") -> bytes:
         """The key-derivation context of ``purpose`` in this instance (:func:`key_context`)."""

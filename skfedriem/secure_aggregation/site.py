@@ -304,11 +304,11 @@ class SiteSession:
         -------
         ndarray of int64, shape (length,)
         """
-        self._advance("signed", "masked")
         b = self.binding
         release = np.asarray(release, dtype=np.int64)
         if release.shape != (b.length,):
             raise ValueError(f"The release has shape {release.shape}; the instance's length is {b.length}.")
+        self._advance("signed", "masked")
         total = np.mod(release + mask(self._self_seed, b.length, b.bits), 1 << b.bits)
         for peer in self._shares:
             if peer == self.name:

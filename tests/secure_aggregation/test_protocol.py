@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from skfedriem.exceptions import InvalidInstructionsError
 from skfedriem.secure_aggregation import Binding, RoundAbandoned, ServerSession, SiteIdentity, SiteSession, threshold
 from skfedriem.secure_aggregation import shamir
-from skfedriem.secure_aggregation.crypto import agree, decrypt, digest, mask, public_bytes, sign
+from skfedriem.secure_aggregation.crypto import agree, decrypt, digest, encrypt, mask, public_bytes, sign
 from skfedriem.secure_aggregation.session import key_context
 from skfedriem.secure_aggregation.site import SignedKeys
 
@@ -135,12 +135,17 @@ def test_sites_sent_different_rounds_have_masks_that_do_not_cancel():
 
 
 def test_the_threshold_keeps_two_views_of_one_site_from_reaching_both_secrets():
-    """2T > K + t: the shares the honest sites reveal of one kind and the t colluders' cannot reach T twice."""
+    """2T > N + t: the shares the honest sites reveal of one kind and the t colluders' cannot reach T twice."""
     for clients in range(1, 40):
         for colluders in range(clients):
-            t_ = threshold(clients, colluders)
-            assert clients - colluders <= t_ <= clients
-            assert 2 * t_ > clients + colluders or clients == 1
+            for roster in range(clients, clients + 6):
+                try:
+                    t_ = threshold(clients, colluders, roster)
+                except ValueError:
+                    assert max(clients - colluders, (roster + colluders) // 2 + 1) > clients
+                    continue
+                assert clients - colluders <= t_ <= clients
+                assert 2 * t_ > roster + colluders or clients == 1
 
 
 def test_masks_come_from_a_full_strength_prg():
@@ -298,6 +303,82 @@ def test_without_the_consistency_check_the_server_reads_one_sites_release(monkey
     monkeypatch.setattr(SiteSession, "_check_consistency", lambda self, active, signatures: None)
     release, rebuilt = _drops_the_targets_partners(7, 2)
     assert np.array_equal(rebuilt, release)
+
+
+def _views_from_a_larger_roster(roster: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """The second review's attack: K = 7, t = 2 out of a roster of 8. Each honest site is shown its own key set
+    (between T and K roster-signed sites): the target's partners' mask keys come from T signers of one list who sit
+    in the partners' sets but not in the target's. ``roster``: the N the sites count T over (None: K)."""
+    k, t, names_n = 7, 2, 8
+    b = Binding("7", "3", "b/3", k, t, BITS, LENGTH, roster=roster)
+    T = threshold(k, t)  # what the attack is built for: the threshold counted over K (5)
+    m, ns = T - 1 - t, T - t  # the target's honest partners, the honest signers of the recovery list
+    u, partners, signers = "u", [f"h{i}" for i in range(m)], [f"s{i}" for i in range(ns)]
+    colluders = [f"z{i}" for i in range(t)]
+    names = [u] + partners + signers + colluders
+    assert len(names) == names_n
+    keys = {n: ec.generate_private_key(ec.SECP384R1()) for n in names}
+    roster_keys = {n: key.public_key() for n, key in keys.items()}
+    sites = {n: SiteSession(SiteIdentity(n, keys[n], roster_keys), b) for n in names}
+    relay = {n: site.advertise() for n, site in sites.items()}
+    view = {u: [u] + partners + colluders, **{h: [h, u] + signers + colluders for h in partners},
+            **{s: signers + colluders + partners for s in signers}}
+    out = {n: sites[n].share({p: relay[p] for p in view[n]}) for n in [u] + partners + signers}
+
+    def from_colluder(z: str, to: str) -> bytes:
+        key = agree(sites[z]._cipher, relay[to].cipher, b.context("shares"))
+        return encrypt(key, bytes(2 * shamir.SHARE_BYTES), b.payload(z, "to", to))
+
+    senders = {u: partners + colluders, **{h: [u] + colluders + signers[:T - 2 - t] for h in partners},
+               **{s: [x for x in signers if x != s] + colluders + partners for s in signers}}
+    for n, frm in senders.items():
+        sites[n].receive({p: out[p][n] if p in out else from_colluder(p, n) for p in frm})
+    x = {n: np.random.default_rng(i).integers(0, 1 << BITS, LENGTH) for i, n in enumerate(names)}
+    lists = {u: ([u] + partners + colluders, []),
+             **{h: ([h, u] + colluders + signers[:T - 2 - t], []) for h in partners},
+             **{s: (signers + colluders, partners) for s in signers}}
+    signatures, masked, revealed = {}, {}, {}
+    for n, (active, dropped) in lists.items():
+        signatures[n] = sites[n].sign_lists(active, dropped)
+        masked[n] = sites[n].masked(x[n], b"content")
+    for z in colluders:  # they sign whatever the server asks
+        signatures[z] = sign(keys[z], sites[signers[0]]._lists_payload(z))
+    for n, (active, dropped) in lists.items():
+        revealed[n] = sites[n].unmask(active, dropped, signatures)
+
+    def colluder_share(z: str, owner: str) -> bytes:
+        key = agree(sites[z]._cipher, relay[owner].cipher, b.context("shares"))
+        return decrypt(key, out[owner][z], b.payload(owner, "to", z))
+
+    def recover(owner: str, held: dict[str, bytes]) -> bytes:
+        return shamir.combine({sorted(view[owner]).index(r) + 1: share for r, share in held.items()}, T)
+
+    seed = recover(u, {r: revealed[r][0][u] for r in [u] + partners} | {z: colluder_share(z, u)[:32]
+                                                                         for z in colluders})
+    y = masked[u] - mask(seed, LENGTH, BITS)
+    for p in partners + colluders:
+        private = sites[p]._masking if p in colluders else X25519PrivateKey.from_private_bytes(recover(
+            p, {s: revealed[s][1][p] for s in signers} | {z: colluder_share(z, p)[32:] for z in colluders}))
+        pairwise = mask(agree(private, relay[u].masking, b.context("masks", b"content")), LENGTH, BITS)
+        y = y - pairwise if u < p else y + pairwise
+    return x[u], np.mod(y, 1 << BITS)
+
+
+def test_a_roster_larger_than_k_raises_the_threshold_and_the_views_attack_is_refused():
+    """Counted over the roster (N = 8), T = 6 and 2T > N + t again: the target refuses the key set of five the
+    attack shows it."""
+    with pytest.raises(InvalidInstructionsError, match="between T = 6 and K = 7"):
+        _views_from_a_larger_roster(roster=8)
+
+
+def test_with_the_threshold_counted_over_k_a_larger_roster_lets_the_server_read_one_release():
+    release, rebuilt = _views_from_a_larger_roster(roster=None)
+    assert np.array_equal(rebuilt, release)
+
+
+def test_a_setting_whose_threshold_exceeds_k_is_refused():
+    with pytest.raises(ValueError, match="exceeds K"):
+        threshold(5, 1, roster=12)
 
 
 def test_a_low_order_masking_key_is_refused_before_anything_is_charged():

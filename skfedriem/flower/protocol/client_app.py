@@ -31,7 +31,7 @@ from ...privacy.randomness import SecureRandomness
 from ...privacy.subsampled_gaussian import DISCRETIZATION, MIN_DELTA
 from ...privacy.step_plan import StepPlan
 from .errors import FAILED, error_reply
-from .messages import decode_arrays, decode_instructions, encode_arrays
+from .records import decode_arrays, decode_instructions, encode_arrays
 from .replies import ReplyCache
 from .secure_site import DistributedNoise, answer_stage
 

@@ -20,67 +20,17 @@ import dataclasses
 import math
 import time
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
-import numpy as np
 import torch
-from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
+from flwr.app import Message, RecordDict
 
-from ...exceptions import InvalidInstructionsError
 from ...federated.instructions import RoundInstructions
-from ...privacy.discrete import DistributedEncoding
+from .records import decode_arrays, decode_instructions, encode_arrays, encode_instructions
+from .secure_rounds import SecureAggregation
 
 __all__ = ["ClientInfo", "FlowerTransport", "NodeDirectory", "decode_arrays", "decode_instructions", "encode_arrays",
            "encode_instructions"]
-
-
-def encode_arrays(tensors: dict[str, torch.Tensor]) -> ArrayRecord:
-    """Tensors by name -> ArrayRecord (dtype and shape kept)."""
-    return ArrayRecord({name: Array(np.ascontiguousarray(t.detach().cpu().numpy())) for name, t in tensors.items()})
-
-
-def decode_arrays(record: ArrayRecord) -> dict[str, torch.Tensor]:
-    """Inverse of :func:`encode_arrays`."""
-    return {name: torch.from_numpy(np.array(array.numpy(), copy=True)) for name, array in record.items()}
-
-
-#: Instructions that may be None, which a ConfigRecord cannot hold: sent as 0 (never a valid value of theirs).
-_NONE_AS_ZERO = ("records_per_subject",)
-#: The keys of a distributed round's encoding in the instructions' ConfigRecord (absent: local noise).
-_ENCODING = "encoding."
-
-
-def encode_instructions(instructions: RoundInstructions) -> ConfigRecord:
-    """The public per-round instructions -> ConfigRecord (a distributed round's encoding field by field).
-
-    A site's own setting decides whether it takes a round of distributed noise
-    (:class:`~skfedriem.flower.protocol.secure_site.DistributedNoise`), and
-    then only under secure aggregation: no server can switch it over.
-    """
-    fields = asdict(instructions)
-    encoding = fields.pop("encoding")
-    record = {k: 0 if k in _NONE_AS_ZERO and v is None else v for k, v in fields.items()}
-    if encoding is not None:
-        record.update({_ENCODING + k: v for k, v in encoding.items()})
-    return ConfigRecord(record)
-
-
-def decode_instructions(record: ConfigRecord) -> RoundInstructions:
-    """Inverse of :func:`encode_instructions`; InvalidInstructionsError when an encoding's field is missing."""
-    fields = {k: record[k] for k in RoundInstructions.__dataclass_fields__ if k != "encoding"}
-    fields = {k: None if k in _NONE_AS_ZERO and v == 0 else v for k, v in fields.items()}
-    return RoundInstructions(**fields, encoding=_decoded_encoding(record))
-
-
-def _decoded_encoding(record: ConfigRecord) -> DistributedEncoding | None:
-    """The encoding's fields in the instructions' record (None: local noise)."""
-    encoding = {k[len(_ENCODING):]: v for k, v in record.items() if k.startswith(_ENCODING)}
-    if not encoding:
-        return None
-    missing = sorted(set(DistributedEncoding.__dataclass_fields__) - set(encoding))
-    if missing:
-        raise InvalidInstructionsError(f"The round's encoding lacks {missing}.")
-    return DistributedEncoding(**{k: encoding[k] for k in DistributedEncoding.__dataclass_fields__})
 
 
 @dataclass(frozen=True)
@@ -325,8 +275,6 @@ class FlowerTransport:
         (:class:`~skfedriem.flower.protocol.secure_rounds.SecureAggregation`): each survivor's pairwise-masked
         release."""
         if self._secure is None:
-            from .secure_rounds import SecureAggregation  # which imports this module's encoders
-
             self._secure = SecureAggregation(lambda messages: _send_and_receive(self.directory.grid, messages,
                                                                                 self.timeout))
         index = {str(self.names[i]): i for i in clients}

@@ -34,7 +34,7 @@ from flwr.app import ConfigRecord, Message, RecordDict
 
 from ...federated.instructions import ENCODED_RELEASE, RoundInstructions
 from ...secure_aggregation import RoundAbandoned, ServerSession, SignedKeys
-from .messages import encode_arrays, encode_instructions
+from .records import encode_arrays, encode_instructions
 from .secure_site import BATCH_ROUNDS, instance_of, round_digest
 
 __all__ = ["SecureAggregation"]
@@ -147,9 +147,12 @@ class SecureAggregation:
                                                                           "rounds": rounds},
                                                     instructions=_encoded(instructions[site]))
                                      for site, node in sites.items()}, failures)
+        # the roster's size the sites signed for (it sets their threshold; a site that says otherwise fails theirs)
+        sizes = [int(r.content["secagg"]["roster"]) for r in replies.values()]
+        roster = max(set(sizes), key=sizes.count) if sizes else None
         for i, round_ in enumerate(rounds):
             session = ServerSession(instance_of(batch, round_), encoding.clients, encoding.colluders, encoding.bits,
-                                    encoding.padded)
+                                    encoding.padded, roster)
             session.advertised({site: SignedKeys(*(bytes(r.content["secagg"][key][i])
                                                    for key in ("cipher", "masking", "signature")))
                                 for site, r in replies.items()})

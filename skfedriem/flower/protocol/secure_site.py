@@ -47,9 +47,9 @@ from ...federated import client_round
 from ...federated.client import ClientState
 from ...federated.instructions import ENCODED_RELEASE, RoundInstructions, check_iterate, step_plan
 from ...privacy.discrete import DistributedEncoding
-from ...secure_aggregation import Binding, SignedKeys, SiteIdentity, SiteSession
+from ...secure_aggregation import Binding, SignedKeys, SiteIdentity, SiteSession, threshold
 from ...secure_aggregation.crypto import load_signing_key, read_roster
-from .messages import decode_arrays, decode_instructions, encode_arrays
+from .records import decode_arrays, decode_instructions, encode_arrays
 from .replies import ReplyCache
 
 __all__ = ["BATCH_ROUNDS", "KEPT_SESSIONS", "DistributedNoise", "answer_stage", "default_colluders", "round_digest"]
@@ -127,6 +127,7 @@ class DistributedNoise:
         if not 0 <= self.colluders < self.clients:
             raise ValueError(f"distributed-colluders must be in [0, distributed-clients): got t = {self.colluders}, "
                              f"K = {self.clients}.")
+        threshold(self.clients, self.colluders, len(self.identity.roster))  # ValueError when T > K
 
     @classmethod
     def from_node_config(cls, node, name: str) -> DistributedNoise | None:
@@ -200,7 +201,7 @@ def _make_keys(client, msg: Message, run: str, record: ConfigRecord) -> RecordDi
     for round_ in rounds:
         instance = instance_of(batch, round_)
         binding = Binding(run, str(round_), instance, encoding.clients, encoding.colluders, encoding.bits,
-                          encoding.padded)
+                          encoding.padded, roster=len(client.guard.distributed.identity.roster))
         session = SiteSession(client.guard.distributed.identity, binding)
         kept = _SESSIONS.setdefault(client.name, OrderedDict())
         kept[(run, instance)] = session
@@ -208,7 +209,8 @@ def _make_keys(client, msg: Message, run: str, record: ConfigRecord) -> RecordDi
         while len(kept) > KEPT_SESSIONS:
             kept.popitem(last=False)
     return RecordDict({"secagg": ConfigRecord({"cipher": [k.cipher for k in keys], "masking": [k.masking for k in keys],
-                                               "signature": [k.signature for k in keys]})})
+                                               "signature": [k.signature for k in keys],
+                                               "roster": len(client.guard.distributed.identity.roster)})})
 
 
 def _session(client, run: str, instance: str) -> SiteSession:
