@@ -97,7 +97,10 @@ def protocol_compute(sites: int, length: int, repeats: int) -> dict:
             parties[n].receive(routes[n])
         between = time.perf_counter()
         active, dropped = server.lists(names)
-        answers = {n: (parties[n].masked(x[n], b"content"), parties[n].unmask(active, dropped)) for n in names}
+        answers = {}
+        for n in names:  # one round message each: lists signed, release masked, self-mask shares revealed
+            parties[n].sign_lists(active, dropped)
+            answers[n] = (parties[n].masked(x[n], b"content"), parties[n].unmask(active, dropped))
         server.unmasked({n: a[0] for n, a in answers.items()}, {n: a[1] for n, a in answers.items()}, active,
                         dropped, b"content")
         setup.append(between - started)

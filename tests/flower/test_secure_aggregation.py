@@ -22,7 +22,7 @@ from skfedriem.flower.deployment import apps  # noqa: E402
 from skfedriem.flower.deployment.apps import client_apps  # noqa: E402
 from skfedriem.flower.operations.certificates import make_supernode_keys  # noqa: E402
 from skfedriem.flower.protocol.messages import encode_arrays, encode_instructions  # noqa: E402
-from skfedriem.flower.protocol import secure_site  # noqa: E402
+from skfedriem.flower.protocol import secure_rounds, secure_site  # noqa: E402
 from skfedriem.flower.protocol.secure_site import DistributedNoise  # noqa: E402
 from skfedriem.privacy import PrivacyBudget  # noqa: E402
 from skfedriem.privacy.discrete import DistributedEncoding  # noqa: E402
@@ -202,6 +202,32 @@ def test_a_resumed_run_sends_the_cut_round_as_a_new_release_charged_again(federa
         labels = [f["label"].split(" secure aggregation ")[0] for f in central.fits]
         assert labels == ["run 1 round 1", "run 1 round 2", "run 1 round 2", "run 1 round 3"]
         assert central.spent() == pytest.approx(result["epsilon"], rel=1e-6)
+
+
+@pytest.mark.parametrize("lie", ["listed both ways", "two survivors"])
+def test_a_site_sent_lists_it_must_refuse_is_not_charged_and_reveals_nothing(federation, monkeypatch, lie):
+    """The server sends site-0 (node 1) lists that put site-1 among both survivors and dropped, or only two
+    survivors: site-0 refuses before its charge (its ledgers stay empty) and answers nothing but the generic
+    refusal; round 1 is abandoned (the others' releases, masked with it, stay masked), and from round 2 on the
+    server lists site-0 as dropped and the rounds complete without it."""
+    original = secure_rounds._message
+
+    def lying(node, group, secagg, **records):
+        if node == 1 and secagg.get("stage") == "round":
+            others = [s for s in SITES if s != "site-0"]
+            secagg = {**secagg, **({"dropped": ["site-1"]} if lie == "listed both ways" else
+                                   {"active": ["site-0", "site-1"], "dropped": others[1:]})}
+        return original(node, group, secagg, **records)
+
+    monkeypatch.setattr(secure_rounds, "_message", lying)
+    folder, files, keys = federation
+    result = SecureGrid(folder, files, keys, node={"semi-honest-server": "true"}).serve()
+    first, *later = result["history"]
+    assert first["replied"] == [] and "discarded" in first  # abandoned: site-0's masks stay in the others'
+    assert all(h["replied"] == [1, 2, 3, 4] and "discarded" not in h for h in later)  # then listed as dropped
+    own, central = ledgers(files["site-0"])
+    assert own.fits == [] and central.fits == []
+    assert all(len(ledgers(files[n])[1].fits) == 3 for n in SITES[1:])  # round 1 too: they released, masked
 
 
 def test_a_site_told_other_k_or_t_refuses_before_anything_is_charged(federation):
