@@ -141,7 +141,11 @@ class ServerSession:
             out[site] = np.mod(self.inputs[site] - mask(seed, self.length, self.bits), modulus)
         for gone in dropped:
             key = self._recover(gone, {r: pair[1] for r, pair in shares.items()}, points)
-            self._remove_pairwise(out, gone, X25519PrivateKey.from_private_bytes(key), content)
+            try:
+                private = X25519PrivateKey.from_private_bytes(key)
+            except ValueError:
+                raise RoundAbandoned(f"site {gone!r}'s mask key does not rebuild from its shares.") from None
+            self._remove_pairwise(out, gone, private, content)
         return out
 
     def _remove_pairwise(self, entries: dict[str, np.ndarray], gone: str, key: X25519PrivateKey,
@@ -156,7 +160,11 @@ class ServerSession:
             entries[site] = np.mod(entry - pairwise if site < gone else entry + pairwise, 1 << self.bits)
 
     def _recover(self, target: str, shares: dict[str, dict[str, bytes]], points: dict[str, int]) -> bytes:
-        held = {points[responder]: answer[target] for responder, answer in shares.items() if target in answer}
+        held = {points[responder]: answer[target] for responder, answer in shares.items()
+                if target in answer and responder in points}
         if len(held) < self.threshold:
             raise RoundAbandoned(f"{len(held)} shares of site {target!r}'s secret, fewer than T = {self.threshold}.")
-        return shamir.combine(held, self.threshold)
+        try:
+            return shamir.combine(held, self.threshold)
+        except ValueError as error:  # a malformed share (a colluder's): nothing to unmask with
+            raise RoundAbandoned(f"the shares of site {target!r}'s secret do not combine: {error}") from None

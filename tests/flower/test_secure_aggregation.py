@@ -230,6 +230,23 @@ def test_a_site_sent_lists_it_must_refuse_is_not_charged_and_reveals_nothing(fed
     assert all(len(ledgers(files[n])[1].fits) == 3 for n in SITES[1:])  # round 1 too: they released, masked
 
 
+def test_a_malformed_reply_leaves_its_site_out_and_the_run_goes_on(federation, monkeypatch):
+    """A colluding site answers its keys with a roster size that is no number (the third review's crash): it is
+    that site's failure, and the rounds run without it (listed as dropped)."""
+    original = secure_site._make_keys
+
+    def malformed(client, msg, run, record):
+        out = original(client, msg, run, record)
+        if client.name == "site-0":
+            out["secagg"]["roster"] = "five"
+        return out
+
+    monkeypatch.setattr(secure_site, "_make_keys", malformed)
+    folder, files, keys = federation
+    result = SecureGrid(folder, files, keys, node={"semi-honest-server": "true"}).serve()
+    assert all(h["replied"] == [1, 2, 3, 4] and "discarded" not in h for h in result["history"])
+
+
 def test_a_site_told_other_k_or_t_refuses_before_anything_is_charged(federation):
     folder, files, keys = federation
     result = SecureGrid(folder, files, keys, node={"semi-honest-server": "true"},

@@ -47,6 +47,19 @@ def _message(node: int, group: str, secagg: dict, **records) -> Message:
                    group_id=group)
 
 
+def _parsed(replies: dict[str, Message], parse: Callable[[Message], object],
+            failures: dict[str, str]) -> dict[str, object]:
+    """Each reply as ``parse`` reads it; a reply it cannot read is that site's failure (a malformed reply from a
+    colluding site leaves it out, it does not stop the run)."""
+    out = {}
+    for site, reply in replies.items():
+        try:
+            out[site] = parse(reply)
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError):
+            failures[site] = "a malformed reply"
+    return out
+
+
 def _stage(send: Send, messages: dict[str, Message], failures: dict[str, str]) -> dict[str, Message]:
     """The replies to ``messages`` (by site); why the others failed goes to ``failures``."""
     replies = send(list(messages.values()))
@@ -147,15 +160,26 @@ class SecureAggregation:
                                                                           "rounds": rounds},
                                                     instructions=_encoded(instructions[site]))
                                      for site, node in sites.items()}, failures)
-        # the roster's size the sites signed for (it sets their threshold; a site that says otherwise fails theirs)
-        sizes = [int(r.content["secagg"]["roster"]) for r in replies.values()]
-        roster = max(set(sizes), key=sizes.count) if sizes else None
+        def read(reply: Message) -> tuple[int, list[SignedKeys]]:
+            record = reply.content["secagg"]
+            keys = [SignedKeys(bytes(c), bytes(m), bytes(g))
+                    for c, m, g in zip(record["cipher"], record["masking"], record["signature"], strict=True)]
+            if len(keys) != len(rounds):
+                raise ValueError("one key pair a round")
+            return int(record["roster"]), keys
+
+        answers = _parsed(replies, read, failures)
+        # the roster's size the sites signed for: it sets their threshold, and a site that states another fails
+        # their checks; the most common statement, the larger on a tie (a larger N only asks for more shares)
+        sizes = sorted((size for size, _ in answers.values()), reverse=True)
+        roster = max(sizes, key=sizes.count) if sizes else None
         for i, round_ in enumerate(rounds):
-            session = ServerSession(instance_of(batch, round_), encoding.clients, encoding.colluders, encoding.bits,
-                                    encoding.padded, roster)
-            session.advertised({site: SignedKeys(*(bytes(r.content["secagg"][key][i])
-                                                   for key in ("cipher", "masking", "signature")))
-                                for site, r in replies.items()})
+            try:
+                session = ServerSession(instance_of(batch, round_), encoding.clients, encoding.colluders,
+                                        encoding.bits, encoding.padded, roster)
+                session.advertised({site: keys[i] for site, (_, keys) in answers.items()})
+            except ValueError as error:  # no threshold for that roster: nothing can be unmasked
+                raise RoundAbandoned(str(error)) from None
             self.sessions[round_] = session
 
     def _shares(self, batch: str, rounds: list[int], sites: dict[str, int], failures: dict[str, str]) -> set[str]:
@@ -165,14 +189,22 @@ class SecureAggregation:
                  **{key: [getattr(self.sessions[r].keys[s], key) for s in keyed for r in rounds]
                     for key in ("cipher", "masking", "signature")}}
         replies = _stage(self.send, {site: _message(sites[site], str(rounds[0]), relay) for site in keyed}, failures)
-        outgoing: dict[int, dict[str, dict[str, bytes]]] = {r: {} for r in rounds}
-        for site, reply in replies.items():
+        def read(reply: Message) -> list[tuple[int, str, bytes]]:
             record = reply.content["secagg"]
-            for peer, ciphertext, round_ in zip(record["to"], record["ciphertext"], record["round"]):
-                outgoing[int(round_)].setdefault(site, {})[str(peer)] = bytes(ciphertext)
+            rows = [(int(r), str(p), bytes(c)) for p, c, r in zip(record["to"], record["ciphertext"], record["round"],
+                                                                  strict=True)]
+            if any(r not in self.sessions for r, _, _ in rows):
+                raise ValueError("a share for a round outside the batch")
+            return rows
+
+        outgoing: dict[int, dict[str, dict[str, bytes]]] = {r: {} for r in rounds}
+        answers = _parsed(replies, read, failures)
+        for site, rows in answers.items():
+            for round_, peer, ciphertext in rows:
+                outgoing[round_].setdefault(site, {})[peer] = ciphertext
         for round_ in rounds:
             self.sessions[round_].shared(outgoing[round_])
-        return set(replies)
+        return set(answers)
 
     def _round(self, session: ServerSession, round_: int, sites: dict[str, int], active: list[str],
                dropped: list[str], theta: dict[str, torch.Tensor], instructions: dict[str, RoundInstructions],
@@ -187,16 +219,17 @@ class SecureAggregation:
         missing = sorted(set(active) - set(replies))
         if missing:  # their pairwise masks cannot be removed: abandoned before anyone reveals a mask key
             raise RoundAbandoned(f"survivors {missing} sent no masked release.")
-        masked = {site: np.array(r.content["masked"]["y"].numpy(), dtype=np.int64, copy=True)
-                  for site, r in replies.items()}
+        masked = _parsed(replies, lambda r: _masked(r, session.length), failures)
+        if set(masked) != set(active):  # a survivor's release unreadable: its masks cannot be removed
+            raise RoundAbandoned(f"survivors {sorted(set(active) - set(masked))} sent no readable masked release.")
         seconds = {site: _seconds(r) for site, r in replies.items()}
         if dropped:  # the mask keys of the dropped: only against T survivors' signatures over the same lists
+            signatures = _parsed(replies, lambda r: bytes(r.content["secagg"]["signature"]), failures)
             signed = {"stage": "unmask", "instance": session.instance, "active": active, "dropped": dropped,
-                      "signers": list(replies), "signatures": [bytes(r.content["secagg"]["signature"])
-                                                               for r in replies.values()]}
+                      "signers": list(signatures), "signatures": list(signatures.values())}
             replies = _stage(self.send, {site: _message(sites[site], str(round_), signed) for site in replies},
                              failures)
-        shares = {site: _shares(r.content["secagg"]) for site, r in replies.items()}
+        shares = _parsed(replies, lambda r: _shares(r.content["secagg"]), failures)
         entries = session.unmasked(masked, shares, active, dropped, round_digest(theta, instructions[active[0]]))
         self.log(f"skfedriem: round {round_} secure aggregation: {len(active)} survivors, {len(dropped)} dropped")
         return {site: ({ENCODED_RELEASE: torch.from_numpy(entry)}, seconds[site]) for site, entry in entries.items()}
@@ -207,10 +240,20 @@ def _encoded(instructions: RoundInstructions) -> ConfigRecord:
 
 
 def _shares(record: ConfigRecord) -> tuple[dict[str, bytes], dict[str, bytes]]:
-    return (dict(zip(record["survivors"], map(bytes, record["self_mask_shares"]))),
-            dict(zip(record["dropped"], map(bytes, record["mask_key_shares"]))))
+    return (dict(zip(map(str, record["survivors"]), map(bytes, record["self_mask_shares"]), strict=True)),
+            dict(zip(map(str, record["dropped"]), map(bytes, record["mask_key_shares"]), strict=True)))
+
+
+def _masked(reply: Message, length: int) -> np.ndarray:
+    y = np.array(reply.content["masked"]["y"].numpy(), dtype=np.int64, copy=True)
+    if y.shape != (length,):
+        raise ValueError(f"a masked release of shape {y.shape}")
+    return y
 
 
 def _seconds(reply: Message) -> float:
     metrics = reply.content.metric_records.get("metrics")
-    return float("nan") if metrics is None else float(metrics["submission_seconds"])
+    try:
+        return float("nan") if metrics is None else float(metrics["submission_seconds"])
+    except (KeyError, TypeError, ValueError):
+        return float("nan")

@@ -35,7 +35,9 @@ and noise, charged anew: a release is never sent twice under different masks.
 
 from __future__ import annotations
 
+import json
 import math
+import os
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 
@@ -59,9 +61,8 @@ BATCH_ROUNDS = 64
 #: Instances a site keeps (its oldest is forgotten: that round can no longer run).
 KEPT_SESSIONS = 4 * BATCH_ROUNDS
 
-# site -> (run, instance) -> SiteSession; and every (site, run, batch) ever started in this process
+# site -> (run, instance) -> SiteSession (the secrets: in this process's memory only)
 _SESSIONS: dict[str, OrderedDict[tuple[str, str], SiteSession]] = {}
-_STARTED: set[tuple[str, str, str]] = set()
 
 
 def default_colluders(clients: int) -> int:
@@ -188,14 +189,29 @@ def _batch_rounds(record: ConfigRecord) -> list[int]:
     return rounds
 
 
+def _remember_batch(path: str, run: str, batch: str) -> None:
+    """Record (run, batch) in the site's file of started batches (next to its ledger, kept across restarts of its
+    worker), or refuse a batch started before: a replay, which would have the site sign a second set of lists for
+    the same instances."""
+    import fcntl  # POSIX (as the resident worker that keeps the secrets); imported here so the module imports anywhere
+
+    entry = json.dumps([run, batch])
+    with open(path, "a+", encoding="utf-8") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        f.seek(0)
+        if entry in f.read().splitlines():
+            raise InvalidInstructionsError(f"Batch {batch!r} of run {run} was started before: a replay.")
+        f.write(entry + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
 def _make_keys(client, msg: Message, run: str, record: ConfigRecord) -> RecordDict:
     """Stage ``keys``: the batch checked against the site's own setting and budget; one signed key pair a round."""
     batch, rounds = str(_field(record, "batch")), _batch_rounds(record)
-    if (client.name, run, batch) in _STARTED:
-        raise InvalidInstructionsError(f"Batch {batch!r} of run {run} was started before: a replay.")
     plan = _plan(client, decode_instructions(msg.content["instructions"]))
     client.guard.check_budget(plan)  # refuse now what the first round's charge would refuse, before any key
-    _STARTED.add((client.name, run, batch))
+    _remember_batch(client.guard.ledger_path + ".secure-aggregation", run, batch)
     encoding = plan.encoding
     keys = []
     for round_ in rounds:
