@@ -125,6 +125,20 @@ def test_a_round_with_fewer_reachable_sites_than_the_threshold_is_abandoned():
         fed.run(reachable=NAMES[:3])
 
 
+def test_a_deviating_server_can_leave_t_minus_t_honest_releases_in_a_sum_as_the_docs_say():
+    """The documented limit of ε_central (docs: deployment, "Two ledgers"): at K = N = 5, t = 1 (T = 4), a server
+    that lists an honest site as dropped and colludes with another unmasks a sum of T − t = 3 honest releases, not
+    K − t = 4; and no fewer."""
+    fed = Federation()
+    entries = fed.run(reachable=[n for n in NAMES if n != "site-4"])  # site-4 is honest and alive: "dropped"
+    colluder = "site-3"
+    honest_sum = np.mod(modular_sum(entries.values()) - fed.x[colluder], 1 << BITS)
+    assert np.array_equal(honest_sum, modular_sum(fed.x[n] for n in ("site-0", "site-1", "site-2")))
+    assert fed.binding.threshold - fed.binding.colluders == 3
+    with pytest.raises(RoundAbandoned, match="fewer than T = 4"):  # one more "dropped": nothing to unmask
+        Federation().run(reachable=NAMES[:3])
+
+
 def test_sites_sent_different_rounds_have_masks_that_do_not_cancel():
     """The round's content enters the pairwise keys: a server that sends one site another θ gets no usable sum."""
     fed = Federation()
