@@ -331,6 +331,16 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
             self._start_from_init(module, classes)
         return module, per_record_cross_entropy
 
+    def _init_state(self) -> Mapping | None:
+        """The public start's state dict (``init`` a fitted classifier, a module or a state dict), or None when it has
+        none to read (:meth:`_start_from_init` says why)."""
+        source = self.init
+        if isinstance(source, BaseEstimator):
+            source = getattr(source, "module_", None)
+        if isinstance(source, torch.nn.Module):
+            return source.state_dict()
+        return source if isinstance(source, Mapping) else None
+
     def _start_from_init(self, module: torch.nn.Module, classes) -> None:
         """Copy the public ``init`` weights into ``module``, or a ValueError saying why they do not fit it."""
         source, name = self.init, type(self).__name__

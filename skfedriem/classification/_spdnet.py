@@ -7,15 +7,14 @@ from numbers import Real
 import numpy as np
 
 from .._utils.compat import Interval
-from .._utils.spd import check_spd
 from ..models import SPDNet
-from ._base import FederatedClassifier
+from ._reference import CovarianceClassifier
 from .planning import ClassifierSchedule
 
 __all__ = ["FederatedSPDNetClassifier"]
 
 
-class FederatedSPDNetClassifier(FederatedClassifier):
+class FederatedSPDNetClassifier(CovarianceClassifier):
     """SPDNet classifier of covariance matrices, trained by DP-RFedProj across clients.
 
     Each client (a hospital, a lab, a subject...) keeps its trials; the server
@@ -73,12 +72,11 @@ class FederatedSPDNetClassifier(FederatedClassifier):
         name="spdnet", batch_size=64, optimizer="sgd", optimizer_without_privacy="adam", adam_lr=1e-2)
     _model_parameters = ("dims", "reeig_eps", "dtype", "classes")
 
-    def _check_inputs(self, X: np.ndarray, name: str = "X") -> np.ndarray:
-        return check_spd(X, name=name, trace_normalised=True)
-
     def _build_module(self, input_shape, n_classes, generator, dtype):
         dims = (min(16, input_shape[0]),) if self.dims is None else _checked_dims(self.dims, input_shape[0])
-        return SPDNet(input_shape[0], n_classes, dims, self.reeig_eps, generator=generator, dtype=dtype)
+        return self._build_checked(lambda reference: SPDNet(input_shape[0], n_classes, dims, self.reeig_eps,
+                                                            reference=reference, generator=generator, dtype=dtype),
+                                   input_shape)
 
 
 def _checked_dims(dims, n_channels: int) -> tuple[int, ...]:

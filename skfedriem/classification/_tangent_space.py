@@ -2,90 +2,15 @@
 
 from __future__ import annotations
 
-import dataclasses
-import math
-
-import numpy as np
-from numpy.typing import ArrayLike
-import torch
-from sklearn.utils.validation import check_array
-
-from .._utils.compat import StrOptions
-from .._utils.spd import check_spd
-from ..federated import FederatedTrainer
-from ..federated.plan import mean_step_noise
-from ..models import TangentMean, TangentSpaceLogistic, reference_from_mean
-from ._base import DTYPES, FederatedClassifier
+from ..models import TangentSpaceLogistic
+from ._reference import (REFERENCE_CLIP, REFERENCE_NOISE_LIMIT, REFERENCE_SHARE, CovarianceClassifier,
+                         shrunk_mean)
 from .planning import ClassifierSchedule
 
 __all__ = ["REFERENCE_CLIP", "REFERENCE_NOISE_LIMIT", "REFERENCE_SHARE", "FederatedTangentSpaceClassifier", "shrunk_mean"]
 
-#: ``reference="mean"`` in a private fit: the share of ``eps`` its release of the clients' mean may spend (the
-#: rounds take what is left, composed with it).
-REFERENCE_SHARE = 0.2
-#: The clip of each trial's tangent vector at the identity in that release, in units of √n_channels: on the real
-#: PhysionetMI trials (64 channels, trace-normalised OAS covariances) the norms have median 23.9 and maximum 30.1
-#: (3.8 √64), so 4 √n clips almost none of them.
-REFERENCE_CLIP = 4.0
-#: ``reference="auto"`` in a private fit: the largest planned noise norm √d σ̄ of the released mean, in units of
-#: √n_channels, at which it is released (above it, the identity). Real EEG's mean sits 2.7 √n (9 motor channels: 8.1)
-#: to 3.0 √n (64: 23.6) from the identity (``benchmarks/results/tangent_offset.json``); half of REFERENCE_CLIP keeps a
-#: release that can find it. Not tuned by a kept grid: its cells are in ``benchmarks/results/real_planning.json``
-#: (at ε = 1 every private fit there is skipped or at chance).
-REFERENCE_NOISE_LIMIT = 2.0
 
-
-def shrunk_mean(released: np.ndarray, noise_std: float) -> np.ndarray:
-    """The positive-part James–Stein estimate (1 − (d − 2) σ² / ‖m̂‖²)₊ m̂ of a mean released with noise std σ.
-
-    Post-processing of the release with its public σ per coordinate (the plan's,
-    :func:`~skfedriem.federated.plan.mean_step_noise`). In d ≥ 3 coordinates it is closer to the true mean than
-    m̂ itself, in expected squared error, whatever that mean is (James and Stein, 1961; the positive part
-    improves on it again). Where the noise's norm √d σ outweighs the mean (features already centred at the identity,
-    or a small ε), it shrinks the reference back to the identity, the private default's; where the mean stands
-    out (real EEG: 8.1 on 9 motor channels, against a spread of 2.1, ``benchmarks/tangent_offset.py``) it keeps it.
-
-    Parameters
-    ----------
-    released : ndarray of shape (d,)
-    noise_std : float
-
-    Returns
-    -------
-    ndarray of shape (d,)
-
-    Examples
-    --------
-    >>> shrunk_mean(np.array([3.0, 4.0, 0.0, 0.0]), 1.0)    # ‖m̂‖² = 25, (d − 2) σ² = 2
-    array([2.76, 3.68, 0.  , 0.  ])
-    >>> shrunk_mean(np.array([1.0, 0.5, 0.0, 0.0]), 1.0)    # ‖m̂‖² = 1.25 < 2: noise, as far as anyone can tell
-    array([0., 0., 0., 0.])
-    """
-    squared = float(released @ released)
-    if squared == 0.0:
-        return released
-    return max(0.0, 1.0 - (released.size - 2) * noise_std**2 / squared) * released
-
-
-def _release_noise_std(release: FederatedTrainer) -> float:
-    """σ̄, the noise std per coordinate of the released mean (one step at learning rate 1 of every client).
-
-    With distributed noise every one of the K clients adds a share sized so that K − t of them carry the noise
-    the plan certifies: the sum carries K / (K − t) times that variance (and the rounding's, left out).
-    """
-    plan = release.plan_
-    std = mean_step_noise(plan, release.clients_per_round(len(plan.local_steps)))
-    if plan.encoding is not None and plan.encoding.clients > plan.encoding.colluders:
-        std *= math.sqrt(plan.encoding.clients / (plan.encoding.clients - plan.encoding.colluders))
-    return std
-
-
-def _own_losses(losses: torch.Tensor, *targets: torch.Tensor) -> torch.Tensor:
-    """TangentMean's forward already returns each record's loss (the mean of the trials takes no label)."""
-    return losses
-
-
-class FederatedTangentSpaceClassifier(FederatedClassifier):
+class FederatedTangentSpaceClassifier(CovarianceClassifier):
     """Tangent space + logistic regression of covariance matrices, trained by the same private protocol.
 
     The pipeline a pyRiemann user reaches for first
@@ -192,9 +117,7 @@ class FederatedTangentSpaceClassifier(FederatedClassifier):
     ((3,), True)
     """
 
-    reference: ArrayLike | str | None = "auto"
 
-    _parameter_constraints: dict = {"reference": ["array-like", StrOptions({"auto", "mean"}), None]}
     schedule = ClassifierSchedule(
         name="tangent", batch_size=64, optimizer="sgd", optimizer_without_privacy="sgd", adam_lr=1e-2, sgd_lr=0.1,
         sgd_lr_reason="the grid's best or within 0.01 of it on small and on BNCI-size clients at every ε it ran",
@@ -209,81 +132,8 @@ class FederatedTangentSpaceClassifier(FederatedClassifier):
                                   "0.61 at 0.5 and 0.60 at 2)")
     _model_parameters = ("reference", "dtype", "classes")
 
-    def _released_mean(self) -> bool:
-        """Whether ``fit`` may release the clients' mean before the rounds (``"auto"``: unless an ε search)."""
-        if not isinstance(self.reference, str):
-            return False
-        return self.reference == "mean" or self.eps != "budget"
-
-    def _release_trainer(self, input_shape, client_sizes, seeds):
-        """The clients' mean (``reference="mean"``, or ``"auto"`` unless its planned noise would bury it): one round
-        of :class:`~skfedriem.models.TangentMean`, planned and charged with the rounds by ``fit``."""
-        if not self._released_mean():
-            return None
-        if self.eps == "budget":
-            raise ValueError("reference='mean' with eps='budget' is not supported: the budget's share is planned for "
-                             "the rounds alone. Pass a public reference, or reference=None for the identity.")
-        if self.reference == "auto" and self.eps is not None and self.accounting != "rfedproj":
-            return None  # the rounds' accountant composes no release of the paper's accounting: the identity
-        n = int(input_shape[0])
-        module = TangentMean(n, dtype=DTYPES[self.dtype])
-        settings = dataclasses.replace(
-            self._settings(input_shape, client_sizes, None),
-            eps=None if self.eps is None else REFERENCE_SHARE * self.eps, clip=REFERENCE_CLIP * math.sqrt(n),
-            n_rounds=1, local_steps=1, local_epochs=1.0, batch_size=None, lr=1.0, lr_schedule="constant",
-            optimizer="sgd", aggregation="projavg", clients_per_round=None, sampling="fixed", accounting="rfedproj")
-        # the clients' secret streams of this release are their own, apart from the rounds' (a seeded run's too)
-        client_seed = None if seeds.clients is None else np.random.SeedSequence(
-            seeds.clients.entropy, spawn_key=(*seeds.clients.spawn_key, 2**32 - 1))
-        release = FederatedTrainer(module, _own_losses, settings, seed_sequence=seeds.server.spawn(1)[0],
-                                   client_seed=client_seed, run_name=f"{self!r} reference")
-        if self.reference == "auto" and self.eps is not None:
-            release.pricing.plan(list(client_sizes), list(range(len(client_sizes))))
-            noise_norm = math.sqrt(module.mean.weight.numel()) * _release_noise_std(release)
-            if noise_norm > REFERENCE_NOISE_LIMIT * math.sqrt(n):
-                return None  # public quantities only: the identity, and the rounds take all of eps
-        return release
-
-    def _use_release(self, release, trainer) -> None:
-        mean = release.module.mean.weight.detach()[0].double().numpy()
-        noise_std = _release_noise_std(release)
-        n_channels = release.module.features.reference.shape[0]
-        reference = reference_from_mean(shrunk_mean(mean, noise_std), n_channels)
-        trainer.module.at_reference(torch.from_numpy(reference))
-
-    def make_trainer(self, input_shape, *, spent=None, **options):
-        """:meth:`~skfedriem.base.FederatedEstimatorMixin.make_trainer`; with the clients' mean as reference
-        (``reference="mean"``, or ``"auto"`` without privacy) only inside ``fit``, which releases it."""
-        exact_or_asked = isinstance(self.reference, str) and (
-            self.reference == "mean" or (self.reference == "auto" and self.eps is None))
-        if exact_or_asked and not self._warm() and spent is None:
-            raise ValueError(f"{type(self).__name__}(reference={self.reference!r}, eps={self.eps!r}) takes the "
-                             "clients' mean, which fit releases and charges before the rounds; a trainer made on "
-                             "its own (a deployment, a loop of your own) has no such release: pass the public "
-                             "reference's values, or reference=None for the identity.")
-        return super().make_trainer(input_shape, spent=spent, **options)
-
-    def _check_inputs(self, X: np.ndarray, name: str = "X") -> np.ndarray:
-        return check_spd(X, name=name, trace_normalised=True)
-
-    def _set_model_attributes(self, module, classes) -> None:
-        super()._set_model_attributes(module, classes)
-        self.reference_ = module.features.reference.detach().double().numpy().copy()
-
     def _build_module(self, input_shape, n_classes, generator, dtype):
-        # zero-initialised, like scikit-learn's LogisticRegression: the generator has nothing to draw
-        reference = None
-        if isinstance(self.reference, str):  # the identity; with the clients' mean, fit sets it once released
-            reference = None
-        elif self.reference is not None:
-            reference = check_array(self.reference, dtype=np.float64, input_name="reference")
-            if reference.shape != tuple(input_shape):
-                raise ValueError(f"The 'reference' parameter must have shape {tuple(input_shape)} like the trials. "
-                                 f"Got {reference.shape} instead.")
-            check_spd(reference[None], name="reference")
-            reference = torch.from_numpy(reference)
-        try:
-            return TangentSpaceLogistic(input_shape[0], n_classes, reference, dtype=dtype)
-        except ValueError as error:  # the model's own check, in its dtype
-            raise ValueError(f"The 'reference' parameter of {type(self).__name__} is not usable in dtype="
-                             f"{self.dtype!r}: {error}") from None
+        # zero-initialised, like scikit-learn's LogisticRegression: the generator has nothing to draw; the reference is
+        # the identity until fit releases the clients' mean (or the public one given)
+        return self._build_checked(lambda reference: TangentSpaceLogistic(input_shape[0], n_classes, reference,
+                                                                          dtype=dtype), input_shape)

@@ -18,6 +18,7 @@ from ..privacy.capabilities import ModelCapabilities
 from ..privacy.gradients import DenseGradients, PerRecordGradients, StackedDenseGradients
 from ..privacy.hooks import has_hooks
 from ..privacy.per_sample import LossFn
+from .recentring import Recentre
 from .spdnet_gradients import bire_tangent_gradients, upper_triangle
 from .spectral import log_eig, log_re_eig, re_eig
 
@@ -162,7 +163,7 @@ class TraceNormalize(nn.Module):
 
 
 class SPDNet(nn.Module):
-    """SPDNet classifier: [TraceNormalize] → (BiMap → ReEig) x L → LogEig → Vech → Linear.
+    """SPDNet classifier: [Recentre] → [TraceNormalize] → (BiMap → ReEig) x L → LogEig → Vech → Linear.
 
     The last ReEig and the LogEig share one eigendecomposition
     (:class:`LogReEig`), the same function with one eigendecomposition instead of two.
@@ -179,9 +180,20 @@ class SPDNet(nn.Module):
         ReEig floor ε_R.
     normalize : bool, default=True
         Divide each input by its trace / C first (see :class:`TraceNormalize`).
+    reference : torch.Tensor of shape (C, C), optional
+        A public SPD reference point R: each input is first whitened by it,
+        X ↦ R^{-1/2} X R^{-1/2} (:class:`~skfedriem.models.recentring.Recentre`;
+        R is trace-normalised first), so that inputs near R reach the BiMap near
+        the identity. None: no re-centring (:meth:`at_reference` sets one later).
     generator : torch.Generator, optional
         Source of the initial weights.
     dtype : torch.dtype, default=torch.float32
+
+    Attributes
+    ----------
+    recentre : Recentre or torch.nn.Identity
+        The re-centring at ``reference`` (its buffers ``recentre.reference``
+        and ``recentre.whitener``), or the identity map.
 
     Examples
     --------
@@ -198,10 +210,12 @@ class SPDNet(nn.Module):
         reeig_eps: float = 1e-4,
         *,
         normalize: bool = True,
+        reference: torch.Tensor | None = None,
         generator: torch.Generator | None = None,
         dtype: torch.dtype = torch.float32,
     ) -> None:
         super().__init__()
+        self.recentre: nn.Module = nn.Identity()
         dims = tuple(int(d) for d in dims)
         if not dims or any(d < 1 for d in dims):
             raise ValueError(f"The 'dims' parameter must be a non-empty sequence of positive ints. Got {dims!r} instead.")
@@ -223,10 +237,41 @@ class SPDNet(nn.Module):
             bound = (d * (d + 1) // 2) ** -0.5
             self.classifier.weight.uniform_(-bound, bound, generator=generator)
             self.classifier.bias.uniform_(-bound, bound, generator=generator)
+        if reference is not None:
+            self.at_reference(torch.as_tensor(reference, dtype=dtype))
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         """Logits, shape (n_matrices, n_classes), for X of shape (n_matrices, C, C)."""
-        return self.classifier(self.features(X))
+        return self.classifier(self.features(self.recentre(X)))
+
+    #: The name of the reference point's buffer in :meth:`state_dict` (once one is set).
+    reference_buffer = "recentre.reference"
+
+    def reference_point(self) -> torch.Tensor:
+        """The (trace-normalised) reference point the inputs are whitened by; the identity without one."""
+        if isinstance(self.recentre, Recentre):
+            return self.recentre.reference
+        weight = self.classifier.weight
+        return torch.eye(self._n_channels(), dtype=weight.dtype, device=weight.device)
+
+    def _n_channels(self) -> int:
+        return self.features[1 if isinstance(self.features[0], TraceNormalize) else 0].weight.shape[0]
+
+    def at_reference(self, reference: torch.Tensor) -> None:
+        """Whiten every input by another public reference point (before training: the inputs change with it).
+
+        Parameters
+        ----------
+        reference : torch.Tensor of shape (C, C)
+            SPD; divided by its trace / C first.
+        """
+        n_channels = self._n_channels()
+        dtype = self.classifier.weight.dtype
+        reference = torch.as_tensor(reference, dtype=dtype, device=self.classifier.weight.device)
+        if reference.shape != (n_channels, n_channels):
+            raise ValueError(f"The reference point must have shape ({n_channels}, {n_channels}) like the inputs. "
+                             f"Got {tuple(reference.shape)} instead.")
+        self.recentre = Recentre(TraceNormalize()(reference))
 
     def per_record_tangent_gradients(self, loss_fn: LossFn, batch: tuple[torch.Tensor, ...], *, record_dims: int = 1,
                                      parameters: dict[str, torch.Tensor] | None = None
@@ -270,8 +315,9 @@ class SPDNet(nn.Module):
         normalize, blocks = layout
         values = {name: p.detach() for name, p in {**named, **(parameters or {})}.items()}
         trained = [name for name, p in named.items() if p.requires_grad]
+        whitener = self.recentre.whitener if isinstance(self.recentre, Recentre) else None
         return bire_tangent_gradients(loss_fn, batch, normalize=normalize, blocks=blocks, values=values,
-                                      trained=trained, record_dims=record_dims)
+                                      trained=trained, record_dims=record_dims, whitener=whitener)
 
     def _closed_form_layout(self, named: dict[str, nn.Parameter]) -> tuple[bool, list[tuple[str, str, float]]] | None:
         """(normalize, [(BiMap's weight name, spectral kind, floor)]) of an SPDNet as built, else None.
@@ -308,6 +354,8 @@ def _built_as_declared(net: SPDNet) -> bool:
     if type(net) is not SPDNet or type(net.features) is not nn.Sequential or not _plain_classifier(net.classifier):
         return False
     if has_hooks(net) or any("forward" in vars(sub) for sub in net.modules()):
+        return False
+    if type(net.recentre) not in (nn.Identity, Recentre):
         return False
     layers = list(net.features._modules.values())
     return len({id(layer) for layer in layers}) == len(layers)

@@ -84,8 +84,10 @@ def upper_triangle(n: int, device: torch.device) -> torch.Tensor:
 
 def bire_tangent_gradients(loss_fn: LossFn, batch: tuple[torch.Tensor, ...], *, normalize: bool,
                            blocks: Sequence[tuple[str, str, float]], values: dict[str, torch.Tensor],
-                           trained: Sequence[str], record_dims: int = 1) -> dict[str, torch.Tensor] | None:
-    """Every record's tangent gradient of [TraceNormalize] (BiMap → spectral)ᴸ → Vech → Linear (module docstring).
+                           trained: Sequence[str], record_dims: int = 1,
+                           whitener: torch.Tensor | None = None) -> dict[str, torch.Tensor] | None:
+    """Every record's tangent gradient of [Recentre] [TraceNormalize] (BiMap → spectral)ᴸ → Vech → Linear (module
+    docstring).
 
     Parameters
     ----------
@@ -108,6 +110,9 @@ def bire_tangent_gradients(loss_fn: LossFn, batch: tuple[torch.Tensor, ...], *, 
     record_dims : int, default=1
         How many leading axes index the records (2 for clients in lockstep:
         ``(K, B, C, C)``).
+    whitener : torch.Tensor of shape (C, C), optional
+        R^{-1/2} of a public reference point R: each input is first mapped to
+        R^{-1/2} X R^{-1/2} (:class:`~skfedriem.models.recentring.Recentre`).
 
     Returns
     -------
@@ -120,6 +125,8 @@ def bire_tangent_gradients(loss_fn: LossFn, batch: tuple[torch.Tensor, ...], *, 
         return None
     records = X.shape[:record_dims]
     with torch.no_grad():
+        if whitener is not None:
+            X = whitener @ X @ whitener
         if normalize:
             X = X * (X.shape[-1] / X.diagonal(dim1=-2, dim2=-1).sum(-1))[..., None, None]
         kept = []

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from ..privacy.capabilities import ModelCapabilities
+from .recentring import check_reference
 from .spdnet import TraceNormalize
 
 __all__ = ["LinearOnFeatures", "TangentMean", "TangentSpace", "TangentSpaceLogistic", "reference_from_mean"]
@@ -38,28 +39,6 @@ def _tangent_space(X: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
         warnings.simplefilter("ignore", DeprecationWarning)
         from pyriemann.geometry.tangentspace import tangent_space
     return tangent_space(X, reference, metric="riemann")
-
-
-def _check_reference(reference: torch.Tensor) -> None:
-    """Raise a ValueError unless ``reference`` is a finite SPD matrix its dtype can whiten inputs with.
-
-    The map whitens every input by R^{-1/2}: in a dtype of resolution ε the
-    whitened matrix carries a relative error of about ε·cond(R), so a
-    reference whose condition number exceeds 1/√ε (2.9e3 in float32, 6.7e7
-    in float64) is refused rather than left to give non-finite features.
-    """
-    if reference.ndim != 2 or reference.shape[0] != reference.shape[1]:
-        raise ValueError(f"The reference point must be a square matrix. Got shape {tuple(reference.shape)}.")
-    if not torch.isfinite(reference).all():
-        raise ValueError("The reference point has non-finite entries.")
-    if not torch.allclose(reference, reference.mT, rtol=1e-5, atol=0.0):
-        raise ValueError("The reference point is not symmetric.")
-    eigenvalues = torch.linalg.eigvalsh(reference.double())
-    limit = torch.finfo(reference.dtype).eps ** -0.5
-    if eigenvalues[0] <= 0 or eigenvalues[-1] / eigenvalues[0] > limit:
-        raise ValueError(f"The reference point must be SPD with a condition number at most {limit:.3g} in "
-                         f"{reference.dtype}; its eigenvalues span [{eigenvalues[0]:.3g}, {eigenvalues[-1]:.3g}]. "
-                         "Regularise it, or use float64.")
 
 
 class TangentSpace(nn.Module):
@@ -82,7 +61,7 @@ class TangentSpace(nn.Module):
 
     def __init__(self, reference: torch.Tensor) -> None:
         super().__init__()
-        _check_reference(reference)
+        check_reference(reference)
         self.register_buffer("reference", reference)
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
@@ -151,6 +130,13 @@ class TangentSpaceLogistic(nn.Module):
             raise ValueError(f"The reference point must have shape {tuple(self.features.reference.shape)} like the "
                              f"inputs. Got {tuple(reference.shape)} instead.")
         self.features = TangentSpace(self.normalize(reference))
+
+    #: The name of the reference point's buffer in :meth:`state_dict`.
+    reference_buffer = "features.reference"
+
+    def reference_point(self) -> torch.Tensor:
+        """The (trace-normalised) reference point the tangent vectors are taken at, shape (C, C)."""
+        return self.features.reference
 
     def fixed_features(self, X: torch.Tensor) -> torch.Tensor:
         """The tangent vectors the linear layer reads: trace normalisation and the map at the public reference,

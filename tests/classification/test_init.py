@@ -86,7 +86,13 @@ def test_the_tangent_space_start_must_share_its_reference(public_and_private):
     public = FederatedTangentSpaceClassifier(eps=None, n_rounds=20, reference=reference, random_state=0)
     public.fit(X, y, groups=groups)
     with pytest.raises(ValueError, match="'init' .*another 'features.reference'"):
-        FederatedTangentSpaceClassifier(eps=1.0, init=public, random_state=0).fit(Xp, yp, groups=gp)
+        FederatedTangentSpaceClassifier(eps=1.0, init=public, reference=None, random_state=0).fit(Xp, yp, groups=gp)
+    with pytest.raises(ValueError, match="reference='mean' with init= is not supported"):
+        FederatedTangentSpaceClassifier(eps=1.0, init=public, reference="mean", random_state=0).fit(Xp, yp, groups=gp)
+    adopted = FederatedTangentSpaceClassifier(eps=1.0, init=public, random_state=0).fit(Xp, yp, groups=gp)
+    np.testing.assert_allclose(adopted.reference_, public.reference_, rtol=1e-6)  # "auto": the start's point
+    explicit = FederatedTangentSpaceClassifier(eps=1.0, init=public, reference=public.reference_, random_state=0)
+    assert adopted.ledger_.steps == explicit.fit(Xp, yp, groups=gp).ledger_.steps  # the rounds alone: no release
     weights_only = {k: v for k, v in public.module_.state_dict().items() if k != "features.reference"}
     with pytest.raises(ValueError, match="'init' .*has no 'features.reference'"):
         FederatedTangentSpaceClassifier(eps=1.0, init=weights_only, random_state=0).fit(Xp, yp, groups=gp)

@@ -92,7 +92,7 @@ def test_in_a_pipeline_after_covariances_with_routed_groups():
 
 def test_it_shares_the_settings_of_the_other_classifiers():
     ours, spdnet = FederatedTangentSpaceClassifier().get_params(), FederatedSPDNetClassifier().get_params()
-    assert set(ours) - {"reference"} == set(spdnet) - {"dims", "reeig_eps"}
+    assert set(ours) == set(spdnet) - {"dims", "reeig_eps"}
 
 
 def test_labels_that_mix_strings_and_numbers_are_a_clear_error():
@@ -130,7 +130,7 @@ def test_without_privacy_the_reference_is_the_clients_log_euclidean_mean(spd_dat
 def test_a_private_auto_fit_releases_the_mean_unless_its_planned_noise_would_bury_it(monkeypatch):
     """The release is planned from public quantities alone; what it released is shrunk towards the identity (James–
     Stein) by its public noise std: on data centred at the identity a noisy mean leaves the reference near it."""
-    import skfedriem.classification._tangent_space as tangent
+    import skfedriem.classification._reference as tangent
     from skfedriem.classification import REFERENCE_NOISE_LIMIT
 
     X, y, groups = make_spd_classification(n_clients=3, n_matrices_per_client=60, n_channels=6, random_state=0)
@@ -257,7 +257,7 @@ def test_an_eps_the_release_leaves_nothing_of_is_a_value_error_naming_it(spd_dat
 def test_the_shrinkage_takes_the_noise_the_release_really_carries(monkeypatch, noise):
     """σ̄ that shrinks the released mean is the std of the noise it carries: over seeds, ‖m̂ − m‖² / (d σ̄²) ≈ 1.
     With distributed noise all K clients add a share sized for K − t: the plan's σ̄ alone gave 1.4 at K = 3."""
-    import skfedriem.classification._tangent_space as tangent
+    import skfedriem.classification._reference as tangent
     from skfedriem.models import TangentMean
 
     X, y, groups = make_spd_classification(n_clients=3, n_matrices_per_client=60, n_channels=6, random_state=0)
