@@ -6,7 +6,7 @@ from numbers import Integral
 
 import numpy as np
 
-from .._utils.compat import Interval
+from .._utils.compat import Interval, StrOptions
 from ..models import EEGNet
 from ._base import FederatedClassifier
 from .planning import ClassifierSchedule
@@ -30,6 +30,14 @@ class FederatedEEGNetClassifier(FederatedClassifier):
         EEGNet-F1,D with F2 pointwise filters.
     kernel_length : int, default=64
         Temporal kernel length in samples (half the sampling rate).
+    normalization : {"group", "layer"} or None, default="group"
+        What normalises each trial's feature maps between the layers, on
+        that trial alone (the per-record stand-in for EEGNet's batch
+        normalisation): group normalisation, layer normalisation, or nothing
+        (the paper's private EEGNet). See :class:`~skfedriem.models.EEGNet`.
+    per_channel_scaling : bool, default=False
+        Centre and scale each channel of a trial by its own standard deviation,
+        instead of the whole trial by one.
     [federation parameters]
 
     Attributes
@@ -55,8 +63,12 @@ class FederatedEEGNetClassifier(FederatedClassifier):
     D: int = 2
     F2: int = 16
     kernel_length: int = 64
+    normalization: str | None = "group"
+    per_channel_scaling: bool = False
 
     _parameter_constraints: dict = {
+        "normalization": [StrOptions({"group", "layer"}), None],
+        "per_channel_scaling": ["boolean"],
         "F1": [Interval(Integral, 1, None, closed="left")],
         "D": [Interval(Integral, 1, None, closed="left")],
         "F2": [Interval(Integral, 1, None, closed="left")],
@@ -65,7 +77,7 @@ class FederatedEEGNetClassifier(FederatedClassifier):
     schedule = ClassifierSchedule(
         name="eegnet", batch_size=16, optimizer="adam", optimizer_without_privacy="adam", adam_lr=1e-3,
         optimizer_reason="the paper's EEGNet optimiser (the grid did not train EEGNet)")
-    _model_parameters = ("F1", "D", "F2", "kernel_length", "dtype", "classes")
+    _model_parameters = ("F1", "D", "F2", "kernel_length", "normalization", "per_channel_scaling", "dtype", "classes")
 
     def _check_inputs(self, X: np.ndarray, name: str = "X") -> np.ndarray:
         if X.ndim != 3:
@@ -78,4 +90,5 @@ class FederatedEEGNetClassifier(FederatedClassifier):
     def _build_module(self, input_shape, n_classes, generator, dtype):
         n_channels, n_times = input_shape
         return EEGNet(n_channels, n_times, n_classes, F1=self.F1, D=self.D, F2=self.F2,
-                      kernel_length=self.kernel_length, generator=generator, dtype=dtype)
+                      kernel_length=self.kernel_length, normalization=self.normalization,
+                      per_channel=self.per_channel_scaling, generator=generator, dtype=dtype)
