@@ -43,6 +43,7 @@ SMOKE_ARGS: dict[str, list[str] | str] = {
     "speed": ["--rounds", "2", "--pca-rounds", "2", "--repeats", "3", "--busy-workload", "none", "--clients", "3",
               "--scaling-rounds", "2", "--calibration-targets", "2"],
     "spdnet_step": ["--rounds", "2", "--repeats", "3"],
+    "spdnet_real": "needs the EEGMMIDB files and minutes even at one seed",
     "tangent_offset": ["--no-real"],
     "tangent_reference": ["--seeds", "1", "--eps", "10", "--rounds", "2"],
 }

@@ -121,7 +121,10 @@ def _declare_parameters(cls: type) -> type:
     fields = dataclasses.fields(cls)
     docs = {f.name: doc for f in fields if (doc := f.metadata.get("doc") or _inherited_doc(cls, f.name))}
     cls._parameter_docs = docs
-    parents = {n: c for n, c in getattr(cls, "_parameter_constraints", {}).items() if n not in docs}
+    inherited = {}
+    for base in reversed(cls.__mro__[1:]):  # every base's own constraints, the nearest last
+        inherited.update(base.__dict__.get("_parameter_constraints", {}))
+    parents = {n: c for n, c in inherited.items() if n not in docs}
     cls._parameter_constraints = {**{n: doc.all_constraints for n, doc in docs.items()}, **parents,
                                   **cls.__dict__.get("_parameter_constraints", {})}
     template = cls.__dict__.get("_docstring", cls.__doc__)

@@ -99,11 +99,14 @@ class FederatedEstimatorMixin(_EstimatorParameters):
     records_per_subject: int | None = setting("records_per_subject")
     noise: str = setting("noise")
     colluders: int | None = setting("colluders")
-    n_clients: int = parameter(
-        3, "int", "When ``fit`` gets neither ``groups`` nor ``subjects``: the number of clients of a random split by "
-        "record position only (never by value or label: a split that read the records would let one record move "
-        "others between clients). 1: one client holding every record, even when ``subjects`` is given.",
-        [Interval(Integral, 1, None, closed="left")])
+    n_clients: int | None = parameter(
+        None, "int or None", "When ``fit`` gets no ``groups``. None: the records are one site's, one client holding "
+        "every record (a site's own data, a within-session fold: splitting them into clients that each pay the noise "
+        "only loses), or, when ``fit`` gets ``subjects``, clients of whole subjects (``subject_clients``). An int: "
+        "that many clients of a random split by record position only (never by value or label: a split that read the "
+        "records would let one record move others between clients); 1: one client holding every record, even when "
+        "``subjects`` is given.",
+        [Interval(Integral, 1, None, closed="left"), None])
     subject_clients: int | str = parameter(
         "each", '"each" or int', "When ``fit`` gets ``subjects``, no ``groups``, and ``n_clients`` is not 1 (MOABB's "
         "``CrossSubjectEvaluation`` passes ``subjects``): the clients are made of whole subjects, never of chunks of "
@@ -336,7 +339,9 @@ class FederatedEstimatorMixin(_EstimatorParameters):
 
         try:
             whole.charge(spent, label="released before the rounds")
-            return whole.share(release_at, label=f"{type(self).__name__}'s rounds")
+            with warnings.catch_warnings():  # the plans the search tries: the final plan warns on its own
+                warnings.simplefilter("ignore", UserWarning)
+                return whole.share(release_at, label=f"{type(self).__name__}'s rounds")
         except PrivacyBudgetExceeded:
             raise ValueError(f"{type(self).__name__}(eps={eps!r}, delta={self.delta!r}) leaves the rounds no ε after "
                              "what the clients release before them: raise eps, or pass a public reference (or "
@@ -498,12 +503,12 @@ class FederatedEstimatorMixin(_EstimatorParameters):
         # n_clients=1 is one client holding every record (a curator, a within-session fold), subjects or not
         clients_of_subjects = groups is None and subjects is not None and self.n_clients != 1
         groups = self._client_labels(groups, subjects if clients_of_subjects else None, len(records[0]))
-        indices, names = client_indices(len(records[0]), groups, n_clients=self.n_clients,
+        indices, names = client_indices(len(records[0]), groups, n_clients=self._split_count(),
                                         rng=np.random.default_rng(seeds.split))
         clients = [tuple(r[idx] for r in records) for idx in indices]
         sizes = [len(idx) for idx in indices]
         if self.privacy_unit == "subject":
-            if groups is None and subjects is None and self.n_clients > 1:
+            if groups is None and subjects is None and self._split_count() > 1:
                 raise ValueError(f"{type(self).__name__}(privacy_unit='subject') got neither groups nor subjects: each "
                                  "client would be one subject, but with groups=None the clients are random chunks of "
                                  "the records, not people. Pass subjects= (each record's subject), or groups= (each "
@@ -541,9 +546,13 @@ class FederatedEstimatorMixin(_EstimatorParameters):
         once per class and process)."""
         if groups is None and subjects is not None:
             return subject_clients(check_labels(subjects, "subjects", n_records), self.subject_clients)
-        if groups is None and self.n_clients > 1:
+        if groups is None and self.n_clients != 1:
             _warn_of_positional_clients(type(self).__name__, self.n_clients)
         return groups
+
+    def _split_count(self) -> int:
+        """How many clients a fit without ``groups`` (or ``subjects``) splits the records into."""
+        return 1 if self.n_clients is None else self.n_clients
 
     def _release_trainer(self, input_shape, client_sizes: list[int], seeds: RunSeeds) -> FederatedTrainer | None:
         """The run in which the clients release something before the rounds (none here; the tangent-space model's
@@ -580,19 +589,25 @@ class FederatedEstimatorMixin(_EstimatorParameters):
 _POSITIONAL_WARNED: set[str] = set()
 
 
-def _warn_of_positional_clients(name: str, n_clients: int) -> None:
+def _warn_of_positional_clients(name: str, n_clients: int | None) -> None:
     """The :class:`~skfedriem.exceptions.PositionalClientsWarning`, once per estimator class and process (a MOABB
     within-session evaluation fits one client's trials hundreds of times)."""
     if name in _POSITIONAL_WARNED:
         return
     _POSITIONAL_WARNED.add(name)
-    warn_user(f"groups=None: {name} splits the records at random into n_clients={n_clients} clients by position, "
-              "not by site or subject (said once per process). Pass groups= (each record's client) or subjects= "
-              "(clients of whole subjects, see subject_clients) to fit. Inside cross_val_score, GridSearchCV or a "
-              "Pipeline, scikit-learn passes groups on only with metadata routing: "
-              "sklearn.set_config(enable_metadata_routing=True) and estimator.set_fit_request(groups=True); MOABB's "
-              "CrossSubjectEvaluation passes subjects. Set n_clients=1 for one client holding every record.",
-              PositionalClientsWarning)
+    if n_clients is None:
+        what = ("treats all the records as one site's: one client, whose steps carry the noise once (said once per "
+                "process). If they come from several sites or subjects")
+        silence = "Set n_clients=1 to say that they are one site's."
+    else:
+        what = (f"splits the records at random into n_clients={n_clients} clients by position, not by site or "
+                "subject (said once per process). To split them by site or subject")
+        silence = "Set n_clients=1 for one client holding every record."
+    warn_user(f"groups=None: {name} {what}, pass groups= (each record's client) or subjects= (clients of whole "
+              "subjects, see subject_clients) to fit. Inside cross_val_score, GridSearchCV or a Pipeline, "
+              "scikit-learn passes groups on only with metadata routing: sklearn.set_config("
+              "enable_metadata_routing=True) and estimator.set_fit_request(groups=True); MOABB's "
+              f"CrossSubjectEvaluation passes subjects. {silence}", PositionalClientsWarning)
 
 
 def _after(prior: TrainingState | None, spent: PrivacyAccountant, spent_local: PrivacyAccountant) -> TrainingState:

@@ -78,7 +78,7 @@ def test_a_fit_validates_each_parameter_once(spd, monkeypatch):
 
 def test_the_settings_object_is_the_estimators_parameters(spd):
     X, y, groups = spd
-    clf = FederatedSPDNetClassifier(eps=None, lr=0.05, clip=0.5, **SPD)
+    clf = FederatedSPDNetClassifier(eps=None, lr=0.05, clip=0.5, reference=None, **SPD)
     trainer = clf.make_trainer(X.shape[1:], classes=np.unique(y), client_sizes=[20, 20, 20])
     assert isinstance(trainer.settings, FederationSettings)
     assert (trainer.settings.lr, trainer.settings.clip, trainer.settings.optimizer) == (0.05, 0.5, "adam")  # planned without privacy
@@ -219,7 +219,7 @@ def test_groups_lost_by_a_splitter_without_routing_are_warned_about(spd, positio
 
     X, y, groups = spd
     pipe = Pipeline([("clf", FederatedTangentSpaceClassifier(eps=10.0, n_rounds=1, random_state=0))])
-    with pytest.warns(PositionalClientsWarning, match=r"by position.*enable_metadata_routing=True"):
+    with pytest.warns(PositionalClientsWarning, match=r"one site's.*enable_metadata_routing=True"):
         cross_validate(pipe, X, y, cv=GroupKFold(3), groups=groups)
     with warnings.catch_warnings():
         warnings.simplefilter("error", PositionalClientsWarning)
@@ -237,8 +237,30 @@ def test_positional_clients_are_warned_about_once_per_estimator_class(spd, posit
         for cls in (FederatedTangentSpaceClassifier, FederatedTangentSpaceClassifier, FederatedSPDNetClassifier):
             cls(eps=10.0, n_rounds=1, random_state=0).fit(X, y)
     said = [w for w in caught if issubclass(w.category, PositionalClientsWarning)]
-    assert [str(w.message).split(" splits")[0] for w in said] == [
+    assert [str(w.message).split(" treats")[0] for w in said] == [
         "groups=None: FederatedTangentSpaceClassifier", "groups=None: FederatedSPDNetClassifier"]
+
+
+@pytest.mark.parametrize("n_clients, sizes, said", [(None, [60], "treats all the records as one site's"),
+                                                    (1, [60], None), (3, [20, 20, 20], "splits the records at random")])
+def test_records_without_groups_are_one_sites_unless_n_clients_splits_them(spd, monkeypatch, positional_warning_unsaid,
+                                                                          n_clients, sizes, said):
+    """A within-session fold is one site's trials: splitting them into clients that each pay the noise only loses, so
+    without groups they are one client (said once), and n_clients=k > 1 splits them by position (said too)."""
+    import skfedriem.base
+    from skfedriem import FederatedTangentSpaceClassifier
+    from skfedriem.exceptions import PositionalClientsWarning
+
+    split = []
+    monkeypatch.setattr(skfedriem.base, "client_indices",
+                        lambda *a, **k: split.append(client_indices(*a, **k)) or split[-1])
+    X, y, _ = spd
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        FederatedTangentSpaceClassifier(eps=10.0, n_rounds=1, n_clients=n_clients, random_state=0).fit(X, y)
+    assert [len(idx) for idx in split[0][0]] == sizes
+    messages = [str(w.message) for w in caught if issubclass(w.category, PositionalClientsWarning)]
+    assert messages == [] if said is None else (len(messages) == 1 and said in messages[0])
 
 
 @pytest.mark.parametrize("subject_clients, expected", [("each", [10] * 6), (2, [30, 30]), (4, [20, 20, 10, 10])])

@@ -75,8 +75,7 @@ class FederatedEEGNetClassifier(FederatedClassifier):
         "kernel_length": [Interval(Integral, 1, None, closed="left")],
     }
     schedule = ClassifierSchedule(
-        name="eegnet", batch_size=16, optimizer="adam", optimizer_without_privacy="adam", adam_lr=1e-3,
-        optimizer_reason="the paper's EEGNet optimiser (the grid did not train EEGNet)")
+        name="eegnet", batch_size=16, optimizer="sgd", optimizer_without_privacy="adam", adam_lr=3e-3)
     _model_parameters = ("F1", "D", "F2", "kernel_length", "normalization", "per_channel_scaling", "dtype", "classes")
 
     def _check_inputs(self, X: np.ndarray, name: str = "X") -> np.ndarray:

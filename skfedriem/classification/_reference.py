@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -139,8 +140,11 @@ class CovarianceClassifier(FederatedClassifier):
             return None  # the rounds' accountant composes no release of the paper's accounting: the identity
         n = int(input_shape[0])
         module = TangentMean(n, dtype=DTYPES[self.dtype])
+        with warnings.catch_warnings():  # the rounds' settings, planned again (and warned of) by the rounds
+            warnings.simplefilter("ignore", UserWarning)
+            rounds = self._settings(input_shape, client_sizes, None)
         settings = dataclasses.replace(
-            self._settings(input_shape, client_sizes, None),
+            rounds,
             eps=None if self.eps is None else REFERENCE_SHARE * self.eps, clip=REFERENCE_CLIP * math.sqrt(n),
             n_rounds=1, local_steps=1, local_epochs=1.0, batch_size=None, lr=1.0, lr_schedule="constant",
             optimizer="sgd", aggregation="projavg", clients_per_round=None, sampling="fixed", accounting="rfedproj")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .eeg import ARMS, DATASETS, run_study
+from .eeg import ARMS, DATASETS, SCHEDULES, run_study
 
 
 def _eps(value: str) -> float | None:
@@ -21,8 +21,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m skfedriem.experiments")
     commands = parser.add_subparsers(dest="command", required=True)
     eeg = commands.add_parser("eeg", help="the paper's EEG comparison (docs: user guide, EEG)",
-                              description="Federated SPDNet (ProjAvg, RLAvg, RetAvg), PriRFed, EEGNet and "
-                              "centralised references over ε, seeds and participation; resumable.")
+                              description="Federated SPDNet (ProjAvg, RLAvg, RetAvg), PriRFed, EEGNet, the "
+                              "tangent-space model (local and distributed noise) and centralised references over ε, "
+                              "seeds and participation; resumable.")
     eeg.add_argument("--dataset", choices=sorted(DATASETS), required=True, help="the MOABB dataset (FakeDataset: a "
                      "dry run)")
     eeg.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS), metavar="ARM",
@@ -33,6 +34,8 @@ def main(argv: list[str] | None = None) -> None:
     eeg.add_argument("--participation", nargs="+", type=float, default=[1.0],
                      help="fractions of the clients selected per round (default: 1.0)")
     eeg.add_argument("--rounds", type=int, default=None, help="override the dataset's number of rounds")
+    eeg.add_argument("--schedule", choices=SCHEDULES, default="planned",
+                     help="planned: every estimator's own defaults (default); paper: the paper's fixed settings")
     eeg.add_argument("--out", default=None, help="output folder (default: results/<dataset>)")
     eeg.add_argument("--eegmmidb", default=None, help="local PhysioNet eegmmidb folder (PhysionetMI offline)")
     eeg.add_argument("--jobs", type=int, default=None, help="runs fitted at the same time, one process and one "
@@ -41,7 +44,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     out = run_study(args.dataset, args.arms, args.eps, args.seeds, args.participation,
                     args.out or f"results/{args.dataset}", n_rounds=args.rounds, eegmmidb=args.eegmmidb, n_jobs=args.jobs,
-                    verbose=0 if args.quiet else 1)
+                    schedule=args.schedule, verbose=0 if args.quiet else 1)
     print((out / "table.md").read_text())
     print(f"runs, curves, table and figures in {out}", file=sys.stderr)
 

@@ -26,32 +26,36 @@ class Arm:
         All training trials in one client (the centralised reference); else
         one client per group of subjects, with the study's participation.
     settings : dict, default={}
-        Extra estimator parameters (aggregation, sampling, accounting).
-    paper_schedule : bool, default=True
-        Train with the dataset's paper settings (lr, batch size, rounds); else
-        with the estimator's planned ``"auto"`` schedule.
+        Extra estimator parameters (aggregation, sampling, accounting, noise).
+    private_only : bool, default=False
+        Run at the study's finite ε only (distributed noise: without privacy
+        the arm is its local-noise twin).
     """
 
     name: str
     network: str
     central: bool = False
     settings: dict = field(default_factory=dict)
-    paper_schedule: bool = True
+    private_only: bool = False
 
     @property
     def takes_covariances(self) -> bool:
         return self.network in ("spdnet", "tangent")
 
 
+_DISTRIBUTED = {"noise": "distributed"}
 ARM_SPECS: dict[str, Arm] = {arm.name: arm for arm in (
     Arm("projavg", "spdnet", settings={"aggregation": "projavg"}),
     Arm("rlavg", "spdnet", settings={"aggregation": "rlavg"}),
     Arm("retavg", "spdnet", settings={"aggregation": "retavg"}),
     Arm("prirfed", "spdnet", settings={"aggregation": "retavg", "sampling": "poisson", "accounting": "prirfed"}),
     Arm("eegnet", "eegnet"),
+    Arm("tangent", "tangent"),
+    # the noise paid once on the clients' sum (secure aggregation): one step a round, so no aggregation rule
+    Arm("spdnet-distributed", "spdnet", settings=_DISTRIBUTED, private_only=True),
+    Arm("eegnet-distributed", "eegnet", settings=_DISTRIBUTED, private_only=True),
+    Arm("tangent-distributed", "tangent", settings=_DISTRIBUTED, private_only=True),
     Arm("central-spdnet", "spdnet", central=True),
     Arm("central-eegnet", "eegnet", central=True),
-    Arm("planned", "spdnet", settings={"aggregation": "projavg"}, paper_schedule=False),
-    Arm("tangent", "tangent", paper_schedule=False),
 )}
 ARMS = tuple(ARM_SPECS)

@@ -13,12 +13,18 @@ Protocol, per run (dataset, arm, ε, seed, participation):
   accuracy).
 * arms: ``projavg``, ``rlavg``, ``retavg`` (federated SPDNet with that
   aggregation, ours); ``prirfed`` (SPDNet, Poisson sampling, PriRFed's
-  accounting, RetAvg); ``eegnet`` (federated EEGNet, FedAvg); and the
-  centralised references ``central-spdnet``, ``central-eegnet`` (all training
-  trials in one place: trained with skorch when non-private, as one private
-  client otherwise); ``planned`` (federated SPDNet, ProjAvg, with the schedule
-  its ``"auto"`` settings plan instead of the paper's) and ``tangent``
-  (:class:`~skfedriem.FederatedTangentSpaceClassifier`, planned settings).
+  accounting, RetAvg); ``eegnet`` (federated EEGNet, FedAvg); ``tangent``
+  (:class:`~skfedriem.FederatedTangentSpaceClassifier`); with local noise.
+  ``spdnet-distributed``, ``eegnet-distributed``, ``tangent-distributed``:
+  the same models with ``noise="distributed"`` (the noise paid once on the
+  clients' sum; at finite ε only). The centralised references
+  ``central-spdnet``, ``central-eegnet`` (all training trials in one place:
+  trained with skorch when non-private, as one private client otherwise).
+* schedule: ``"planned"`` (default), every estimator's own defaults (its
+  ``"auto"`` settings, the clients' released mean for the covariance
+  models); ``"paper"``, the paper's fixed settings for SPDNet and EEGNet
+  (Adam at the dataset's step, batch size and rounds, BiMap size and ε_R)
+  and EEGNet without normalisation between its layers.
 * participation p: k = max(1, round(p n)) clients per round.
 
 Outputs in ``out``: ``runs.csv`` (one row per finished run, the resume key),
@@ -78,6 +84,8 @@ class DatasetConfig:
         EEGNet's.
     subjects : tuple of int, optional
         The subjects used (default: all of the dataset's).
+    channels : tuple of str, optional
+        The channels kept (default: all of the dataset's).
     """
 
     moabb_name: str
@@ -88,6 +96,12 @@ class DatasetConfig:
     spdnet: dict = field(default_factory=dict)  # lr, batch_size, n_rounds
     eegnet: dict = field(default_factory=dict)
     subjects: tuple[int, ...] | None = None
+    channels: tuple[str, ...] | None = None
+
+
+#: The 9 channels over the motor cortices (10-10 names): on the 24 PhysioNet subjects the private models learn on them
+#: where all 64 channels spread the noise too thin (docs: user guide, EEG).
+MOTOR_CHANNELS = ("FC3", "FCz", "FC4", "C3", "Cz", "C4", "CP3", "CPz", "CP4")
 
 
 DATASETS: dict[str, DatasetConfig] = {
@@ -102,6 +116,10 @@ DATASETS: dict[str, DatasetConfig] = {
     "PhysionetMI": DatasetConfig("PhysionetMI", 2, 2, (16,), 6e-5,
                                  dict(lr=1e-2, batch_size=16, n_rounds=200), dict(lr=1e-3, batch_size=16, n_rounds=200),
                                  subjects=(*range(1, 24), 42)),
+    "PhysionetMI-motor": DatasetConfig("PhysionetMI", 2, 2, (9,), 6e-5,
+                                       dict(lr=1e-2, batch_size=16, n_rounds=200),
+                                       dict(lr=1e-3, batch_size=16, n_rounds=200),
+                                       subjects=(*range(1, 24), 42), channels=MOTOR_CHANNELS),
     # MOABB's FakeDataset (noise, 3 subjects): for tests and dry runs
     "FakeDataset": DatasetConfig("FakeDataset", 2, 1, (2,), 1e-4,
                                  dict(lr=1e-2, batch_size=8, n_rounds=5), dict(lr=1e-3, batch_size=8, n_rounds=5),
@@ -143,17 +161,18 @@ def load_dataset(name: str, *, eegmmidb: str | Path | None = None):
     else:
         import moabb.datasets
 
-        if name == "PhysionetMI" and eegmmidb is not None:
+        if config.moabb_name == "PhysionetMI" and eegmmidb is not None:
             use_local_eegmmidb(eegmmidb)
-        if name == "PhysionetMI":
+        if config.moabb_name == "PhysionetMI":
             dataset = moabb.datasets.PhysionetMI(imagined=True)
             dataset.feet_runs = []  # left/right imagery only (all that is on disk offline)
         else:
             dataset = getattr(moabb.datasets, config.moabb_name)()
+    channels = None if config.channels is None else list(config.channels)
     if config.n_classes == 2:
-        paradigm = LeftRightImagery(fmin=8, fmax=32, resample=128)
+        paradigm = LeftRightImagery(fmin=8, fmax=32, resample=128, channels=channels)
     else:
-        paradigm = MotorImagery(n_classes=config.n_classes, fmin=8, fmax=32, resample=128)
+        paradigm = MotorImagery(n_classes=config.n_classes, fmin=8, fmax=32, resample=128, channels=channels)
     subjects = list(config.subjects or dataset.subject_list)
     X, y, groups = load_moabb(dataset, paradigm, subjects=subjects, clients="subject")
     subject_ids = np.array([int(g.split("-")[1]) for g in groups])
@@ -199,15 +218,23 @@ def split_trials(y: np.ndarray, subjects: np.ndarray, seed: int, fractions=(0.6,
     return part == 0, part == 1, part == 2
 
 
+SCHEDULES = ("planned", "paper")
+
+
 def make_estimator(arm: str, eps: float | None, seed: int, config: DatasetConfig, n_clients: int,
-                   participation: float, n_rounds: int | None):
-    """The estimator of one arm, with the dataset's paper settings."""
+                   participation: float, n_rounds: int | None, schedule: str = "planned"):
+    """The estimator of one arm: its own planned defaults, or the dataset's paper settings (``schedule="paper"``)."""
     if arm not in ARM_SPECS:
         raise ValueError(f"Unknown arm {arm!r}; choose from {ARMS}.")
+    if schedule not in SCHEDULES:
+        raise ValueError(f"The 'schedule' parameter must be one of {list(SCHEDULES)}. Got {schedule!r} instead.")
     spec = ARM_SPECS[arm]
     settings = {}
-    if spec.paper_schedule:  # the paper trains both networks with Adam at these steps
+    paper = schedule == "paper" and spec.network != "tangent"
+    if paper:  # the paper trains both networks with Adam at these steps, EEGNet with nothing between its layers
         settings = dict(optimizer="adam", **(config.spdnet if spec.takes_covariances else config.eegnet))
+        settings.update(dict(dims=config.dims, reeig_eps=config.reeig_eps) if spec.takes_covariances
+                        else dict(normalization=None))
     if n_rounds is not None:
         settings["n_rounds"] = n_rounds
     k = None if spec.central else max(1, int(round(participation * n_clients)))
@@ -217,7 +244,7 @@ def make_estimator(arm: str, eps: float | None, seed: int, config: DatasetConfig
         return FederatedEEGNetClassifier(**common)
     if spec.network == "tangent":
         return FederatedTangentSpaceClassifier(**common)
-    return FederatedSPDNetClassifier(**common, dims=config.dims, reeig_eps=config.reeig_eps)
+    return FederatedSPDNetClassifier(**common)
 
 
 def _key(row: dict) -> tuple:
@@ -230,7 +257,7 @@ def _eps_label(eps: float | None) -> str:
 
 def run_study(dataset: str, arms, eps_values, seeds: int, participations, out: str | Path, *,
               n_rounds: int | None = None, eegmmidb: str | Path | None = None, n_jobs: int | None = None,
-              verbose: int = 1) -> Path:
+              schedule: str = "planned", verbose: int = 1) -> Path:
     """Run every (arm, ε, seed, participation) not already in ``out/runs.csv``; then write the report.
 
     Parameters
@@ -255,6 +282,10 @@ def run_study(dataset: str, arms, eps_values, seeds: int, participations, out: s
         Runs fitted at the same time, each by one process with one thread
         (scikit-learn's convention: None is 1, -1 every CPU). A run's result
         does not depend on it.
+    schedule : {"planned", "paper"}, default="planned"
+        The estimators' own defaults, or the paper's fixed settings (module
+        docstring). A folder holds the runs of one schedule: ``out`` records
+        it and refuses the other.
     verbose : int, default=1
         > 0 shows a progress bar over runs.
 
@@ -263,10 +294,13 @@ def run_study(dataset: str, arms, eps_values, seeds: int, participations, out: s
     out : Path
     """
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     bad = [a for a in arms if a not in ARMS]
     if bad:
         raise ValueError(f"Unknown arm(s) {bad}; choose from {ARMS}.")
+    if schedule not in SCHEDULES:
+        raise ValueError(f"The 'schedule' parameter must be one of {list(SCHEDULES)}. Got {schedule!r} instead.")
+    out.mkdir(parents=True, exist_ok=True)
+    _check_schedule(out / "schedule.txt", schedule)
     runs_path, curves_path = out / "runs.csv", out / "curves.csv"
     done = set()
     if runs_path.exists():
@@ -275,14 +309,24 @@ def run_study(dataset: str, arms, eps_values, seeds: int, participations, out: s
     todo = [(arm, eps, seed, p) for p in participations for eps in eps_values for arm in arms for seed in range(seeds)
             if _key(dict(dataset=dataset, arm=arm, eps=_eps_label(eps), seed=seed, participation=p)) not in done]
     todo = [t for t in todo if not (ARM_SPECS[t[0]].central and t[3] != participations[0])]
+    todo = [t for t in todo if not (ARM_SPECS[t[0]].private_only and t[1] is None)]
     if todo:
         needs_covariances = any(ARM_SPECS[arm].takes_covariances for arm, *_ in todo)
-        for row, curves in tqdm(_runs(dataset, todo, n_rounds, eegmmidb, needs_covariances, effective_n_jobs(n_jobs)),
+        for row, curves in tqdm(_runs(dataset, todo, (n_rounds, schedule), eegmmidb, needs_covariances,
+                                      effective_n_jobs(n_jobs)),
                                 total=len(todo), disable=verbose <= 0, desc=f"{dataset} runs", unit="run"):
             _append(curves_path, CURVE_FIELDS, curves)
             _append(runs_path, RUN_FIELDS, [row])  # last: a run counts as done once its curve is saved
     write_report(out)
     return out
+
+
+def _check_schedule(path: Path, schedule: str) -> None:
+    """Record the folder's schedule, or refuse another one (its runs would be mixed in one table)."""
+    if path.exists() and path.read_text().strip() != schedule:
+        raise ValueError(f"{path.parent} holds runs of schedule {path.read_text().strip()!r}; got schedule="
+                         f"{schedule!r}. Write them to another folder (--out).")
+    path.write_text(schedule + "\n")
 
 
 def _study_data(dataset: str, eegmmidb, needs_covariances: bool) -> tuple:
@@ -299,11 +343,11 @@ def _start_worker(dataset: str, eegmmidb, needs_covariances: bool) -> None:
     _WORKER["data"] = _study_data(dataset, eegmmidb, needs_covariances)
 
 
-def _run_in_worker(dataset: str, task: tuple, n_rounds: int | None) -> tuple[dict, list[dict]]:
-    return _run_one(dataset, task, n_rounds, _WORKER["data"])
+def _run_in_worker(dataset: str, task: tuple, options: tuple) -> tuple[dict, list[dict]]:
+    return _run_one(dataset, task, options, _WORKER["data"])
 
 
-def _runs(dataset: str, todo: list[tuple], n_rounds: int | None, eegmmidb, needs_covariances: bool,
+def _runs(dataset: str, todo: list[tuple], options: tuple, eegmmidb, needs_covariances: bool,
           n_jobs: int) -> Iterator[tuple[dict, list[dict]]]:
     """Each run's rows, in this process or, with ``n_jobs`` > 1, as ``n_jobs`` worker processes finish them.
 
@@ -313,11 +357,11 @@ def _runs(dataset: str, todo: list[tuple], n_rounds: int | None, eegmmidb, needs
     """
     if n_jobs == 1:
         data = _study_data(dataset, eegmmidb, needs_covariances)
-        yield from (_run_one(dataset, task, n_rounds, data) for task in todo)
+        yield from (_run_one(dataset, task, options, data) for task in todo)
         return
     executor = ProcessPoolExecutor(max_workers=n_jobs, initializer=_start_worker,
                                    initargs=(dataset, eegmmidb, needs_covariances))
-    futures = [executor.submit(_run_in_worker, dataset, task, n_rounds) for task in todo]
+    futures = [executor.submit(_run_in_worker, dataset, task, options) for task in todo]
     try:
         yield from (future.result() for future in as_completed(futures))
     finally:  # an interrupted study stops now (a resumed one runs what is missing), not after every queued run
@@ -326,9 +370,11 @@ def _runs(dataset: str, todo: list[tuple], n_rounds: int | None, eegmmidb, needs
         executor.shutdown(wait=False, kill_workers=True)
 
 
-def _run_one(dataset: str, task: tuple, n_rounds: int | None, data: tuple) -> tuple[dict, list[dict]]:
-    """One run's ``runs.csv`` row and ``curves.csv`` rows; ``task`` is (arm, ε, seed, participation)."""
+def _run_one(dataset: str, task: tuple, options: tuple, data: tuple) -> tuple[dict, list[dict]]:
+    """One run's ``runs.csv`` row and ``curves.csv`` rows; ``task`` is (arm, ε, seed, participation), ``options``
+    (n_rounds, schedule)."""
     arm, eps, seed, participation = task
+    n_rounds, schedule = options
     X, covariances, y, subjects, clients = data
     train, valid, test = split_trials(y, subjects, seed)
     spec = ARM_SPECS[arm]
@@ -337,7 +383,8 @@ def _run_one(dataset: str, task: tuple, n_rounds: int | None, data: tuple) -> tu
     n_clients = len(np.unique(clients))
     split = (inputs[train], y[train], groups[train], inputs[valid], y[valid], inputs[test], y[test])
     with thread_budget():
-        summary, history = _fit_arm(spec, eps, seed, DATASETS[dataset], n_clients, participation, n_rounds, split)
+        summary, history = _fit_arm(spec, eps, seed, DATASETS[dataset], n_clients, participation, (n_rounds, schedule),
+                                    split)
     row = dict(dataset=dataset, arm=arm, eps=_eps_label(eps), seed=seed, participation=f"{participation:g}",
                n_clients=1 if spec.central else n_clients, **summary)
     row["clients_per_round"] = row["clients_per_round"] or (1 if spec.central else n_clients)
@@ -347,13 +394,14 @@ def _run_one(dataset: str, task: tuple, n_rounds: int | None, data: tuple) -> tu
 
 
 def _fit_arm(spec: Arm, eps, seed: int, config: DatasetConfig, n_clients: int, participation: float,
-             n_rounds: int | None, data) -> tuple[dict, list[dict]]:
+             options: tuple, data) -> tuple[dict, list[dict]]:
     """Train one run; its ``runs.csv`` fields and its per-round history.
 
     The centralised non-private arms train with skorch (:mod:`skfedriem.experiments.central`);
     every other arm with its federated estimator (one client for the centralised private arms).
     """
     X_train, y_train, g_train, X_valid, y_valid, X_test, y_test = data
+    n_rounds, schedule = options
     t0 = time.perf_counter()
     if spec.central and eps is None:
         from sklearn.preprocessing import LabelEncoder
@@ -373,7 +421,7 @@ def _fit_arm(spec: Arm, eps, seed: int, config: DatasetConfig, n_clients: int, p
                        epsilon_certified=math.inf, noise_std=0.0, batch_size=net.batch_size, clients_per_round=1,
                        n_rounds=rounds, seconds=time.perf_counter() - t0, aggregation_ms_per_round=0.0)
         return summary, net_history(net)
-    est = make_estimator(spec.name, eps, seed, config, n_clients, participation, n_rounds)
+    est = make_estimator(spec.name, eps, seed, config, n_clients, participation, n_rounds, schedule)
     with warnings.catch_warnings():
         # batch clamping (the CSV records batch_size) and SeededNoiseWarning (the study is seeded on purpose)
         warnings.simplefilter("ignore", UserWarning)

@@ -26,8 +26,12 @@ privacy cost): MOABB returns volts.
 
 from __future__ import annotations
 
+import copy
+
 import torch
 from torch import nn
+
+from ..privacy.capabilities import ModelCapabilities
 
 __all__ = ["CHANNELS_PER_GROUP", "EEGNet", "TrialStandardize", "record_normalization"]
 
@@ -86,6 +90,21 @@ def _init_uniform_(layer: nn.Module, generator: torch.Generator | None) -> None:
         layer.weight.uniform_(-bound, bound, generator=generator)
         if layer.bias is not None:
             layer.bias.uniform_(-bound, bound, generator=generator)
+
+
+def depthwise_correlation(z: torch.Tensor, kernel: torch.Tensor, padding: int) -> torch.Tensor:
+    """``conv1d(z, kernel[:, None], padding=padding, groups=G)`` computed by FFT: each of the G maps of ``z`` (..., G,
+    T) cross-correlated with its own kernel (G, K), zero-padded by ``padding`` on both sides.
+
+    Written here because torch's CPU kernel for depthwise convolutions with long kernels is slow: EEGNet's temporal
+    filter (64 taps on 385 samples, 384 trials) took 0.29 s forward and backward against 0.06 s by FFT, the same
+    values up to float rounding (5e-7 relative).
+    """
+    length, taps = z.shape[-1], kernel.shape[-1]
+    n = 1 << (length + taps - 2).bit_length()  # a power of two holding the full linear convolution
+    full = torch.fft.irfft(torch.fft.rfft(z, n) * torch.fft.rfft(kernel.flip(-1), n), n)
+    start = taps - 1 - padding
+    return full[..., start:start + length + 2 * padding - taps + 1]
 
 
 class EEGNet(nn.Module):
@@ -175,8 +194,8 @@ class EEGNet(nn.Module):
         F1, D = self.temporal.out_channels, self.spatial.out_channels // self.temporal.out_channels
         spatial = self.spatial.weight.flatten(start_dim=1)  # (F1 D, C)
         z = spatial @ X  # (B, F1 D, T)
-        kernel = self.temporal.weight.flatten(start_dim=1).repeat_interleave(D, dim=0).unsqueeze(1)
-        h = nn.functional.conv1d(z, kernel, padding=self.temporal.padding[1], groups=F1 * D)
+        kernel = self.temporal.weight.flatten(start_dim=1).repeat_interleave(D, dim=0)
+        h = depthwise_correlation(z, kernel, self.temporal.padding[1])
         bias = self.temporal.bias.repeat_interleave(D) * spatial.sum(1) + self.spatial.bias
         return (h + bias[:, None]).unsqueeze(2)  # (B, F1 D, 1, T')
 
@@ -188,3 +207,13 @@ class EEGNet(nn.Module):
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         """Logits, shape (n_trials, n_classes), for X of shape (n_trials, n_channels, n_times)."""
         return self.classifier(self._features(X))
+
+    def on_standardized(self) -> EEGNet:
+        """This network reading trials already standardised (the same parameters, shared, under the same names)."""
+        head = copy.copy(self)
+        head._modules = {**self._modules, "standardize": nn.Identity()}
+        return head
+
+    #: Each trial's standardisation holds no parameter and reads that trial alone: the clients compute it once per
+    #: fit (:func:`~skfedriem.federated.on_fixed_features`), a third of a step's time on 64 channels.
+    capabilities = ModelCapabilities(fixed_features=lambda net: (net.standardize, net.on_standardized()))

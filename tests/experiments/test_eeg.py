@@ -33,40 +33,57 @@ def test_split_is_disjoint_stratified_and_seeded():
 
 def test_arms_map_to_the_right_estimators():
     config = DATASETS["BNCI2014_001"]
-    prirfed = make_estimator("prirfed", 5.0, 0, config, 3, 1.0, None)
+    prirfed = make_estimator("prirfed", 5.0, 0, config, 3, 1.0, None, "paper")
     assert (prirfed.accounting, prirfed.sampling, prirfed.aggregation) == ("prirfed", "poisson", "retavg")
     assert prirfed.dims == (16,) and prirfed.reeig_eps == 8e-5 and prirfed.lr == 1e-2 and prirfed.n_rounds == 200
     rl = make_estimator("rlavg", None, 3, config, 3, 0.5, 7)
     assert rl.aggregation == "rlavg" and rl.clients_per_round == 2 and rl.n_rounds == 7 and rl.random_state == 3
-    eegnet = make_estimator("eegnet", 10.0, 0, config, 3, 1.0, None)
+    eegnet = make_estimator("eegnet", 10.0, 0, config, 3, 1.0, None, "paper")
     assert type(eegnet).__name__ == "FederatedEEGNetClassifier" and eegnet.batch_size == 16 and eegnet.n_rounds == 300
+    assert eegnet.normalization is None  # the paper's private EEGNet: nothing between its layers
     assert make_estimator("central-spdnet", 10.0, 0, config, 3, 0.5, None).clients_per_round is None
     assert prirfed.optimizer == eegnet.optimizer == "adam"  # the paper's schedule
-    planned = make_estimator("planned", 4.0, 0, config, 3, 1.0, None)
-    assert type(planned).__name__ == "FederatedSPDNetClassifier" and planned.dims == (16,)
-    assert planned.optimizer == planned.lr == planned.n_rounds == "auto"
-    tangent = make_estimator("tangent", 4.0, 0, config, 3, 1.0, 9)
+    planned = make_estimator("projavg", 4.0, 0, config, 3, 1.0, None)
+    assert type(planned).__name__ == "FederatedSPDNetClassifier" and planned.dims is None
+    assert planned.optimizer == planned.lr == planned.n_rounds == "auto" and planned.reference == "auto"
+    assert make_estimator("eegnet", 4.0, 0, config, 3, 1.0, None).normalization == "group"
+    distributed = make_estimator("spdnet-distributed", 4.0, 0, config, 3, 1.0, None)
+    assert distributed.noise == "distributed" and make_estimator("tangent-distributed", 4.0, 0, config, 3, 1.0,
+                                                                   None).noise == "distributed"
+    tangent = make_estimator("tangent", 4.0, 0, config, 3, 1.0, 9, "paper")
     assert type(tangent).__name__ == "FederatedTangentSpaceClassifier" and tangent.n_rounds == 9
+    assert tangent.optimizer == "auto"  # the paper has no tangent model: its own schedule under either
     with pytest.raises(ValueError, match="Unknown arm"):
         make_estimator("fedprox", 1.0, 0, config, 3, 1.0, None)
+    with pytest.raises(ValueError, match="'schedule' parameter must be one of"):
+        make_estimator("projavg", 1.0, 0, config, 3, 1.0, None, "fast")
+
+
+def test_the_motor_channel_dataset_keeps_nine_channels():
+    config = DATASETS["PhysionetMI-motor"]
+    assert config.moabb_name == "PhysionetMI" and len(config.channels) == 9 and config.subjects_per_client == 2
 
 
 @pytest.mark.slow
 def test_runner_end_to_end_is_consistent_and_resumable(tmp_path):
     out = tmp_path / "study"
-    arms = ["projavg", "prirfed", "eegnet", "central-spdnet"]
+    arms = ["projavg", "prirfed", "eegnet", "central-spdnet", "spdnet-distributed"]
     main(["eeg", "--dataset", "FakeDataset", "--arms", *arms, "--eps", "none", "10", "--seeds", "2",
           "--participation", "1.0", "0.67", "--rounds", "2", "--out", str(out), "--quiet"])
     rows = read_rows(out / "runs.csv")
-    # 4 arms x 2 eps x 2 seeds at p = 1, the 3 federated arms again at p = 0.67
-    assert len(rows) == 4 * 2 * 2 + 3 * 2 * 2
+    # 4 arms x 2 eps x 2 seeds at p = 1, the 3 federated arms again at p = 0.67; the distributed arm at eps = 10 only
+    assert len(rows) == 4 * 2 * 2 + 3 * 2 * 2 + 2 * 2
+    assert {r["eps"] for r in rows if r["arm"] == "spdnet-distributed"} == {"10"}
     for row in rows:
-        assert 0 <= float(row["test_accuracy"]) <= 1 and 2 <= int(row["batch_size"]) <= 8
+        assert 0 <= float(row["test_accuracy"]) <= 1 and 2 <= int(row["batch_size"]) <= 64  # the planned B, clamped to a client
         if row["eps"] == "10":
             assert float(row["epsilon_certified"]) <= 10 and float(row["noise_std"]) > 0
         else:
             assert row["epsilon_certified"] == "inf"
         assert int(row["clients_per_round"]) == {"1": 3, "0.67": 2}[row["participation"]] or row["arm"] == "central-spdnet"
+    with pytest.raises(ValueError, match="holds runs of schedule 'planned'"):
+        main(["eeg", "--dataset", "FakeDataset", "--arms", "projavg", "--eps", "none", "--seeds", "1", "--rounds", "2",
+              "--schedule", "paper", "--out", str(out), "--quiet"])
     curves = read_rows(out / "curves.csv")
     assert len(curves) == 2 * len(rows)  # 2 rounds per run
     table = (out / "table.md").read_text()
