@@ -44,6 +44,8 @@ SMOKE_ARGS: dict[str, list[str] | str] = {
               "--scaling-rounds", "2", "--calibration-targets", "2"],
     "spdnet_step": ["--rounds", "2", "--repeats", "3"],
     "spdnet_real": "needs the EEGMMIDB files and minutes even at one seed",
+    "eegnet_real": "needs the EEGMMIDB files and minutes even at one seed",
+    "moabb_physionet": "needs the EEGMMIDB files and minutes even for one subject",
     "tangent_offset": ["--no-real"],
     "tangent_reference": ["--seeds", "1", "--eps", "10", "--rounds", "2"],
 }

@@ -3,10 +3,11 @@
 from .._utils.spd import check_spd
 from ._base import FederatedClassifier
 from ._eegnet import FederatedEEGNetClassifier
+from ._reference import CovarianceClassifier
 from ._spdnet import FederatedSPDNetClassifier
 from ._tangent_space import (REFERENCE_CLIP, REFERENCE_NOISE_LIMIT, REFERENCE_SHARE, FederatedTangentSpaceClassifier,
                              shrunk_mean)
 
-__all__ = ["REFERENCE_CLIP", "REFERENCE_NOISE_LIMIT", "REFERENCE_SHARE", "FederatedClassifier",
+__all__ = ["REFERENCE_CLIP", "REFERENCE_NOISE_LIMIT", "REFERENCE_SHARE", "CovarianceClassifier", "FederatedClassifier",
            "FederatedEEGNetClassifier", "FederatedSPDNetClassifier", "FederatedTangentSpaceClassifier", "check_spd",
            "shrunk_mean"]

@@ -30,6 +30,19 @@ class FederatedSPDNetClassifier(CovarianceClassifier):
     the model (EEG covariances in V² sit far below the ReEig floor). No
     statistic is shared across trials, so this costs no privacy.
 
+    Centre: every input is first whitened by a reference point R,
+    X ↦ R^{-1/2} X R^{-1/2} (:class:`~skfedriem.models.recentring.Recentre`),
+    so that the BiMap sees each trial's difference from the federation's
+    common part rather than that part (real EEG covariances share one that
+    dwarfs the class signal). By default R is the clients' log-Euclidean
+    mean, released privately before the rounds exactly as
+    :class:`FederatedTangentSpaceClassifier` releases its reference point
+    (a :data:`~skfedriem.classification.REFERENCE_SHARE` of ``eps``, charged
+    and composed with the rounds in ``epsilon_``, shrunk by the noise it
+    carries; skipped where that noise would bury it). On the 24 real
+    PhysioNet subjects this is what makes the private SPDNet learn as the
+    tangent model does (user guide, "EEG").
+
     Parameters
     ----------
     dims : tuple of int or None, default=None
@@ -40,6 +53,16 @@ class FederatedSPDNetClassifier(CovarianceClassifier):
         ReEig floor ε_R (on trace-normalised matrices), in (0, 1): their
         eigenvalues average 1, so a floor at or above 1 flattens every
         spectrum to the identity and nothing is learnt.
+    reference : array-like of shape (n_channels, n_channels), {"auto", "mean"} or None, default="auto"
+        The point R the inputs are whitened by, as
+        :class:`FederatedTangentSpaceClassifier`'s ``reference``: ``"mean"``
+        the clients' log-Euclidean mean, released and charged before the
+        rounds; ``"auto"`` that mean (exact without privacy), unless its
+        planned noise would bury it or the rounds' ``accounting`` is not
+        ``"rfedproj"`` (then, under ``eps="budget"`` and in a deployment, no
+        whitening), and with ``init`` the public start's own point; an
+        array, a public SPD matrix, charged nothing; None, no whitening (the
+        paper's SPDNet).
     [federation parameters]
 
     Attributes
@@ -49,6 +72,10 @@ class FederatedSPDNetClassifier(CovarianceClassifier):
         Number of channels C of the input matrices.
     module_ : SPDNet
         The trained network (outputs logits).
+    reference_ : ndarray of shape (n_channels, n_channels)
+        The (trace-normalised) point the inputs are whitened by (the identity:
+        none): with the clients' mean, post-processing of its release, which
+        ``ledger_`` charges.
     [fitted privacy attributes]
 
     Examples

@@ -85,9 +85,10 @@ class FederatedTangentSpaceClassifier(CovarianceClassifier):
         above; not with ``eps="budget"``, nor in a deployment). ``"auto"``:
         ``"mean"``, unless its planned noise would bury it or the rounds'
         ``accounting`` is not ``"rfedproj"`` (then, and under
-        ``eps="budget"`` and in a deployment, the identity). An array:
-        a public SPD matrix (trace-normalised like the trials), charged
-        nothing. None: the identity.
+        ``eps="budget"`` and in a deployment, the identity); with ``init``,
+        the public start's own reference point (nothing is released). An
+        array: a public SPD matrix (trace-normalised like the trials),
+        charged nothing. None: the identity.
     [federation parameters]
 
     Attributes

@@ -100,11 +100,12 @@ PLANNED: dict[str, dict[str, str]] = {
     "n_rounds": {"auto": f"{DEFAULT_ROUNDS}."},
     "batch_size": {"auto": "the model's (64; 16 for EEGNet)."},
     "local_epochs": {"auto": "1."},
-    "optimizer": {"auto": _CHOSEN + " SGD for SPDNet and the tangent-space model (Adam normalises a gradient that "
-                          "is mostly noise under DP), Adam for EEGNet."},
+    "optimizer": {"auto": _CHOSEN + " SGD in a private fit (Adam normalises a gradient that is mostly noise under "
+                          "DP), Adam without privacy for SPDNet and EEGNet, SGD for the tangent-space model."},
     "lr": {"auto": _CHOSEN + " SPDNet with SGD: η = min(0.5 / τ, 0.4 / (σ̄ √(T τ))) for τ local steps per round "
                    "and σ̄ the noise std of the server's mean (a bounded step per round and a bounded random walk of the "
-                   "noise); the tangent-space model the same rule, at least 0.1, with local noise in a private fit (0.1 without privacy); Adam 1e-2 (1e-3 for EEGNet); another optimiser needs an "
+                   "noise), EEGNet too; the tangent-space model the same rule, at least 0.1, with local noise in a "
+                   "private fit (0.1 without privacy); Adam 1e-2 (3e-3 for EEGNet); another optimiser needs an "
                    "explicit η."},
     "lr_schedule": {"auto": "constant with SGD, cosine otherwise."},
 }

@@ -2,6 +2,7 @@
 
 from .eegnet import EEGNet, TrialStandardize
 from .pca import PCAProjector
+from .recentring import Recentre
 from .second_moment import SecondMoment
 from .spdnet import BiMap, LogEig, LogReEig, ReEig, SPDNet, TraceNormalize, Vech
 from .spectral import log_eig, log_re_eig, re_eig, spectral_function
@@ -15,6 +16,7 @@ __all__ = [
     "LogReEig",
     "PCAProjector",
     "ReEig",
+    "Recentre",
     "SPDNet",
     "SecondMoment",
     "TangentMean",

@@ -285,3 +285,68 @@ def test_continuing_a_non_private_fit_reports_infinite_epsilon(spd_data):
     with pytest.warns(UserWarning, match="was not private .* epsilon_ will be inf"):
         clf.fit(X, y, groups=groups)
     assert np.isinf(clf.epsilon_) and np.isinf(clf.history_[-1]["epsilon"])
+
+
+@pytest.fixture(scope="module")
+def offset_data(spd_data):
+    """spd_data with a common part all trials share (real EEG's covariances do): X ↦ M X Mᵀ."""
+    X, y, groups = spd_data
+    M = np.diag([3.0, 2.0, 1.5, 1.0, 0.7, 0.5]) + 0.2
+    return np.einsum("ij,njk,lk->nil", M, X, M), y, groups
+
+
+def _log_euclidean_mean(X):
+    from scipy.linalg import expm, logm
+
+    normalised = X * (X.shape[-1] / np.trace(X, axis1=1, axis2=2))[:, None, None]
+    mean = expm(np.mean([np.real(logm(x)) for x in normalised], axis=0))
+    return mean * (X.shape[-1] / np.trace(mean))
+
+
+def test_the_inputs_are_whitened_by_the_clients_mean(offset_data):
+    """Without privacy the reference is the clients' exact mean (equal clients: the trials' mean), and every input
+    is whitened by it before the BiMap."""
+    X, y, groups = offset_data
+    clf = FederatedSPDNetClassifier(eps=None, **FAST).fit(X, y, groups=groups)
+    np.testing.assert_allclose(clf.reference_, _log_euclidean_mean(X), rtol=1e-4, atol=1e-5)
+    released = clf.module_.recentre.reference.double().numpy()
+    np.testing.assert_allclose(released, clf.reference_)
+    plain = FederatedSPDNetClassifier(eps=None, reference=None, **FAST).fit(X, y, groups=groups)
+    np.testing.assert_allclose(plain.reference_, np.eye(6))
+    assert isinstance(plain.module_.recentre, torch.nn.Identity) and len(plain.ledger_.history) == 1
+
+
+def test_a_private_fit_releases_the_mean_charges_it_and_the_rounds_take_the_rest(offset_data):
+    from skfedriem.classification import REFERENCE_SHARE
+
+    X, y, groups = offset_data
+    clf = FederatedSPDNetClassifier(eps=8.0, **FAST).fit(X, y, groups=groups)
+    release, rounds = clf.ledger_.history
+    assert release.steps == 1 and rounds.steps > 1 and clf.epsilon_ <= 8.0
+    assert np.linalg.norm(clf.reference_ - np.eye(6)) > 1.0  # the common part, found through the noise
+    assert np.linalg.norm(clf.reference_ - _log_euclidean_mean(X)) < np.linalg.norm(np.eye(6) - _log_euclidean_mean(X))
+    identity = FederatedSPDNetClassifier(eps=8.0, reference=None, **FAST).fit(X, y, groups=groups)
+    assert len(identity.ledger_.history) == 1 and identity.noise_std_ < clf.noise_std_  # all of eps to the rounds
+    assert 0 < REFERENCE_SHARE < 1
+
+
+def test_a_public_start_keeps_its_own_reference_point(offset_data):
+    X, y, groups = offset_data
+    public = FederatedSPDNetClassifier(eps=None, **FAST).fit(X, y, groups=groups)
+    with pytest.warns(UserWarning, match="treated as public"):
+        tuned = FederatedSPDNetClassifier(eps=4.0, **{**FAST, "init": public}).fit(X, y, groups=groups)
+    np.testing.assert_allclose(tuned.reference_, public.reference_, rtol=1e-5, atol=1e-6)
+    assert len(tuned.ledger_.history) == 1  # nothing released: the rounds alone
+    with pytest.raises(ValueError, match="reference='mean' with init= is not supported"):
+        FederatedSPDNetClassifier(eps=4.0, reference="mean", **{**FAST, "init": public}).fit(X, y, groups=groups)
+
+
+def test_a_trainer_made_outside_fit_cannot_take_the_exact_mean(spd_data):
+    """A deployment builds its trainer itself: no release runs there, so the exact mean is refused by name."""
+    X, y, _ = spd_data
+    with pytest.raises(ValueError, match="takes the clients' mean, which fit releases"):
+        FederatedSPDNetClassifier(eps=None, **FAST).make_trainer(X.shape[1:], classes=np.unique(y),
+                                                                 client_sizes=[60, 60, 60])
+    trainer = FederatedSPDNetClassifier(eps=None, reference=None, **FAST).make_trainer(
+        X.shape[1:], classes=np.unique(y), client_sizes=[60, 60, 60])
+    assert isinstance(trainer.module.recentre, torch.nn.Identity)

@@ -63,3 +63,52 @@ def test_spatial_first_evaluation_equals_the_layer_order_of_eegnet(gen):
     x = net.standardize(X)
     reference = net.spatial(net.temporal(x.unsqueeze(1)))  # the original order: temporal, then spatial
     torch.testing.assert_close(net._temporal_then_spatial(x), reference)
+
+
+@pytest.mark.parametrize("times, taps", [(64, 16), (70, 9), (385, 64), (40, 1)])
+def test_the_temporal_filter_by_fft_is_torchs_depthwise_convolution(gen, times, taps):
+    from skfedriem.models.eegnet import depthwise_correlation
+
+    z = torch.randn(3, 5, times, generator=gen, dtype=torch.float64)
+    kernel = torch.randn(5, taps, generator=gen, dtype=torch.float64)
+    expected = F.conv1d(z, kernel.unsqueeze(1), padding=taps // 2, groups=5)
+    torch.testing.assert_close(depthwise_correlation(z, kernel, taps // 2), expected, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("normalization, norms", [("group", 2), ("layer", 2), (None, 0)])
+def test_each_record_is_normalised_on_its_own_between_the_layers(gen, normalization, norms):
+    """Group (or layer) normalisation reads one record's feature maps: a record's logits do not depend on the batch,
+    and the per-record gradients are those of each record alone."""
+    net = EEGNet(4, 64, 2, F1=2, D=2, F2=4, kernel_length=8, normalization=normalization, generator=gen,
+                 dtype=torch.float64)
+    assert sum(isinstance(m, torch.nn.GroupNorm) for m in net.modules()) == norms
+    X, y = trials(gen, n=5), torch.tensor([0, 1, 0, 1, 1])
+    torch.testing.assert_close(net(X)[2:], net(X[2:]))
+    loss = lambda out, t: F.cross_entropy(out, t, reduction="none")  # noqa: E731
+    grads = per_sample_gradients(net, loss, (X, y))
+    net.zero_grad()
+    loss(net(X[3:4]), y[3:4]).sum().backward()
+    for name, p in net.named_parameters():
+        torch.testing.assert_close(grads[name][3], p.grad)
+    with pytest.raises(ValueError, match="'normalization' parameter must be one of"):
+        EEGNet(4, 64, 2, normalization="batch")
+
+
+def test_per_channel_scaling_centres_and_scales_each_channel(gen):
+    X = trials(gen, n=3) * torch.tensor([1.0, 10.0, 100.0, 0.1], dtype=torch.float64)[:, None] + 3.0
+    out = TrialStandardize(per_channel=True)(X)
+    torch.testing.assert_close(out.std(dim=-1), torch.ones(3, 4, dtype=torch.float64))
+    torch.testing.assert_close(out.mean(dim=-1), torch.zeros(3, 4, dtype=torch.float64), rtol=0, atol=1e-9)
+
+
+def test_the_network_on_standardised_trials_is_the_same_network(gen):
+    """The clients standardise each trial once per fit and train the rest: the same function, the same parameters."""
+    from skfedriem.privacy.capabilities import capabilities_of
+
+    net = EEGNet(4, 64, 2, F1=2, D=2, F2=4, kernel_length=8, generator=gen, dtype=torch.float64)
+    mapping, head = capabilities_of(net).fixed_features(net)
+    X = trials(gen, n=4)
+    torch.testing.assert_close(head(mapping(X)), net(X))
+    assert dict(head.named_parameters()).keys() == dict(net.named_parameters()).keys()
+    assert all(a is b for a, b in zip(head.parameters(), net.parameters()))
+    assert isinstance(net.standardize, TrialStandardize)  # the whole network keeps its own map
