@@ -10,8 +10,8 @@
 Pipelines (``--pipelines``), all after ``Covariances("oas")``: pyRiemann's ``TangentSpace() → LogisticRegression()``
 without privacy (``TS+LR``); :class:`~skfedriem.FederatedSPDNetClassifier` and
 :class:`~skfedriem.FederatedTangentSpaceClassifier` at ε = 10 with their defaults (``SPDNet eps=10``, ``Tangent
-eps=10``), SPDNet without privacy (``SPDNet eps=none``), and with distributed noise in the cross-subject evaluation
-(``... distributed``). Left vs right imagery, 8–32 Hz, 128 Hz; 9 motor-cortex channels and all 64 (``--channels``).
+eps=10``), SPDNet without privacy (``SPDNet eps=none``), and in the cross-subject evaluation at the identity
+(``... identity``: ``reference=None``, the default before) and with distributed noise (``... distributed``). Left vs right imagery, 8–32 Hz, 128 Hz; 9 motor-cortex channels and all 64 (``--channels``).
 
 For each fit, whether the plan warned that the model "will likely learn nothing" (a
 :class:`~skfedriem.exceptions.NoiseSwampsSignalWarning`) is recorded with its score, so that the warning's wording can
@@ -84,6 +84,8 @@ def pipelines(evaluation: str) -> dict:
         "Tangent eps=10": FederatedTangentSpaceClassifier(eps=10.0, **federated),
     }
     if evaluation == "cross":
+        made["SPDNet eps=10 identity"] = FederatedSPDNetClassifier(eps=10.0, reference=None, **federated)
+        made["Tangent eps=10 identity"] = FederatedTangentSpaceClassifier(eps=10.0, reference=None, **federated)
         made["SPDNet eps=10 distributed"] = FederatedSPDNetClassifier(eps=10.0, noise="distributed", **federated)
         made["Tangent eps=10 distributed"] = FederatedTangentSpaceClassifier(eps=10.0, noise="distributed",
                                                                               **federated)

@@ -11,8 +11,9 @@ resample=128); 45 trials per subject.
 * pooled: subjects are the clients; a stratified third of every subject's
   trials is held out (seeds 0..n−1); accuracy on the held-out trials.
 * within-session: MOABB's WithinSessionEvaluation (5-fold CV inside each
-  subject's session; ROC AUC, MOABB's score for two classes); the federated
-  classifier splits each training fold into 3 random stratified clients.
+  subject's session; ROC AUC, MOABB's score for two classes); each training
+  fold is one site's trials, one client (the classifiers' default without
+  ``groups``).
 
 Needs the files of ../shared/data/eegmmidb (or --data) and the eeg extra.
 

@@ -34,7 +34,7 @@ def physionet_table() -> str:
     pooled, within = kept["result"]["pooled_accuracy"], kept["result"].get("within_session_auc") or {}
     lines = [f".. list-table:: PhysionetMI subjects 1-5, imagined left vs right hand: accuracy on a held-out third of "
              f"every subject's trials (one client each), and MOABB's within-session ROC AUC (5-fold inside each "
-             f"subject, 3 random clients) ({kept['date']}, ``{kept['command']}``)", "   :header-rows: 1", "",
+             f"subject, one client) ({kept['date']}, ``{kept['command']}``)", "   :header-rows: 1", "",
              "   * - pipeline", "     - pooled accuracy (mean ± sd over splits)",
              "     - within-session AUC (± sd over subjects)", "     - seconds a pooled fit"]
     for name, row in pooled.items():

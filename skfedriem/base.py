@@ -508,12 +508,14 @@ class FederatedEstimatorMixin(_EstimatorParameters):
         clients = [tuple(r[idx] for r in records) for idx in indices]
         sizes = [len(idx) for idx in indices]
         if self.privacy_unit == "subject":
-            if groups is None and subjects is None and self._split_count() > 1:
+            if groups is None and subjects is None and self.n_clients != 1:
+                split = ("the clients would be random chunks of the records, not people" if self.n_clients
+                         else "all the records would be one client, protected as one subject")
                 raise ValueError(f"{type(self).__name__}(privacy_unit='subject') got neither groups nor subjects: each "
-                                 "client would be one subject, but with groups=None the clients are random chunks of "
-                                 "the records, not people. Pass subjects= (each record's subject), or groups= (each "
-                                 "client then protected as one subject), or set n_clients=1 (all the records one "
-                                 "subject, e.g. one subject's session in a MOABB within-session evaluation).")
+                                 f"client would be one subject, and {split}. Pass subjects= (each record's subject), "
+                                 "or groups= (each client then protected as one subject), or set n_clients=1 (all the "
+                                 "records one subject, e.g. one subject's session in a MOABB within-session "
+                                 "evaluation).")
             codes, _ = client_subjects(indices, names, subjects, n_records=len(records[0]))
             clients = [(*client, torch.from_numpy(c)) for client, c in zip(clients, codes)]
             sizes = [unit_count(client, self._unit) for client in clients]

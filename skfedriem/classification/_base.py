@@ -140,7 +140,8 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
     init: object = parameter(
         None, "fitted classifier, torch.nn.Module, state dict or None",
         "A model trained on *public* records (other subjects, another dataset) to start from: a fitted "
-        "classifier of the same architecture, its ``module_``, or a ``state_dict()``. Its weights are "
+        "classifier of the same architecture, its ``module_``, or a ``state_dict()``. Its weights (and a "
+        "covariance classifier's reference point, which ``reference=\"auto\"`` then keeps) are "
         "public (nothing is charged for them); the private rounds fine-tune them, and ``epsilon_`` covers "
         "those rounds only: a fitted classifier's own privacy loss is not included, and a module's or state "
         "dict's origin cannot be traced (a warning says so in both cases); if the weights were trained on any "
@@ -361,13 +362,15 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
                                  f"{np.asarray(source.classes_).tolist()!r}; this fit has classes "
                                  f"{np.asarray(classes).tolist()!r}. Pass classes= to match them.")
             if hasattr(source, "epsilon_"):
-                warn_user(f"init: the weights of the fitted {type(source).__name__} are treated as public; its own "
+                warn_user(f"init: the weights (and any reference point) of the fitted {type(source).__name__} are "
+                          "treated as public; its own "
                           f"privacy loss (epsilon_={source.epsilon_:.4g}) is not part of this fit's epsilon_. If it "
                           "was trained on any of these clients' records, continue it with warm_start=True (which "
                           "composes its ledger) or count both fits in one PrivacyBudget.")
             source = source.module_
         else:
-            warn_user(f"init: the weights of a {type(source).__name__} are treated as public and nothing is charged "
+            warn_user(f"init: the weights (and any reference point) of a {type(source).__name__} are treated as "
+                      "public and nothing is charged "
                       "for them. skfedriem cannot tell where a module's or a state dict's weights come from: if they "
                       "were trained on any of these clients' records (a private fit's module_ included), their "
                       "privacy loss is not part of this fit's epsilon_; continue that fit with warm_start=True, or "

@@ -97,7 +97,7 @@ class FederatedSPDNetClassifier(CovarianceClassifier):
     }
     schedule = ClassifierSchedule(
         name="spdnet", batch_size=64, optimizer="sgd", optimizer_without_privacy="adam", adam_lr=1e-2)
-    _model_parameters = ("dims", "reeig_eps", "dtype", "classes")
+    _model_parameters = ("dims", "reeig_eps", "reference", "dtype", "classes")
 
     def _build_module(self, input_shape, n_classes, generator, dtype):
         dims = (min(16, input_shape[0]),) if self.dims is None else _checked_dims(self.dims, input_shape[0])

@@ -47,8 +47,10 @@ smallest client without a warning) and one local epoch are the values the
 grid ran with: it did not vary them. Under subject-level privacy B is at most
 half of the smallest client's subjects (or of its k n trials with
 ``records_per_subject``), so that every step samples them
-(``benchmarks/subject_batch.py``). EEGNet keeps the paper's Adam at 1e-3
-with a cosine schedule (the grid did not train it). Without privacy SPDNet
+(``benchmarks/subject_batch.py``). EEGNet plans the same SGD rule under
+privacy, and Adam at 3e-3 with a cosine schedule without: the paper's Adam
+at 1e-3 did not train it on the 24 real PhysioNet subjects, with or without
+privacy (``benchmarks/eegnet_real.py``). Without privacy SPDNet
 plans Adam at 1e-2 with a cosine schedule, its default before planning: on
 the real PhysionetMI subjects 1–5 (one client each, held-out thirds) it
 reached 0.68 where the private SGD schedule stayed at 0.51

@@ -233,8 +233,8 @@ def make_estimator(arm: str, eps: float | None, seed: int, config: DatasetConfig
     paper = schedule == "paper" and spec.network != "tangent"
     if paper:  # the paper trains both networks with Adam at these steps, EEGNet with nothing between its layers
         settings = dict(optimizer="adam", **(config.spdnet if spec.takes_covariances else config.eegnet))
-        settings.update(dict(dims=config.dims, reeig_eps=config.reeig_eps) if spec.takes_covariances
-                        else dict(normalization=None))
+        settings.update(dict(dims=config.dims, reeig_eps=config.reeig_eps, reference=None) if spec.takes_covariances
+                        else dict(normalization=None))  # the paper's SPDNet reads the inputs unwhitened
     if n_rounds is not None:
         settings["n_rounds"] = n_rounds
     k = None if spec.central else max(1, int(round(participation * n_clients)))

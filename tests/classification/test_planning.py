@@ -107,12 +107,16 @@ def test_explicit_settings_are_kept_and_the_rest_planned_around_them():
                         optimizer=lambda params, lr: torch.optim.SGD(params, lr))
 
 
-def test_auto_batches_are_clamped_silently_and_eegnet_keeps_its_paper_settings():
+def test_auto_batches_are_clamped_silently_and_eegnet_plans_the_rule_under_privacy():
     plan = plan_classifier(model="spdnet", client_sizes=[40, 50], eps=4.0)
     assert plan.batch_size == 40 and plan.steps_per_round == 1  # under privacy, the smallest client's count
     assert plan_classifier(model="spdnet", client_sizes=[40, 50], eps=None).steps_per_round == 2
     eegnet = plan_classifier(model="eegnet", client_sizes=[100] * 3, eps=4.0)
-    assert (eegnet.optimizer, eegnet.lr, eegnet.lr_schedule, eegnet.batch_size) == ("adam", 1e-3, "cosine", 16)
+    rule = plan_classifier(model="spdnet", client_sizes=[100] * 3, eps=4.0, batch_size=16)
+    assert (eegnet.optimizer, eegnet.lr_schedule, eegnet.batch_size) == ("sgd", "constant", 16)
+    assert eegnet.lr == rule.lr  # the noise-walk rule, as SPDNet's at the same B
+    plain = plan_classifier(model="eegnet", client_sizes=[100] * 3, eps=None)
+    assert (plain.optimizer, plain.lr, plain.lr_schedule) == ("adam", 3e-3, "cosine")
     X, y, groups = _spd(0, per_client=20)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no "batch_size=64 is larger than client ..." for a planned B
