@@ -67,7 +67,9 @@ def test_estimator_results_do_not_depend_on_n_jobs(workers_up):
     X, y, groups = make_spd_classification(3, 40, 6, n_classes=2, random_state=0)
     fits = [FederatedSPDNetClassifier(eps=5.0, dims=(4,), n_rounds=3, batch_size=10, random_state=0, n_jobs=n_jobs)
             .fit(X, y, groups=groups) for n_jobs in (None, 2)]
-    assert fits[1].n_jobs == 2 and workers_up[0].worker_runs == 3 * 2  # 2 of 3 clients per round in the worker
+    release, rounds = workers_up  # the clients' mean released before the rounds, in the workers too
+    assert fits[1].n_jobs == 2 and rounds.worker_runs == 3 * 2  # 2 of 3 clients per round in the worker
+    assert release.worker_runs == 2
     assert np.array_equal(fits[0].predict_proba(X), fits[1].predict_proba(X))
     assert fits[0].epsilon_ == fits[1].epsilon_
 
