@@ -4,12 +4,12 @@ Each arm trains :class:`~skfedriem.FederatedEEGNetClassifier` on the raw trials 
 imagery runs (left vs right, 8–32 Hz, 128 Hz, 64 channels by default), one subject a client, and scores a held-out
 third of every subject's trials (``benchmarks/physionet_real.py``'s split); one fit per seed.
 
-Without privacy (``--eps none``), each choice against the defaults (group normalisation after the spatial and the
+Without privacy (``--eps none``), each choice against the defaults (layer normalisation after the spatial and the
 pointwise convolutions, each trial scaled by one standard deviation, Adam at 3e-3 with a cosine schedule, B = 16,
 T = 200): ``paper`` (nothing between the layers, Adam at 1e-3: the paper's private EEGNet and schedule), ``no-norm``,
-``layer-norm``, ``per-channel`` scaling, Adam at ``lr=1e-3`` and ``lr=1e-2``.
-Under privacy (``--eps 10``, ``noise="distributed"``): the defaults (SGD at the planned step), SGD at ``lr/5`` and
-``lr*4`` of it, and Adam at 3e-3.
+``group-norm`` (groups of four maps), ``per-channel`` scaling, Adam at ``lr=1e-3`` and ``lr=1e-2``.
+Under privacy (``--eps 10``, ``noise="distributed"``): the defaults (SGD at the planned step), ``group-norm``, SGD
+at ``lr/5`` and ``lr*4`` of it, and Adam at 3e-3.
 
     python benchmarks/eegnet_real.py [--eps none 10] [--seeds 3] [--arms ...] [--channels all] [--jobs 2]
 """
@@ -32,10 +32,10 @@ from physionet_real import held_out_mask
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "eegmmidb"
 PLAIN = {"defaults": {}, "paper": {"normalization": None, "lr": 1e-3}, "no-norm": {"normalization": None},
-         "layer-norm": {"normalization": "layer"}, "per-channel": {"per_channel_scaling": True},
+         "group-norm": {"normalization": "group"}, "per-channel": {"per_channel_scaling": True},
          "lr=1e-3": {"lr": 1e-3}, "lr=1e-2": {"lr": 1e-2}}
-PRIVATE = {"defaults": {}, "lr/5": {"lr_factor": 0.2}, "lr*4": {"lr_factor": 4.0},
-           "adam": {"optimizer": "adam", "lr": 3e-3}}
+PRIVATE = {"defaults": {}, "group-norm": {"normalization": "group"}, "lr/5": {"lr_factor": 0.2},
+           "lr*4": {"lr_factor": 4.0}, "adam": {"optimizer": "adam", "lr": 3e-3}}
 _DATA: dict = {}
 
 

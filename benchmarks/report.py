@@ -162,9 +162,108 @@ def readme_figures() -> str:
         f"noise (pyRiemann's TS+LR without privacy: {placed['pyriemann_ts_lr']['motor 24x1']:.2f}); a distributed "
         f"round cost {ratios}× a local one at K = {sizes}, {busy_ratios}× next to a busy process "
         "(`distributed_cost.json`).",
+        *paper_models_figures(),
+        *study_figures(),
         README_END,
     ]
     return "\n".join(lines)
+
+
+def paper_models_figures() -> list[str]:
+    """SPDNet and EEGNet on the 24 real subjects, and MOABB's evaluations of the private pipelines."""
+    spd = _kept("spdnet_real")
+    by = {(r["cell"], r["eps"], r["arm"]): r["accuracy"] for r in spd["result"]["rows"]}
+    pair = lambda cell, arm: " / ".join(f"{by[(cell, e, arm)]:.2f}" for e in (10.0, 4.0))  # noqa: E731
+    eegnet = _kept("eegnet_real")
+    rows = {(r["eps"], r["arm"]): r for r in eegnet["result"]["rows"]}
+    moabb = _kept("moabb_physionet")["result"]["results"]
+
+    def auc(key: str, name: str) -> str:
+        score = moabb[key]["scores"][name]
+        warned = f", warned in {score['fits_warned']} fits" if "fits_warned" in score else ""
+        return f"{score['mean']:.2f}{warned}"
+
+    within = [f"{channels} channels: TS+LR {auc(f'within {key}', 'TS+LR')}, SPDNet at ε = 10 "
+              f"{auc(f'within {key}', 'SPDNet eps=10')}, the tangent model at ε = 10 "
+              f"{auc(f'within {key}', 'Tangent eps=10')}" for key, channels in (("motor", 9), ("all", 64))
+              if f"within {key}" in moabb]
+    cross = [f"{channels} channels: TS+LR {auc(f'cross {key}', 'TS+LR')}, SPDNet at ε = 10 "
+             f"{auc(f'cross {key}', 'SPDNet eps=10')} (distributed noise "
+             f"{auc(f'cross {key}', 'SPDNet eps=10 distributed')}, at the identity "
+             f"{auc(f'cross {key}', 'SPDNet eps=10 identity')}), the tangent model "
+             f"{auc(f'cross {key}', 'Tangent eps=10')} (distributed {auc(f'cross {key}', 'Tangent eps=10 distributed')},"
+             f" at the identity {auc(f'cross {key}', 'Tangent eps=10 identity')})"
+             for key, channels in (("motor", 9), ("all", 64)) if f"cross {key}" in moabb]
+    return [
+        f"* **SPDNet and EEGNet on real EEG** (`spdnet_real.json`, `eegnet_real.json`): the 24 PhysioNet subjects, "
+        f"one client each, a third of each subject's trials held out. SPDNet's defaults on 9 motor channels "
+        f"({spd['result']['seeds']} seeds), ε = 10 / 4: {pair('24x1-distributed', 'spdnet')} with "
+        f"`noise=\"distributed\"` (the tangent model {pair('24x1-distributed', 'tangent')}, SPDNet at the identity "
+        f"{pair('24x1-distributed', 'identity')}), {pair('4x6-local', 'spdnet')} with local noise on 4 sites of 6 "
+        f"subjects (tangent {pair('4x6-local', 'tangent')}); without privacy "
+        f"{by[('24x1-none', None, 'spdnet')]:.2f} (identity {by[('24x1-none', None, 'identity')]:.2f}). EEGNet on "
+        f"the raw 64-channel trials ({eegnet['result']['seeds']} seeds): without privacy "
+        f"{rows[(None, 'defaults')]['accuracy']:.2f} at its defaults (group normalisation), "
+        f"{rows[(None, 'paper')]['accuracy']:.2f} as the paper's private EEGNet (nothing between the layers, Adam "
+        f"1e-3); with distributed noise at ε = 10 {rows[(10.0, 'defaults')]['accuracy']:.2f}.",
+        "* **MOABB** (`moabb_physionet.json`): within a session (5-fold inside each subject, one client), ROC AUC "
+        "over subjects, " + "; ".join(within) + ". Across subjects (4 folds of 6 held-out subjects, 6 sites of "
+        "whole subjects): " + "; ".join(cross) + ".",
+    ]
+
+
+SPDNET_LOCAL = ("projavg", "rlavg", "retavg")
+TWIN = {"spdnet-distributed": "projavg", "eegnet-distributed": "eegnet", "tangent-distributed": "tangent"}
+
+
+def study_accuracy(folder: str, participation: str = "1") -> dict[tuple[str, str], float]:
+    """Mean test accuracy by (arm, ε) of a kept EEG study (``benchmarks/results/<folder>/runs.csv``)."""
+    import csv
+    import statistics
+
+    runs = [r for r in csv.DictReader((RESULTS / folder / "runs.csv").open()) if r["participation"] == participation]
+    cells = {(r["arm"], r["eps"]) for r in runs}
+    return {cell: statistics.mean(float(r["test_accuracy"]) for r in runs if (r["arm"], r["eps"]) == cell)
+            for cell in cells}
+
+
+def retention(accuracy: dict, arm: str, eps: str) -> float:
+    """The share of the non-private accuracy above chance (0.5) that the private arm keeps, as the paper reads it."""
+    base = accuracy[(TWIN.get(arm, arm), "none")]
+    return (accuracy[(arm, eps)] - 0.5) / (base - 0.5)
+
+
+def study_figures() -> list[str]:
+    """The paper's two claims read from the kept studies: SPDNet against EEGNet under privacy, and what each keeps."""
+    lines = []
+    for folder, channels in (("eeg_study_physionet_motor", "9 motor channels"), ("eeg_study_physionet", "64 channels")):
+        acc = study_accuracy(folder)
+        eps_values = sorted({e for _, e in acc if e != "none"}, key=float, reverse=True)
+        cells = []
+        for eps in eps_values:
+            spd = max(acc[(a, eps)] for a in SPDNET_LOCAL if (a, eps) in acc)
+            eegnet = ("eegnet", eps) in acc
+            parts = [f"ε = {eps}: SPDNet {spd:.3f}" + (f" against EEGNet {acc[('eegnet', eps)]:.3f}" if eegnet else "")
+                     + " with local noise"]
+            if ("spdnet-distributed", eps) in acc:
+                parts.append(f"{acc[('spdnet-distributed', eps)]:.3f}" + (
+                    f" against {acc[('eegnet-distributed', eps)]:.3f}" if ("eegnet-distributed", eps) in acc else "")
+                    + " distributed")
+            names = [n for a, n in zip((*SPDNET_LOCAL, "spdnet-distributed"), ("ProjAvg", "RLAvg", "RetAvg",
+                                                                                "distributed")) if (a, eps) in acc]
+            kept = [f"{100 * retention(acc, a, eps):.0f}" for a in (*SPDNET_LOCAL, "spdnet-distributed")
+                    if (a, eps) in acc]
+            parts.append(f"SPDNet keeps {'/'.join(kept)} % of its gain over chance ({'/'.join(names)})" + (
+                f", EEGNet {100 * retention(acc, 'eegnet', eps):.0f} % (local)" if eegnet else ", EEGNet not run") +
+                (f" and {100 * retention(acc, 'eegnet-distributed', eps):.0f} % (distributed)"
+                 if ("eegnet-distributed", eps) in acc else ""))
+            cells.append(", ".join(parts))
+        without = max(acc[(a, "none")] for a in SPDNET_LOCAL if (a, "none") in acc)
+        lines.append(f"* **The paper's comparison, {channels}** (`{folder}/runs.csv`, 24 subjects in 12 clients, "
+                     f"full participation, test accuracy): without privacy SPDNet {without:.3f}, EEGNet "
+                     f"{acc[('eegnet', 'none')]:.3f}, the tangent model {acc[('tangent', 'none')]:.3f}; "
+                     + "; ".join(cells) + ".")
+    return lines
 
 
 def _span(values: list[float]) -> str:

@@ -30,7 +30,7 @@ class FederatedEEGNetClassifier(FederatedClassifier):
         EEGNet-F1,D with F2 pointwise filters.
     kernel_length : int, default=64
         Temporal kernel length in samples (half the sampling rate).
-    normalization : {"group", "layer"} or None, default="group"
+    normalization : {"group", "layer"} or None, default="layer"
         What normalises each trial's feature maps between the layers, on
         that trial alone (the per-record stand-in for EEGNet's batch
         normalisation): group normalisation, layer normalisation, or nothing
@@ -63,7 +63,7 @@ class FederatedEEGNetClassifier(FederatedClassifier):
     D: int = 2
     F2: int = 16
     kernel_length: int = 64
-    normalization: str | None = "group"
+    normalization: str | None = "layer"
     per_channel_scaling: bool = False
 
     _parameter_constraints: dict = {

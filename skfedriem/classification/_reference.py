@@ -106,6 +106,13 @@ class CovarianceClassifier(FederatedClassifier):
 
     Parameters
     ----------
+    reference : array-like of shape (n_channels, n_channels), {"auto", "mean"} or None, default="auto"
+        The point every trial is read at. ``"mean"``: the clients'
+        log-Euclidean mean, released and charged before the rounds;
+        ``"auto"``: that mean unless its planned noise would bury it or the
+        rounds' ``accounting`` is not ``"rfedproj"``, and with ``init`` the
+        public start's own point. An array: a public SPD matrix, charged
+        nothing. None: the identity.
     [federation parameters]
     """
 
@@ -130,6 +137,7 @@ class CovarianceClassifier(FederatedClassifier):
         of :class:`~skfedriem.models.TangentMean`, planned and charged with the rounds by ``fit``."""
         if not self._released_mean():
             return None
+        self._check_combinations()  # settings that contradict each other are named before anything runs
         if self.eps == "budget":
             raise ValueError("reference='mean' with eps='budget' is not supported: the budget's share is planned for "
                              "the rounds alone. Pass a public reference, or reference=None for the identity.")

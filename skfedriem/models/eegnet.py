@@ -9,8 +9,9 @@ Changes from the original, both for record-level DP:
 
 * Batch normalisation (in training mode it mixes the records of a batch and
   raises the sensitivity from 2C/B to 2C; see the user guide, "The method") is
-  replaced by a normalisation of each record on its own: group normalisation
-  (Wu and He, 2018) after the spatial and the pointwise convolutions, the
+  replaced by a normalisation of each record on its own: layer normalisation
+  (Ba et al., 2016; ``"group"``: group normalisation, Wu and He, 2018) after
+  the spatial and the pointwise convolutions, the
   layers the original normalises after its fused temporal-spatial block and its
   separable convolution. Without anything between the layers the network did
   not learn the 24 real PhysioNet subjects (docs: user guide, EEG).
@@ -123,7 +124,7 @@ class EEGNet(nn.Module):
         EEGNet-8,2 by default.
     kernel_length : int, default=64
         Temporal kernel (half the sampling rate in the paper: 64 at 128 Hz).
-    normalization : {"group", "layer"} or None, default="group"
+    normalization : {"group", "layer"} or None, default="layer"
         Each record's feature maps normalised on their own after the spatial
         and the pointwise convolutions (:func:`record_normalization`); None:
         nothing between the layers.
@@ -150,7 +151,7 @@ class EEGNet(nn.Module):
         D: int = 2,
         F2: int = 16,
         kernel_length: int = 64,
-        normalization: str | None = "group",
+        normalization: str | None = "layer",
         per_channel: bool = False,
         generator: torch.Generator | None = None,
         dtype: torch.dtype = torch.float32,

@@ -69,7 +69,8 @@ def test_spdnet_deployment_resumes_after_a_server_crash_and_equals_the_in_proces
         deployed = pickle.load(f)
     data = site_data(tmp_path, 2, True)
     X, y = np.concatenate([x for x, _ in data]), np.concatenate([t for _, t in data])
-    local = FederatedSPDNetClassifier(eps=None, dims=(3,), batch_size=40, local_steps=2, n_rounds=2,
+    # a deployment releases no mean before its rounds: its SPDNet reads the trials at the identity
+    local = FederatedSPDNetClassifier(eps=None, dims=(3,), batch_size=40, local_steps=2, n_rounds=2, reference=None,
                                       random_state=0).fit(X, y, groups=np.repeat([0, 1], 40))
     # noise off, full batches: the crash and the resume changed nothing
     np.testing.assert_allclose(deployed.predict_proba(X), local.predict_proba(X), atol=1e-4)

@@ -112,3 +112,19 @@ def test_the_network_on_standardised_trials_is_the_same_network(gen):
     assert dict(head.named_parameters()).keys() == dict(net.named_parameters()).keys()
     assert all(a is b for a, b in zip(head.parameters(), net.parameters()))
     assert isinstance(net.standardize, TrialStandardize)  # the whole network keeps its own map
+
+
+@pytest.mark.parametrize("normalization", ["group", "layer", None])
+def test_the_private_step_runs_each_normalisation_and_refuses_batch_normalisation(gen, normalization):
+    """The private step's records-apart check passes the per-record normalisations and catches batch
+    normalisation put in their place (the broken variant)."""
+    from skfedriem.privacy import private_gradient
+
+    net = EEGNet(4, 64, 2, F1=2, D=2, F2=4, kernel_length=8, normalization=normalization, generator=gen,
+                 dtype=torch.float64)
+    X, y = trials(gen, n=6), torch.tensor([0, 1, 0, 1, 1, 0])
+    loss = lambda out, t: F.cross_entropy(out, t, reduction="none")  # noqa: E731
+    private_gradient(net, loss, (X, y), clip=1.0, noise_std=0.5, denominator=6)
+    net.spatial_norm = torch.nn.BatchNorm2d(4, dtype=torch.float64)
+    with pytest.raises(ValueError, match="couples the records"):
+        private_gradient(net, loss, (X, y), clip=1.0, noise_std=0.5, denominator=6)

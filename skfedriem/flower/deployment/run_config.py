@@ -88,6 +88,8 @@ def _convert(name: str, value):
         if value.strip() in ("auto", "mean"):
             return value.strip()
         return _matrix_from_text(value) if value.strip() else None
+    if name == "normalization" and value == "":  # EEGNet with nothing between its layers
+        return None
     if name == "dims" and isinstance(value, str):  # "" keeps the estimator's default
         return tuple(int(d) for d in value.replace(" ", "").split(",") if d) or None
     return value
