@@ -2,7 +2,8 @@
 
 Each arm trains :class:`~skfedriem.FederatedEEGNetClassifier` on the raw trials of the 24 subjects with all three
 imagery runs (left vs right, 8–32 Hz, 128 Hz, 64 channels by default), one subject a client, and scores a held-out
-third of every subject's trials (``benchmarks/physionet_real.py``'s split); one fit per seed.
+third of every subject's trials (``benchmarks/physionet_real.py``'s split); one fit per seed, seeded by it (split,
+initialisation, batches and noise).
 
 Without privacy (``--eps none``), each choice against the defaults (layer normalisation after the spatial and the
 pointwise convolutions, each trial scaled by one standard deviation, Adam at 3e-3 with a cosine schedule, B = 16,
@@ -70,7 +71,9 @@ def fit_once(arm: str, eps: float | None, seed: int) -> float:
     settings = dict((PLAIN if eps is None else PRIVATE)[arm])
     factor = settings.pop("lr_factor", None)
     private = {} if eps is None else {"noise": "distributed"}
-    fit = lambda **extra: FederatedEEGNetClassifier(eps=eps, **private, **settings, **extra).fit(  # noqa: E731
+    # seeded (initialisation, batches, noise): reproducible, and not private against whoever knows the seed
+    fit = lambda **extra: FederatedEEGNetClassifier(eps=eps, **private, **settings, random_state=seed,  # noqa: E731
+                                                    **extra).fit(
         X[~test], y[~test], groups=clients[~test])
     clf = fit()
     if factor is not None:

@@ -13,7 +13,7 @@ without privacy (``TS+LR``); :class:`~skfedriem.FederatedSPDNetClassifier` and
 eps=10``), SPDNet without privacy (``SPDNet eps=none``), and in the cross-subject evaluation at the identity
 (``... identity``: ``reference=None``, the default before) and with distributed noise (``... distributed``). Left vs right imagery, 8–32 Hz, 128 Hz; 9 motor-cortex channels and all 64 (``--channels``).
 
-For each fit, whether the plan warned that the model "will likely learn nothing" (a
+For each fit, whether the plan warned that the model "will likely learn little or nothing" (a
 :class:`~skfedriem.exceptions.NoiseSwampsSignalWarning`) is recorded with its score, so that the warning's wording can
 be checked against what it warns of.
 
@@ -48,7 +48,7 @@ WARNED: list[tuple[str, bool]] = []
 
 
 class Noted(ClassifierMixin, BaseEstimator):
-    """A federated classifier that notes whether its fit warned that it would learn nothing (a benchmark's probe)."""
+    """A federated classifier that notes whether its fit warned that it would learn little or nothing (a benchmark's probe)."""
 
     __metadata_request__fit = {"subjects": True}  # as the federated classifiers request it
 

@@ -180,10 +180,11 @@ def paper_models_figures() -> list[str]:
 
     def auc(key: str, name: str) -> str:
         score = moabb[key]["scores"][name]
-        warned = f", warned in {score['fits_warned']} fits" if "fits_warned" in score else ""
+        warned = f" (warned in {score['fits_warned']} fits)" if score.get("fits_warned", "0 ").split()[0] != "0" else ""
         return f"{score['mean']:.2f}{warned}"
 
-    within = [f"{channels} channels: TS+LR {auc(f'within {key}', 'TS+LR')}, SPDNet at ε = 10 "
+    within = [f"{channels} channels: TS+LR {auc(f'within {key}', 'TS+LR')}, SPDNet without privacy "
+              f"{auc(f'within {key}', 'SPDNet eps=none')}, at ε = 10 "
               f"{auc(f'within {key}', 'SPDNet eps=10')}, the tangent model at ε = 10 "
               f"{auc(f'within {key}', 'Tangent eps=10')}" for key, channels in (("motor", 9), ("all", 64))
               if f"within {key}" in moabb]
@@ -207,8 +208,9 @@ def paper_models_figures() -> list[str]:
         f"{rows[(None, 'paper')]['accuracy']:.2f} as the paper's private EEGNet (nothing between the layers, Adam "
         f"1e-3); with distributed noise at ε = 10 {rows[(10.0, 'defaults')]['accuracy']:.2f}.",
         "* **MOABB** (`moabb_physionet.json`): within a session (5-fold inside each subject, one client), ROC AUC "
-        "over subjects, " + "; ".join(within) + ". Across subjects (4 folds of 6 held-out subjects, 6 sites of "
-        "whole subjects): " + "; ".join(cross) + ".",
+        f"over {len(moabb['within motor']['scores']['TS+LR']['by_subject'])} subjects, " + "; ".join(within) + "."
+        + ("" if not cross else " Across subjects (4 folds of 6 held-out subjects, 6 sites of whole subjects): "
+           + "; ".join(cross) + "."),
     ]
 
 

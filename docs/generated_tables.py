@@ -183,7 +183,7 @@ def moabb_table() -> str:
     lines = [f".. list-table:: MOABB's evaluations on the real PhysioNet subjects, ROC AUC, mean ± sd over subjects "
              f"(within a session: 5-fold inside each subject, one client) or held-out subjects (cross-subject: 4 "
              f"folds of 6 of the 24 subjects, clients of whole subjects); \"warned\": the fits whose plan said the "
-             f"model would likely learn nothing ({kept['date']}, ``{kept['command']}``)", "   :header-rows: 1", "",
+             f"model would likely learn little or nothing ({kept['date']}, ``{kept['command']}``)", "   :header-rows: 1", "",
              "   * - evaluation", "     - channels", "     - pipeline", "     - ROC AUC", "     - warned"]
     for key, result in kept["result"]["results"].items():
         evaluation, channels = key.split()

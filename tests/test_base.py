@@ -312,8 +312,26 @@ def test_the_unlearnable_warning_is_given_once_a_fit_for_its_final_plan(spd):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         clf = FederatedTangentSpaceClassifier(eps=4.0, n_rounds=2, reference="mean").fit(X, y, groups=groups)
-    said = [str(w.message) for w in caught if "will likely learn nothing" in str(w.message)]
+    said = [str(w.message) for w in caught if "will likely learn little or nothing" in str(w.message)]
     assert len(said) == 1 and f"eps={clf.plan_.trainer_settings.eps:g}" in said[0]
+
+
+def test_the_unlearnable_warning_offers_one_client_only_what_it_can_change(spd):
+    """One client (a within-session fold): no sum to pay the noise on once, no other client to add; several
+    clients: distributed noise and more clients a round are named."""
+    from skfedriem import FederatedTangentSpaceClassifier
+
+    X, y, groups = spd
+    said = {}
+    for name, fit_groups in (("one", None), ("several", groups)):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            FederatedTangentSpaceClassifier(eps=1.0, n_rounds=2, reference=None).fit(X, y, groups=fit_groups)
+        said[name] = [str(w.message) for w in caught if "will likely learn little or nothing" in str(w.message)]
+    assert len(said["one"]) == len(said["several"]) == 1
+    assert "noise='distributed'" not in said["one"][0] and "more clients" not in said["one"][0]
+    assert "or more records" in said["one"][0]
+    assert "noise='distributed'" in said["several"][0] and "more clients a round" in said["several"][0]
 
 
 @pytest.mark.parametrize("groups, error, match", [

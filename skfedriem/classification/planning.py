@@ -196,7 +196,7 @@ class ClassifierPlan(PrintedAsTable):
         (:func:`~skfedriem.federated.plan.signal_to_noise`; inf without
         privacy); None when the model's dimension was not given. Below
         :data:`~skfedriem.federated.plan.LEARNABLE_SIGNAL_TO_NOISE` the fit
-        warns that it will likely learn nothing (:func:`warn_if_unlearnable`).
+        warns that it will likely learn little or nothing (:func:`warn_if_unlearnable`).
 
     Attributes
     ----------
@@ -413,15 +413,18 @@ def warn_if_unlearnable(plan: ClassifierPlan, dimension: int) -> None:
     snr, settings = plan.signal_to_noise, plan.trainer_settings
     if snr is None or snr >= LEARNABLE_SIGNAL_TO_NOISE:
         return
-    placement = ("" if settings.noise == "distributed" else
+    # one client (a site's own records, a within-session fold): no sum to pay the noise on once, no other client
+    alone = len(plan.privacy.local_steps) == 1
+    placement = ("" if settings.noise == "distributed" or alone else
                  "noise='distributed' (the noise paid once on the clients' sum: 4.7x the signal-to-noise of 24 "
                  "one-subject clients, 0.50 -> 0.64 on the motor channels at eps=10); ")
-    warn_user(f"This model will likely learn nothing at eps={settings.eps:g}: its {dimension} coordinates spread the "
-              f"noise too thin for the signal (the plan's signal-to-noise √(T τ) C / (σ̄ √d) is {snr:.3g}, below "
+    more = "or more records" if alone else "or more clients a round"
+    warn_user(f"This model will likely learn little or nothing at eps={settings.eps:g}: its {dimension} coordinates "
+              f"spread the noise too thin for the signal (the plan's signal-to-noise √(T τ) C / (σ̄ √d) is {snr:.3g}, below "
               f"{LEARNABLE_SIGNAL_TO_NOISE:g}; on the 24 real PhysioNet subjects no fit below it reached 0.58 held out, "
               "chance 0.50). What worked there: fewer coordinates, e.g. a channel subset before Covariances (9 "
               "motor-cortex channels instead of 64: 6.7x the signal-to-noise, 0.52 -> 0.64 held out at eps=10 with "
-              f"distributed noise); {placement}a larger eps, or more clients a round. See plan_.",
+              f"distributed noise); {placement}a larger eps, {more}. See plan_.",
               NoiseSwampsSignalWarning)
 
 
