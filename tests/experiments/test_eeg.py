@@ -46,7 +46,7 @@ def test_arms_map_to_the_right_estimators():
     planned = make_estimator("projavg", 4.0, 0, config, 3, 1.0, None)
     assert type(planned).__name__ == "FederatedSPDNetClassifier" and planned.dims is None
     assert planned.optimizer == planned.lr == planned.n_rounds == "auto" and planned.reference == "auto"
-    assert make_estimator("eegnet", 4.0, 0, config, 3, 1.0, None).normalization == "group"
+    assert make_estimator("eegnet", 4.0, 0, config, 3, 1.0, None).normalization == "layer"
     distributed = make_estimator("spdnet-distributed", 4.0, 0, config, 3, 1.0, None)
     assert distributed.noise == "distributed" and make_estimator("tangent-distributed", 4.0, 0, config, 3, 1.0,
                                                                    None).noise == "distributed"
