@@ -44,6 +44,12 @@ ARMS = {"local": {"noise": "local"}, "distributed": {"noise": "distributed"},
 
 def real_subjects(data: Path, channels: str):
     """(covariances, labels, subject) of the 24 subjects' left/right imagery."""
+    X, y, subjects = raw_subjects(data, channels)
+    return Covariances("oas").fit_transform(X), y, subjects
+
+
+def raw_subjects(data: Path, channels: str):
+    """(raw trials, labels, subject) of the 24 subjects' left/right imagery."""
     from moabb.datasets import PhysionetMI
     from moabb.paradigms import LeftRightImagery
 
@@ -53,7 +59,7 @@ def real_subjects(data: Path, channels: str):
     dataset.subject_list = [*range(1, 24), 42]
     paradigm = LeftRightImagery(fmin=8, fmax=32, resample=128, channels=MOTOR if channels == "motor" else None)
     X, y, subjects = load_moabb(dataset, paradigm, subjects=dataset.subject_list)
-    return Covariances("oas").fit_transform(X), np.asarray(y), np.asarray(subjects)
+    return X, np.asarray(y), np.asarray(subjects)
 
 
 def federations(args):

@@ -26,9 +26,8 @@ import numpy as np
 import torch
 
 from skfedriem import FederatedEEGNetClassifier
-from skfedriem.datasets import load_moabb, use_local_eegmmidb
 
-from distributed_noise import MOTOR
+from distributed_noise import raw_subjects
 from physionet_real import held_out_mask
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "eegmmidb"
@@ -38,20 +37,6 @@ PLAIN = {"defaults": {}, "paper": {"normalization": None, "lr": 1e-3}, "no-norm"
 PRIVATE = {"defaults": {}, "group-norm": {"normalization": "group"}, "lr/5": {"lr_factor": 0.2},
            "lr*4": {"lr_factor": 4.0}, "adam": {"optimizer": "adam", "lr": 3e-3}}
 _DATA: dict = {}
-
-
-def raw_subjects(data: Path, channels: str):
-    """(raw trials, labels, subject) of the 24 subjects' left/right imagery."""
-    from moabb.datasets import PhysionetMI
-    from moabb.paradigms import LeftRightImagery
-
-    use_local_eegmmidb(data)
-    dataset = PhysionetMI(imagined=True)
-    dataset.feet_runs = []  # only the left/right imagery runs are on disk
-    dataset.subject_list = [*range(1, 24), 42]
-    paradigm = LeftRightImagery(fmin=8, fmax=32, resample=128, channels=MOTOR if channels == "motor" else None)
-    X, y, subjects = load_moabb(dataset, paradigm, subjects=dataset.subject_list)
-    return X, np.asarray(y), np.asarray(subjects)
 
 
 def _load(data: Path, channels: str) -> None:
