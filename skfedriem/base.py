@@ -57,6 +57,7 @@ from ._seeding import RunSeeds, run_seeds
 from ._utils.user_warnings import warn_user
 from .exceptions import NoiseSwampsSignalWarning, PositionalClientsWarning, PrivacyBudgetExceeded
 from .federated import Aggregation, FederatedTrainer, FederationSettings, PrivacyPlan, TrainingState
+from .federated.noise_placement import check_noise_placement
 from .federated.pricing import model_dimension
 from .federated.settings import SettingDoc
 from .privacy import PrivacyAccountant, PrivacyBudget, get_accounting
@@ -367,6 +368,7 @@ class FederatedEstimatorMixin(_EstimatorParameters):
         if "clip_quantile" in defaults and self.clip != "auto" and self.clip_quantile != defaults["clip_quantile"]:
             raise ValueError(f"{name} got clip={self.clip!r} and clip_quantile={self.clip_quantile!r}: the quantile "
                              "steers adaptive clipping only. Set clip='auto' to use it, or drop clip_quantile.")
+        check_noise_placement(self.get_params(deep=False), name)
 
     def _budget_share(self, module, loss_fn, input_shape, clients: _Clients) -> float:
         """``eps="budget"``: the ε this fit may target (:meth:`~skfedriem.privacy.PrivacyBudget.share`)."""

@@ -41,6 +41,7 @@ from .instructions import ENCODED_RELEASE
 from .lockstep import lockstep_eligible, stacking_obstacle
 from .optimizers import resolve_optimizer
 from .parallel import effective_n_jobs, thread_budget
+from .noise_placement import check_noise_placement
 from .plan import PrivacyPlan, check_client_sizes, distributed_clients, warn_if_noise_swamps
 from .pricing import RoundPricing
 from .progress import round_progress
@@ -220,11 +221,7 @@ class FederatedTrainer:
         self.clients_per_round(len(clients))
         check_client_sizes(sizes, client_names, self.settings.unit)
         BACKENDS.get(self.settings.backend)
-        if self.settings.backend != "local" and self.settings.noise == "distributed":
-            raise ValueError(f"noise='distributed' runs with backend='local' in a fit, and on deployed Flower sites "
-                             f"under secure aggregation (the sites' node setting noise = 'distributed'); the "
-                             f"in-process Flower simulation runs no secure aggregation. "
-                             f"Got backend={self.settings.backend!r}.")
+        check_noise_placement(self.settings, "The run")
         if self.settings.backend != "local" and effective_n_jobs(self.settings.n_jobs) != 1:
             raise ValueError(f"n_jobs runs clients in worker processes of backend='local'; "
                              f"backend={self.settings.backend!r} places its clients itself. "

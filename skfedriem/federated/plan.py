@@ -12,6 +12,7 @@ from ..privacy.discrete import DistributedEncoding, plan_encoding
 from ..privacy.step_plan import sensitivity_factor
 from ..privacy.units import PrivacyUnit
 from .adaptive_clip import INITIAL_CLIP, split_mu0
+from .noise_placement import check_noise_placement
 from .settings import FederationSettings
 
 __all__ = ["LEARNABLE_SIGNAL_TO_NOISE", "PLANNED_FROM", "PrivacyPlan", "check_client_sizes", "distributed_clients",
@@ -332,6 +333,7 @@ def plan_run(
     (0.1, 250)
     """
     method = get_accounting(settings.accounting if accounting is None else accounting)
+    check_noise_placement(settings, "The run")
     if settings.noise == "distributed" and settings.eps is not None:  # without noise, nowhere to add it
         plan = _distributed_plan(client_sizes, client_names, settings, method, diameter, dimension)
         object.__setattr__(plan, "basis", plan_basis(client_sizes, settings, method, diameter, dimension))
@@ -357,16 +359,11 @@ def _distributed_plan(client_sizes: list[int], client_names: list, settings: Fed
                       method: RunAccounting, diameter: float, dimension: int) -> PrivacyPlan:
     """One step a round, the Skellam noise of the K − t honest shares calibrated to (ε, δ), the grid and modulus."""
     clients, colluders = distributed_clients(len(client_sizes), settings)
-    if settings.clip == "auto" or settings.local_steps not in (None, 1) or dimension < 1:
-        raise ValueError(
-            "noise='distributed' needs a fixed clip, one step a round (local_steps=1 or None) and a model with "
-            f"trainable parameters. Got clip={settings.clip!r}, local_steps={settings.local_steps!r}, "
-            f"dimension={dimension!r}.")
+    if dimension < 1:
+        raise ValueError(f"noise='distributed' needs a model with trainable parameters (its grid has one "
+                         f"coordinate each). Got dimension={dimension!r}.")
     method.check_sampling(settings.sampling)
     method.check_group(settings.unit.group_size)
-    if settings.unit.group_size != 1:
-        raise ValueError("noise='distributed' protects a record, or a subject sampled whole; "
-                         f"records_per_subject={settings.records_per_subject!r} is not supported. Leave it None.")
     check_client_sizes(client_sizes, client_names, settings.unit)
     batch_size, full_batch = _batch_size(client_sizes, client_names, settings)
     mean_batch, total_batch = _round_batch(client_sizes if full_batch else [batch_size] * len(client_sizes),

@@ -141,6 +141,19 @@ class _PCAGradients(PerRecordGradients):
             return {"weight": -(ab + ab.T)}
         return {"weight": -2 * weighted.T @ right}
 
+    def scaled(self, factors: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Every record's f_z g_z in closed form, ``(..., B, n, n)`` or ``(..., B, n, p)`` (records of any leading
+        axes, K clients' too), each exactly what :meth:`weighted_sum` computes for that record alone."""
+        f = factors.to(self.left.dtype)
+        kept = (f != 0) & (f.abs() >= torch.finfo(f.dtype).tiny)
+        weighted = torch.where(kept.unsqueeze(-1), self.left * f.unsqueeze(-1), 0.0)
+        subnormal = ((weighted != 0) & (weighted.abs() < torch.finfo(weighted.dtype).tiny)).any(dim=-1)
+        kept = kept & ~subnormal  # as in weighted_sum: such a record weighs 0
+        right = torch.where(kept.unsqueeze(-1), self.right, 0.0)  # a dropped record may hold inf or NaN
+        weighted = torch.where(kept.unsqueeze(-1), weighted, 0.0)
+        outer = weighted.unsqueeze(-1) * right.unsqueeze(-2)
+        return {"weight": -(outer + outer.transpose(-1, -2)) if self.kind == "grassmann" else -2 * outer}
+
     @classmethod
     def _from(cls, kind: str, left: torch.Tensor, right: torch.Tensor) -> _PCAGradients:
         gradients = cls.__new__(cls)

@@ -113,3 +113,10 @@ class _OuterProducts(PerRecordGradients):
         if not bool(kept.all()):  # a dropped record may hold inf or NaN
             weights, X = weights[kept], X[kept]
         return {"weight": -(X * weights.to(X.dtype).unsqueeze(1)).T @ X}
+
+    def scaled(self, factors: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Every record's −f_z x_z x_zᵀ, ``(..., B, d, d)``; 0 where f_z is 0 (its x_z may not be finite)."""
+        f = factors.to(self.X.dtype)
+        kept = (f != 0).unsqueeze(-1)
+        X = torch.where(kept, self.X, 0.0)
+        return {"weight": -(X * torch.where(kept, f.unsqueeze(-1), 0.0)).unsqueeze(-1) * X.unsqueeze(-2)}

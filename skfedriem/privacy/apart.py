@@ -10,6 +10,17 @@ move another's clipped gradient, or another client's. So, once per copies and
 loss, :func:`check_records_apart` computes every record's loss and output
 gradient alone and a few records' outputs alone, and compares them with their
 rows in the batch, up to rounding at the dtype's resolution.
+
+A check run once sees one draw of a model that draws randomness in its
+forward pass: a layer that mixes a record with a random partner now and then
+passes a comparison of a few records alone most of the time, and couples the
+records afterwards. So such a model is refused by construction, before any
+comparison: its forward pass may not draw from torch's generators (their
+states are compared around it), and the same batch put through it again
+(:data:`REPEATS` times) must give the same outputs: randomness from anywhere
+else, caught unless none of those passes drew a coupling (a layer that
+couples each record with probability p escapes with probability
+(1 − p)^(REPEATS · B), 0.6 % for the review's p = 0.1 at B = 16).
 """
 
 from __future__ import annotations
@@ -26,6 +37,8 @@ __all__ = ["check_records_apart"]
 
 #: How many records, spread over the batch, :func:`check_records_apart` puts through the model alone.
 OUTPUT_CHECKS = 8
+#: How many more times the batch goes through the model, to compare its outputs with the first pass's.
+REPEATS = 2
 
 
 def _resolution(dtype: torch.dtype) -> float:
@@ -93,6 +106,37 @@ def _coupled_output(copies: ClientCopies, inputs: torch.Tensor, outputs: torch.T
     return None
 
 
+def _generator_states() -> list[torch.Tensor]:
+    """The states of torch's default generators: the CPU's, and every CUDA device's once CUDA is in use."""
+    states = [torch.random.get_rng_state()]
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states.extend(torch.cuda.get_rng_state_all())
+    return states
+
+
+def _check_deterministic(copies: ClientCopies, inputs: torch.Tensor) -> torch.Tensor:
+    """The outputs of ``inputs``; ValueError if the forward pass draws randomness (module docstring)."""
+    before = _generator_states()
+    with torch.no_grad():
+        outputs = copies.outputs(inputs)
+    after = _generator_states()
+    drew = len(before) != len(after) or any(not torch.equal(a, b) for a, b in zip(before, after))
+    scale = torch.nan_to_num(outputs, nan=0.0, posinf=0.0, neginf=0.0).abs().max() if outputs.numel() else 0.0
+    tolerance = float(_resolution(outputs.dtype) * scale)
+    for _ in range(REPEATS if not drew else 0):
+        with torch.no_grad():
+            again = copies.outputs(inputs)
+        same = ((outputs - again).abs() <= tolerance) | (outputs.isnan() & again.isnan()) | (outputs == again)
+        drew = drew or not bool(same.all())
+    if drew:
+        raise ValueError("The model draws randomness in its forward pass (torch's generator advanced, or the same "
+                         "batch gave different outputs twice): a random layer (dropout, noise, a random mixing of "
+                         "records) can couple the records of a batch in a way no check of one draw sees. The "
+                         "private step needs a deterministic forward pass; put such layers in eval mode or remove "
+                         "them.")
+    return outputs
+
+
 def check_records_apart(copies: ClientCopies, loss_fn: LossFn, batch: tuple[torch.Tensor, ...]) -> None:
     """ValueError unless the model gives each record an output of its input alone and ``loss_fn`` a loss of its
     output alone (module docstring); checked once per copies and loss.
@@ -106,8 +150,7 @@ def check_records_apart(copies: ClientCopies, loss_fn: LossFn, batch: tuple[torc
     """
     if copies._apart is loss_fn or batch[0].shape[1] < 2:
         return
-    with torch.no_grad():
-        outputs = copies.outputs(batch[0])
+    outputs = _check_deterministic(copies, batch[0])
     record = _coupled_output(copies, batch[0], outputs)
     if record is not None:
         raise ValueError(f"The model couples the records of a batch: record {record}'s output differs when it is "

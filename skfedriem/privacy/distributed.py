@@ -2,7 +2,7 @@
 
 :func:`distributed_release` is :func:`~skfedriem.privacy.mechanism.private_step`'s
 counterpart for ``noise="distributed"``, for the same K clients: the same
-per-record gradients, the same clip factors (:func:`~skfedriem.privacy.mechanism.clip_factors`),
+per-record gradients and clip factors (:func:`~skfedriem.privacy.mechanism.clipped_records`),
 then each client's clipped records rounded one by one on the round's public
 grid and summed, plus the client's Skellam share drawn from its own secret
 randomness (:func:`~skfedriem.privacy.discrete.encode_records`). What client
@@ -17,42 +17,11 @@ import torch
 from .apart import check_records_apart
 from .copies import ClientCopies
 from .discrete import DistributedEncoding, encode_clients
-from .gradients import PerRecordGradients, dense_rows, subject_means
-from .mechanism import Pass, check_record_dtypes, clip_factors, clip_margin, full_precision
+from .mechanism import Pass, check_record_dtypes, clipped_records, full_precision
 from .per_sample import LossFn
 from .randomness import SecretRandomness
 
-__all__ = ["distributed_release", "flat_rows"]
-
-
-def flat_rows(gradients: PerRecordGradients, names: list[str]) -> torch.Tensor:
-    """Every record's gradient over the blocks ``names``, flattened in that order: ``(K, B, d)``.
-
-    Dense gradients are read as they are; structured ones (a closed form's)
-    are materialised record by record from their weighted sums.
-
-    Parameters
-    ----------
-    gradients : PerRecordGradients
-        With a client axis.
-    names : list of str
-        The blocks, in the model's order.
-
-    Returns
-    -------
-    torch.Tensor
-    """
-    dense = dense_rows(gradients)
-    if dense is not None:
-        return torch.cat([dense[name].flatten(2) for name in names], dim=2)
-    n_clients, batch = gradients.norms().shape
-    rows = []
-    for j in range(batch):
-        weights = torch.zeros(n_clients, batch, dtype=torch.float64)
-        weights[:, j] = 1.0
-        sums = gradients.weighted_sum(weights)
-        rows.append(torch.cat([sums[name].reshape(n_clients, -1) for name in names], dim=1))
-    return torch.stack(rows, dim=1)
+__all__ = ["distributed_release"]
 
 
 def distributed_release(copies: ClientCopies, loss_fn: LossFn, passes: list[Pass], *, clip: float,
@@ -100,14 +69,8 @@ def distributed_release(copies: ClientCopies, loss_fn: LossFn, passes: list[Pass
 
 def _clipped_rows(copies: ClientCopies, loss_fn: LossFn, batch: tuple[torch.Tensor, ...], clip: float,
                   segments: torch.Tensor | None) -> torch.Tensor:
-    """A pass's clipped records (or subjects' means), flattened: ``(K, W, d)`` float64, each of norm at most C."""
-    dtypes = [block.dtype for block in copies.blocks.values()]
-    gradients = copies.per_record_gradients(loss_fn, batch)
-    if segments is not None and batch[0].shape[1] > 0:
-        segments = segments.to(batch[0].device)
-        gradients = subject_means(gradients, segments, int(segments.max()) + 1)
-    factors = clip_factors(gradients.norms(), clip, clip_margin(dtypes), dtypes)
-    rows = flat_rows(gradients, list(copies.blocks)).double()
-    factors = factors.to(rows.device, torch.float64).unsqueeze(-1)
-    # a record of factor 0 (a non-finite norm) is a row of exact zeros, never 0 · inf
-    return torch.where(factors > 0, rows * factors, 0.0)
+    """A pass's clipped records (or subjects' means), flattened over the blocks in order: ``(K, W, d)`` float64,
+    each of norm at most C (scaled in its blocks' dtype, as the local noise's sums are)."""
+    gradients, _, factors = clipped_records(copies, loss_fn, batch, clip, segments)
+    rows = gradients.scaled(factors)
+    return torch.cat([rows[name].flatten(2) for name in copies.blocks], dim=2).double()

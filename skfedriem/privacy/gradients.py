@@ -101,6 +101,21 @@ class PerRecordGradients(ABC):
     def weighted_sum(self, weights: torch.Tensor) -> dict[str, torch.Tensor]:
         """Σ_z w_z g_z for every block; a record of weight 0 adds exactly 0, even if its g_z is not finite."""
 
+    def scaled(self, factors: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Every record's f_z g_z, ``(..., B, *shape)`` per block, in the block's dtype: 0 where f_z is 0.
+
+        What distributed noise rounds record by record. Here from B weighted
+        sums of one record each (any structured gradient has them); a
+        structured gradient with a cheaper formula overrides it.
+        """
+        shape = factors.shape
+        rows = []
+        for j in range(shape[-1]):
+            weights = torch.zeros_like(factors)
+            weights[..., j] = factors[..., j]
+            rows.append(self.weighted_sum(weights))
+        return {name: torch.stack([row[name] for row in rows], dim=len(shape) - 1) for name in rows[0]}
+
 
 class DenseGradients(PerRecordGradients):
     """Per-record tangent gradients of one client, stored densely.
@@ -125,6 +140,9 @@ class DenseGradients(PerRecordGradients):
             grads = {name: g[kept] for name, g in grads.items()}
         return {name: (_weights_in(weights, g.dtype) @ _rows(g, 1)).view(g.shape[1:])
                 for name, g in grads.items()}
+
+    def scaled(self, factors: torch.Tensor) -> dict[str, torch.Tensor]:
+        return _scaled_dense(self.grads, factors)
 
 
 class StackedDenseGradients(PerRecordGradients):
@@ -151,6 +169,9 @@ class StackedDenseGradients(PerRecordGradients):
             return {name: total.unsqueeze(0) for name, total in sums[0].items()}
         return {name: torch.stack([s[name] for s in sums]) for name in self.grads}
 
+    def scaled(self, factors: torch.Tensor) -> dict[str, torch.Tensor]:
+        return _scaled_dense(self.grads, factors)
+
 
 class _OneClient(PerRecordGradients):
     """A lone client's gradients seen with a client axis of size 1."""
@@ -163,6 +184,19 @@ class _OneClient(PerRecordGradients):
 
     def weighted_sum(self, weights: torch.Tensor) -> dict[str, torch.Tensor]:
         return {name: total.unsqueeze(0) for name, total in self.gradients.weighted_sum(weights[0]).items()}
+
+    def scaled(self, factors: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {name: rows.unsqueeze(0) for name, rows in self.gradients.scaled(factors[0]).items()}
+
+
+def _scaled_dense(grads: dict[str, torch.Tensor], factors: torch.Tensor) -> dict[str, torch.Tensor]:
+    """f_z g_z of dense rows ``(..., B, *shape)``: f cast to each block's dtype (a subnormal cast 0), a factor of 0
+    an exact row of zeros even where g_z is not finite."""
+    out = {}
+    for name, g in grads.items():
+        f = _weights_in(factors, g.dtype).view(*factors.shape, *[1] * (g.dim() - factors.dim()))
+        out[name] = torch.where(f != 0, g * f, torch.zeros((), dtype=g.dtype, device=g.device))
+    return out
 
 
 def dense_rows(gradients: PerRecordGradients) -> dict[str, torch.Tensor] | None:

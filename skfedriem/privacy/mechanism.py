@@ -41,11 +41,12 @@ from torch import nn
 from .capabilities import capabilities_of
 from .apart import check_records_apart
 from .copies import PRIVATE_DTYPES, ClientCopies, LoneClient
-from .gradients import subject_means
+from .gradients import PerRecordGradients, subject_means
 from .per_sample import LossFn
 from .randomness import SecretRandomness, SeededRandomness
 
-__all__ = ["check_count", "clip_factors", "clip_margin", "clipped_gradient_diameter", "clipped_sums", "draw_noise",
+__all__ = ["check_count", "clip_factors", "clip_margin", "clipped_gradient_diameter", "clipped_records", "clipped_sums",
+           "draw_noise",
            "noisy_clipped_count", "noisy_release", "private_gradient", "private_step", "real_records"]
 
 #: One pass of a step: K clients' records ``(K, W, ...)`` and which are real, ``(K, W)`` (None: all of them).
@@ -221,21 +222,55 @@ def clipped_sums(copies: ClientCopies, loss_fn: LossFn, passes: list[Pass], clip
     norms : list of torch.Tensor
         Client k's real records' (or subjects') norms, in order.
     """
-    dtypes = [block.dtype for block in copies.blocks.values()]
-    margin = clip_margin(dtypes)
     totals, kept = None, []
     for batch, real in passes:
-        gradients = copies.per_record_gradients(loss_fn, batch)
-        if segments is not None and batch[0].shape[1] > 0:
-            segments = segments.to(batch[0].device)  # where the records' gradients are (a GPU's, say)
-            gradients = subject_means(gradients, segments, int(segments.max()) + 1)
-        norms = gradients.norms()
-        factors = clip_factors(norms, clip, margin, dtypes)
-        if real is not None:  # a padded record adds exactly 0 (weighted_sum drops it)
-            factors = torch.where(real, factors, 0.0)
+        gradients, norms, factors = clipped_records(copies, loss_fn, batch, clip, segments, real)
         totals = _accumulate(totals, gradients.weighted_sum(factors), real)
         kept.append(real_records(norms, real))
     return totals, [torch.cat(own) for own in zip(*kept)]
+
+
+def clipped_records(copies: ClientCopies, loss_fn: LossFn, batch: tuple[torch.Tensor, ...], clip: float,
+                    segments: torch.Tensor | None = None, real: torch.Tensor | None = None,
+                    ) -> tuple[PerRecordGradients, torch.Tensor, torch.Tensor]:
+    """A pass's records (or subjects) as both placements of the noise clip them: gradients, norms, clip factors.
+
+    The one routine every release starts from: each record's tangent
+    gradient at its client's θ (lone or stacked clients), each sampled
+    subject's mean instead under subject-level privacy, and the factor
+    min(1, C (1 − m) / ‖g‖) that scales it within C in its blocks' dtype.
+    Local noise sums the scaled records (:func:`clipped_sums`); distributed
+    noise rounds each of them (:func:`~skfedriem.privacy.distributed.distributed_release`).
+
+    Parameters
+    ----------
+    copies : ClientCopies
+    loss_fn : callable
+    batch : tuple of torch.Tensor
+        ``(K, W, ...)`` records.
+    clip : float
+        C.
+    segments : torch.Tensor of int, shape (W,), optional
+        Each record's subject among the step's (subject level).
+    real : torch.Tensor of bool, shape (K, W), optional
+        Which records are real: padding gets factor 0 (it adds exactly 0).
+
+    Returns
+    -------
+    gradients : PerRecordGradients
+    norms : torch.Tensor of shape (K, W')
+    factors : torch.Tensor of shape (K, W')
+    """
+    dtypes = [block.dtype for block in copies.blocks.values()]
+    gradients = copies.per_record_gradients(loss_fn, batch)
+    if segments is not None and batch[0].shape[1] > 0:
+        segments = segments.to(batch[0].device)  # where the records' gradients are (a GPU's, say)
+        gradients = subject_means(gradients, segments, int(segments.max()) + 1)
+    norms = gradients.norms()
+    factors = clip_factors(norms, clip, clip_margin(dtypes), dtypes)
+    if real is not None:  # a padded record adds exactly 0 (weighted_sum drops it)
+        factors = torch.where(real, factors, 0.0)
+    return gradients, norms, factors
 
 
 def real_records(norms: torch.Tensor, real: torch.Tensor | None) -> list[torch.Tensor]:

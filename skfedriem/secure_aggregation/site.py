@@ -1,6 +1,8 @@
 """A site's side of one secure-aggregation instance, and every check it makes before revealing anything.
 
-The stages, each a method, in order (a call out of order is refused):
+The stages, each a method, in order (a call out of order is refused; a refused call leaves the
+session in the stage it was, so that the legitimate message can follow, and each stage that
+reveals something runs once):
 
 1. :meth:`SiteSession.advertise`: two fresh X25519 key pairs (one to
    encrypt shares, one for pairwise masks), signed with the site's own key
@@ -143,11 +145,13 @@ class SiteSession:
     def name(self) -> str:
         return self.identity.name
 
-    def _advance(self, expected: str, to: str) -> None:
+    def _expect(self, expected: str, to: str) -> None:
+        """Refuse a ``to`` stage unless the last stage run is ``expected``. A stage moves :attr:`stage` on only
+        once its checks passed and it is about to reveal something: a refused message leaves the session where
+        it was, for the legitimate message to follow, and what was revealed is never revealed twice."""
         if self.stage != expected:
             _refuse(f"a '{to}' message in stage '{self.stage}' (expected after '{expected}'): each stage once, "
                     "in order.")
-        self.stage = to
 
     def advertise(self) -> SignedKeys:
         """Stage 1: the site's fresh public round keys, signed for this instance.
@@ -156,7 +160,8 @@ class SiteSession:
         -------
         SignedKeys
         """
-        self._advance("new", "advertised")
+        self._expect("new", "advertised")
+        self.stage = "advertised"
         return sign_keys(self.identity, self.binding, public_bytes(self._cipher), public_bytes(self._masking))
 
     def share(self, keys: dict[str, SignedKeys]) -> dict[str, bytes]:
@@ -172,8 +177,9 @@ class SiteSession:
         dict of str to bytes
             The ciphertext for each peer (this site keeps its own share).
         """
-        self._advance("advertised", "shared")
+        self._expect("advertised", "shared")
         self._check_keys(keys)
+        self.stage = "shared"
         self._keys = dict(keys)
         order = sorted(keys)
         t = self.binding.threshold
@@ -226,18 +232,21 @@ class SiteSession:
         ciphertexts : dict of str to bytes
             By sender.
         """
-        self._advance("shared", "received")
+        self._expect("shared", "received")
         strangers = sorted(set(ciphertexts) - set(self._keys) | ({self.name} & set(ciphertexts)))
         if strangers:
             _refuse(f"shares from {strangers}, which are not this instance's peers.")
         if len(ciphertexts) + 1 < self.binding.threshold:
             _refuse(f"shares from {len(ciphertexts)} peers: with this site fewer than T = {self.binding.threshold}.")
+        received = {}
         for peer, ciphertext in ciphertexts.items():
             secret = agree(self._cipher, self._keys[peer].cipher, self.binding.context("shares"))
             plain = decrypt(secret, ciphertext, self.binding.payload(peer, "to", self.name))
             if plain is None or len(plain) != 2 * shamir.SHARE_BYTES:
                 _refuse(f"the shares from {peer!r} do not decrypt as that peer's to this site.")
-            self._shares[peer] = (plain[:shamir.SHARE_BYTES], plain[shamir.SHARE_BYTES:])
+            received[peer] = (plain[:shamir.SHARE_BYTES], plain[shamir.SHARE_BYTES:])
+        self._shares.update(received)  # all or none: a refused message keeps none of its shares
+        self.stage = "received"
 
     def sign_lists(self, active: list[str], dropped: list[str]) -> bytes:
         """Stage 4: the round's lists checked (:meth:`check_unmask`), kept, and signed by this site.
@@ -252,8 +261,9 @@ class SiteSession:
         bytes
             The site's signature over them (what the other sites' consistency check counts).
         """
+        self._expect("received", "signed")
         self.check_unmask(active, dropped)
-        self._advance("received", "signed")
+        self.stage = "signed"
         self._lists = _lists(active, dropped)
         return sign(self.identity.signing_key, self._lists_payload(self.name))
 
@@ -308,7 +318,8 @@ class SiteSession:
         release = np.asarray(release, dtype=np.int64)
         if release.shape != (b.length,):
             raise ValueError(f"The release has shape {release.shape}; the instance's length is {b.length}.")
-        self._advance("signed", "masked")
+        self._expect("signed", "masked")
+        self.stage = "masked"
         total = np.mod(release + mask(self._self_seed, b.length, b.bits), 1 << b.bits)
         for peer in self._shares:
             if peer == self.name:
@@ -339,11 +350,12 @@ class SiteSession:
         mask_key_shares : dict of str to bytes
             For each site of ``dropped``, this site's share of its mask key.
         """
-        self._advance("masked", "unmasked")
+        self._expect("masked", "unmasked")
         if _lists(active, dropped) != self._lists:
             _refuse("the survivors and dropped sites differ from the lists this site signed.")
         if dropped:
             self._check_consistency(active, signatures or {})
+        self.stage = "unmasked"
         return ({site: self._shares[site][0] for site in set(active)},
                 {site: self._shares[site][1] for site in set(dropped)})
 

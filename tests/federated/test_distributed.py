@@ -122,16 +122,42 @@ def test_a_round_with_k_minus_t_shares_is_applied():
 
 
 @pytest.mark.parametrize("options, message", [
-    ({"local_steps": 2}, "one step a round"), ({"clip": "auto"}, "fixed clip"), ({"colluders": 4}, "colluders"),
+    ({"local_steps": 2}, "local_steps=2: a round of distributed noise is one step"), ({"clip": "auto"}, "fixed clip"),
+    ({"colluders": 4}, "colluders"), ({"local_epochs": 2.0}, "local_epochs=2.0"),
+    ({"aggregation": "rlavg"}, "aggregation='rlavg'"), ({"aggregation": "retavg"}, "aggregation='retavg'"),
+    ({"client_timings": True}, "client_timings=True"), ({"backend": "flower"}, "backend='flower'"),
     ({"privacy_unit": "subject", "records_per_subject": 2}, "records_per_subject"),
     ({"accounting": "prirfed", "sampling": "poisson"}, "does not account distributed noise"),
+    ({"noise": "local", "colluders": 2}, "colluders=2 sizes the noise shares"),
 ])
 def test_what_distributed_noise_refuses(options, message):
+    """Each setting the run would not honour is refused by name (rlavg, local_epochs=2, timings and colluders with
+    local noise all ran without a word before)."""
     data = clients()
     if "privacy_unit" in options:
         data = [(X, y, torch.arange(len(y)) // 2) for X, y in data]
     with pytest.raises(ValueError, match=message):
         trainer(**options).fit(data)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"aggregation": "rlavg"}, "aggregation='rlavg'"), ({"local_epochs": 3.0}, "local_epochs=3.0"),
+    ({"noise": "local", "colluders": 1}, "colluders=1"),
+])
+def test_an_estimator_refuses_what_its_noise_cannot_honour_before_any_release(options, message, monkeypatch):
+    """Named before the reference point is released (the release would be charged for a run that cannot start)."""
+    from skfedriem import FederatedTangentSpaceClassifier
+    from skfedriem.classification import _reference
+    from skfedriem.datasets import make_spd_classification
+
+    def released(*args, **kwargs):
+        raise AssertionError("the reference point was released")
+
+    monkeypatch.setattr(_reference, "TangentMean", released)
+    X, y, groups = make_spd_classification(n_clients=4, n_matrices_per_client=20, n_channels=3, random_state=0)
+    est = FederatedTangentSpaceClassifier(**{"eps": 4.0, "noise": "distributed", "n_rounds": 2, **options})
+    with pytest.raises(ValueError, match=message):
+        est.fit(X, y, groups=groups)
 
 
 def test_flower_carries_an_encoding_but_the_simulation_runs_no_secure_aggregation():

@@ -128,6 +128,17 @@ def test_a_subject_level_deployment_plans_and_charges_each_site_per_subject(tmp_
         assert {step["sample_rate"] for f in fits for step in f["steps"]} == {2 / n_subjects}
 
 
+def test_a_site_of_distributed_noise_refuses_to_send_timings(tmp_path):
+    """Timings of a site's own work would reach a server that distributed noise keeps to the sum."""
+    path = tmp_path / "a.npy"
+    np.save(path, np.random.default_rng(0).standard_normal((20, 5)))
+    node = {"data-path": str(path), "noise": "distributed", "client-timings": "true"}
+    apps._SITES.clear()
+    with pytest.raises(ValueError, match="client-timings"):
+        apps.site_setup("pca", Context(run_id=1, node_id=1, node_config=node, state=RecordDict(),
+                                       run_config={"n-components": 2}))
+
+
 def test_a_subject_level_site_must_name_its_subjects_and_keeps_its_ledger_per_subject(tmp_path):
     """Without subject-key or one-subject the site refuses the run; a ledger holding record-level rounds takes no
     subject-level round."""

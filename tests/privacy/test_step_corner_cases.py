@@ -263,3 +263,57 @@ def test_an_accounting_method_refuses_to_compose_steps_it_cannot_read():
     for ledger, match in ((grouped, "records_per_subject"), (fixed, "sampling")):
         with pytest.raises(ValueError, match=match):
             PrivacyBudget(100.0, accounting="prirfed").charge(ledger, label="a fit")
+
+
+class _RandomPartner(nn.Module):
+    """Parameter-free: each record, with probability p, is averaged with a random partner of its batch (torch's
+    generator, or numpy's when ``source="numpy"``): it couples the records only now and then."""
+
+    def __init__(self, p: float = 0.1, source: str = "torch"):
+        super().__init__()
+        self.p, self.source = p, source
+        self.rng = np.random.default_rng(0)
+
+    def forward(self, x):
+        n = x.shape[0]
+        if self.source == "torch":
+            mixed, partner = torch.rand(n) < self.p, torch.randint(0, n, (n,))
+        else:
+            mixed, partner = torch.from_numpy(self.rng.random(n) < self.p), torch.from_numpy(self.rng.integers(0, n, n))
+        return torch.where(mixed.unsqueeze(1), (x + x[partner]) / 2, x)
+
+
+@pytest.mark.parametrize("source", ["torch", "numpy"])
+def test_a_layer_that_draws_randomness_is_refused_at_every_first_step(source, monkeypatch):
+    """The review's layer (p = 0.1, a random partner) passed the one-time comparison of 8 records alone in 72 of 200
+    first steps, then moved the clipped sum by 2.59 C. Refused in every first step now (drawing from torch: its
+    generator advanced; from numpy: the batch's outputs change between passes, missed with probability
+    0.9^(2·16) per step); with the check of a deterministic forward pass removed, some first steps let it
+    through."""
+    X, y = make_data(16)
+    X = X.reshape(16, -1)
+
+    def first_step(seed: int):
+        torch.manual_seed(seed)
+        net = nn.Sequential(nn.Linear(X.shape[1], 6), _RandomPartner(source=source), nn.Tanh(), nn.Linear(6, 3))
+        net[1].rng = np.random.default_rng(seed)
+        return private_gradient(net.double(), cross_entropy, (X, y), clip=1.0, noise_std=0.5, denominator=16)
+
+    for seed in range(20):
+        with pytest.raises(ValueError, match="draws randomness"):
+            first_step(seed)
+    from skfedriem.privacy import apart
+
+    def unchecked(copies, inputs):
+        with torch.no_grad():
+            return copies.outputs(inputs)
+
+    monkeypatch.setattr(apart, "_check_deterministic", unchecked)
+    passed = 0
+    for seed in range(20):
+        try:
+            first_step(seed)
+            passed += 1
+        except ValueError:
+            pass
+    assert passed > 0

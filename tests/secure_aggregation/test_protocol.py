@@ -477,7 +477,37 @@ def test_each_stage_runs_once_in_order_and_unmasks_only_the_lists_it_signed():
     fed.answer(TARGET, NAMES[:4], [NAMES[4]])
     with pytest.raises(InvalidInstructionsError, match="differ from the lists this site signed"):
         fed.reveal(TARGET, NAMES, [])
+    for site in NAMES[1:4]:
+        fed.answer(site, NAMES[:4], [NAMES[4]])
+    self_masks, mask_keys = fed.reveal(TARGET, NAMES[:4], [NAMES[4]])  # the refusal revealed nothing: retry runs
+    assert sorted(self_masks) == NAMES[:4] and list(mask_keys) == [NAMES[4]]
     with pytest.raises(InvalidInstructionsError, match="each stage once"):
         fed.reveal(TARGET, NAMES[:4], [NAMES[4]])
     with pytest.raises(InvalidInstructionsError, match="each stage once"):
         SiteSession(SiteIdentity(TARGET, KEYS[TARGET], ROSTER), binding()).share({})
+
+
+def test_a_refused_stage_leaves_the_session_for_the_legitimate_message():
+    """A forged key list, a forged share and too few signatures are each refused without consuming the stage:
+    the honest message that follows runs, and the instance still sums exactly."""
+    fed = Federation()
+    relay = fed.keys()
+    forged = dict(relay)
+    forged["site-4"] = SignedKeys(relay["site-4"].cipher, relay["site-4"].masking, b"")
+    with pytest.raises(InvalidInstructionsError, match="site-4"):
+        fed.sites[TARGET].share(forged)
+    routes = fed.server.shared({n: s.share(relay) for n, s in fed.sites.items()})
+    bad = dict(routes[TARGET])
+    bad["site-1"] = bytes(len(bad["site-1"]))
+    with pytest.raises(InvalidInstructionsError, match="do not decrypt"):
+        fed.sites[TARGET].receive(bad)
+    assert set(fed.sites[TARGET]._shares) == {TARGET}  # none of the refused message's shares kept
+    for n in routes:
+        fed.sites[n].receive(routes[n])
+    active, dropped = fed.server.lists(NAMES[:4])
+    masked = {n: fed.answer(n, active, dropped) for n in active}
+    with pytest.raises(InvalidInstructionsError, match="fewer than T"):
+        fed.reveal(TARGET, active, dropped, signatures={})
+    shares = {n: fed.reveal(n, active, dropped) for n in masked}
+    entries = fed.server.unmasked(masked, shares, active, dropped, fed.content)
+    assert np.array_equal(modular_sum(entries.values()), modular_sum(fed.x[n] for n in active))

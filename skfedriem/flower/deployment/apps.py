@@ -30,7 +30,8 @@ Node configuration of a SuperNode (``--node-config``):
 * ``secure-mode``: ``true`` draws batches and noise from the OS's secure
   generator, hardened against floating-point attacks.
 * ``client-timings``: ``true`` sends the time Sub took with each submission
-  (a timing of work on the records: not private). Default: no timings.
+  (a timing of work on the records: not private). Default: no timings. Refused
+  with ``noise = "distributed"``, whose server may learn only the sum.
 * ``non-private``: ``true`` accepts rounds without noise, each charged as
   infinite loss (test benches only; needs ``max-epsilon=inf``).
 * ``noise`` (default ``"local"``): ``"distributed"`` lets the site take rounds
@@ -152,11 +153,16 @@ def site_setup(kind: str, context: Context) -> ClientSetup:
     _SITES[key] = _SITES.pop(key)  # the most recently used last
     records, recipe, digest, input_shape = _SITES[key]
     name = str(node.get("name", Path(path).stem))
+    if str(node.get("noise", "local")) == "distributed" and _flag(node, "client-timings"):
+        raise ValueError("The site's node config sets noise = 'distributed' and client-timings = true: timings of a "
+                         "site's work on its records would reach the server, which distributed noise keeps to the "
+                         "sum of the releases. Drop client-timings.")
+    distributed = DistributedNoise.from_node_config(node, name)
     guard = SiteGuard(ledger_path=default_ledger_path(node),
                       max_epsilon=float(node.get("max-epsilon", DEFAULT_MAX_EPSILON)),
                       delta=float(node.get("delta", 1e-5)), allow_non_private=_flag(node, "non-private"),
                       accounting=str(node.get("accounting", "rfedproj")),
-                      distributed=DistributedNoise.from_node_config(node, name))
+                      distributed=distributed)
     # the model a request runs on, and the records it trains on: the kind and the estimator's settings (not the
     # deployment's own keys: a resumed run, with resume=true, re-sends its round to the same model and must get the
     # same reply), and the records' digest (another file, or this one rewritten, is another site)

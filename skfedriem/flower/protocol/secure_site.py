@@ -42,7 +42,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, replace
 
 import torch
-from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.app import ConfigRecord, Message, RecordDict
 
 from ...exceptions import InvalidInstructionsError
 from ...federated import client_round
@@ -274,15 +274,13 @@ def _round(client, msg: Message, run: str, record: ConfigRecord) -> RecordDict:
     signature = session.sign_lists(active, dropped)
     client.guard.charge(plan, label=f"run {run} round {b.round} secure aggregation {b.instance}")
     state = ClientState.fresh(secure_mode=client.secure_mode)  # fresh OS entropy, never a cached release
-    [(submission, seconds)] = client_round.run_round(client.recipe, theta, [client.data], [state], instructions)
+    [(submission, _)] = client_round.run_round(client.recipe, theta, [client.data], [state], instructions)
     masked = session.masked(submission[ENCODED_RELEASE].numpy(), round_digest(theta, instructions))
     content = RecordDict({"masked": encode_arrays({"y": torch.from_numpy(masked)}),
                           "secagg": ConfigRecord({"signature": signature})})
     if not dropped:  # no mask key to reveal: the self-mask shares go with the release
         content["secagg"].update(_unmasked(client, run, session, active, dropped, {}))
-    if client.timings:
-        content["metrics"] = MetricRecord({"submission_seconds": seconds})
-    return content
+    return content  # never a timing: it would time this site's own work, which only the sum may reveal
 
 
 def _lists(record: ConfigRecord) -> tuple[list[str], list[str]]:

@@ -1,0 +1,148 @@
+"""Where the noise is added, as the object that answers for it: the settings each placement can honour.
+
+``noise="local"`` (:class:`LocalNoise`): every client adds the whole
+Gaussian noise to its own release, whatever the server runs.
+``noise="distributed"`` (:class:`DistributedNoise`): every round is one step
+of every selected client from θ_t, each releases its clipped sum on a public
+grid with an integer share of the noise, and the server, which learns only
+the sum (secure aggregation), steps once on it.
+
+A placement lists the settings it cannot honour (:meth:`NoisePlacement.refusals`)
+and :func:`check_noise_placement` refuses them by name before anything runs:
+a setting the run would not use is never accepted silently. The estimators
+check their own parameters with it before any release (``"auto"``: planned,
+checked once planned) and the plan checks the settings it plans from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import Any
+
+from .aggregation import Aggregation
+
+__all__ = ["DistributedNoise", "LocalNoise", "NOISE_PLACEMENTS", "NoisePlacement", "check_noise_placement"]
+
+
+def _given(values: Mapping[str, Any], name: str, default: Any) -> Any:
+    """A setting's value, its default when absent, and None when the planner will choose it (``"auto"``)."""
+    value = values.get(name, default)
+    return None if isinstance(value, str) and value == "auto" else value
+
+
+class NoisePlacement(ABC):
+    """Where the noise of a round is added, and the settings that placement can honour."""
+
+    #: The ``noise`` setting's value.
+    name: str
+
+    @abstractmethod
+    def refusals(self, values: Mapping[str, Any]) -> list[str]:
+        """One sentence per setting in ``values`` this placement cannot honour, naming it and its value.
+
+        Parameters
+        ----------
+        values : mapping of str to object
+            Settings by name (an estimator's parameters, or a
+            :class:`~skfedriem.federated.FederationSettings`' fields); a value
+            ``"auto"`` is not checked (the planner chooses it).
+
+        Returns
+        -------
+        list of str
+        """
+
+
+class LocalNoise(NoisePlacement):
+    """Each client adds the whole noise: every setting of the protocol runs under it, but ``colluders``."""
+
+    name = "local"
+
+    def refusals(self, values: Mapping[str, Any]) -> list[str]:
+        colluders = _given(values, "colluders", None)
+        if colluders is None:
+            return []
+        return [f"colluders={colluders!r} sizes the noise shares of noise='distributed'; with noise='local' every "
+                "client adds the whole noise itself, which no colluding client lessens. Leave colluders None."]
+
+
+class DistributedNoise(NoisePlacement):
+    """One step a round from θ_t, the server stepping once on the decoded sum (ProjAvg at τ = 1)."""
+
+    name = "distributed"
+
+    def refusals(self, values: Mapping[str, Any]) -> list[str]:
+        out = []
+        aggregation = _given(values, "aggregation", "projavg")
+        rule = aggregation.name if isinstance(aggregation, Aggregation) else aggregation
+        if rule not in (None, "projavg"):
+            out.append(f"aggregation={rule!r} combines each client's own iterate; under noise='distributed' the "
+                       "server learns only the sum of the clients' clipped gradients and steps once on it from θ_t "
+                       "(ProjAvg's step at one step a round). Leave aggregation='projavg'.")
+        steps = _given(values, "local_steps", None)
+        if steps not in (None, 0, 1):
+            out.append(f"local_steps={steps!r}: a round of distributed noise is one step of every client from θ_t "
+                       "(the server steps on their summed gradients). Leave local_steps None or 1.")
+        epochs = _given(values, "local_epochs", 1.0)
+        if epochs is not None and float(epochs) != 1.0:
+            out.append(f"local_epochs={epochs!r}: a round of distributed noise is one step of every client from θ_t, "
+                       "whatever the epochs. Leave local_epochs at 1.")
+        if _given(values, "clip", 1.0) is None or values.get("clip") == "auto":
+            out.append("clip='auto' releases a noisy count every step, which distributed noise does not release "
+                       "through the secure sum yet. Give a fixed clip.")
+        per_subject = _given(values, "records_per_subject", None)
+        if per_subject not in (None, 0):
+            out.append(f"records_per_subject={per_subject!r}: distributed noise protects a record, or a subject "
+                       "sampled whole. Leave records_per_subject None.")
+        backend = _given(values, "backend", "local")
+        if backend not in (None, "local"):
+            out.append(f"backend={backend!r}: distributed noise runs in this process (backend='local') or on "
+                       "deployed Flower sites under secure aggregation (their node setting noise = "
+                       "'distributed'); the Flower simulation runs no secure aggregation.")
+        if values.get("client_timings"):
+            out.append("client_timings=True times each client's work on its records, which distributed noise keeps "
+                       "from the server (it learns only the sum). Leave client_timings False.")
+        return out
+
+
+#: The placements by their ``noise`` value.
+NOISE_PLACEMENTS: dict[str, NoisePlacement] = {p.name: p for p in (LocalNoise(), DistributedNoise())}
+
+
+def check_noise_placement(values: Mapping[str, Any] | Any, owner: str) -> NoisePlacement:
+    """The placement ``values["noise"]`` names; ValueError naming every setting it cannot honour.
+
+    Without privacy (``eps`` None) no noise is added anywhere: nothing is refused.
+
+    Parameters
+    ----------
+    values : mapping of str to object, or FederationSettings
+        Settings by name (see :meth:`NoisePlacement.refusals`).
+    owner : str
+        Who holds the settings, for the message (an estimator's name).
+
+    Returns
+    -------
+    NoisePlacement
+
+    Examples
+    --------
+    >>> check_noise_placement({"noise": "distributed", "eps": 4.0}, "run").name
+    'distributed'
+    >>> check_noise_placement({"noise": "distributed", "eps": 4.0, "aggregation": "rlavg"}, "run")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: run cannot honour with noise='distributed': aggregation='rlavg' combines ...
+    """
+    if dataclasses.is_dataclass(values):
+        values = {f.name: getattr(values, f.name) for f in dataclasses.fields(values)}
+    name = values.get("noise", "local")
+    placement = NOISE_PLACEMENTS.get(name)
+    if placement is None:
+        raise ValueError(f"The 'noise' parameter must be one of {sorted(NOISE_PLACEMENTS)}. Got {name!r} instead.")
+    refused = placement.refusals(values) if values.get("eps", None) is not None else []
+    if refused:
+        raise ValueError(f"{owner} cannot honour with noise={name!r}: " + " ".join(refused))
+    return placement
