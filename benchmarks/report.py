@@ -123,10 +123,7 @@ def readme_figures() -> str:
     placed = _kept("distributed_noise")["result"]
     motor = next(r for r in placed["rows"] if r["federation"] == "motor 24x1" and r["model"] == "tangent"
                  and r["eps"] == 10.0)
-    cost = _kept("distributed_cost")["result"]["rows"]
-    ratios = " / ".join(f"{r['ratio']:.2f}" for r in cost)
-    busy_ratios = " / ".join(f"{r['busy_ratio']:.2f}" for r in cost)
-    sizes = " / ".join(str(r["clients"]) for r in cost)
+    ratios, busy_ratios, sizes = distributed_cost_figures()
     lines = [
         README_START,
         f"* **Speed** (`speed.json`, {speed['date']}, {speed['machine']['cores']} cores): a BNCI2014_001-size "
@@ -160,13 +157,30 @@ def readme_figures() -> str:
         f"reached {motor['distributed_accuracy']:.2f} held-out with `noise=\"distributed\"`, "
         f"{motor['central_accuracy']:.2f} with one trusted curator and {motor['local_accuracy']:.2f} with local "
         f"noise (pyRiemann's TS+LR without privacy: {placed['pyriemann_ts_lr']['motor 24x1']:.2f}); a distributed "
-        f"round cost {ratios}× a local one at K = {sizes}, {busy_ratios}× next to a busy process "
+        f"round cost {ratios} times a local one at K = {sizes}, and {busy_ratios} times next to a busy process "
         "(`distributed_cost.json`).",
         *paper_models_figures(),
         *study_figures(),
         README_END,
     ]
     return "\n".join(lines)
+
+
+COST_MODELS = {"spdnet": "SPDNet", "tangent": "tangent", "pca": "Riemannian PCA", "eegnet": "EEGNet"}
+
+
+def distributed_cost_figures() -> tuple[str, str, str]:
+    """A distributed round's cost against a local one's, idle and busy, per model, and the K they were measured at."""
+    by_model: dict[str, list[dict]] = {}
+    for row in _kept("distributed_cost")["result"]["rows"]:
+        by_model.setdefault(row.get("model", "spdnet"), []).append(row)
+
+    def per_model(key: str) -> str:
+        return "; ".join(COST_MODELS.get(model, model) + " " + " / ".join(f"{r[key]:.2f}" for r in rows)
+                         for model, rows in by_model.items())
+
+    sizes = " / ".join(str(r["clients"]) for r in next(iter(by_model.values())))
+    return per_model("ratio"), per_model("busy_ratio"), sizes
 
 
 def paper_models_figures() -> list[str]:

@@ -38,6 +38,8 @@ SECTIONS = [
     ("Federation", "skfedriem.federated", "The round loop, the clients' side (one by one and in lockstep), transports, plans and checkpoints."),
     ("The distributed server", "skfedriem.federated.distributed_server",
      "The sum of a round's releases decoded, and the one projected step it makes."),
+    ("Noise placements", "skfedriem.federated.noise_placement",
+     "Where the noise is added, as the object that answers for it: the settings each placement can honour."),
     ("Lockstep", "skfedriem.federated.lockstep",
      "Simulated clients taking their local steps as one computation: the rule, the stack and what can be stacked."),
     ("Poisson stacks", "skfedriem.federated.lockstep.widths",

@@ -26,9 +26,7 @@ from torch import nn
 from .._utils.backends import BACKENDS
 from .._utils.user_warnings import warn_user
 from ..exceptions import OneByOneClientsWarning
-from ..manifolds import manifold_of
 from ..privacy import PrivacyAccountant, PrivacyBudget
-from ..privacy.discrete import sum_releases
 from ..privacy.per_sample import LossFn, trainable_parameters
 from ..privacy.units import unit_count
 from .adaptive_clip import clip_after, clipped_fraction
@@ -36,12 +34,10 @@ from .charging import RunCharge
 from .checkpoint import TrainingState
 from .client import ClientRecipe
 from .devices import resolve_device
-from .distributed_server import DistributedServer
-from .instructions import ENCODED_RELEASE
 from .lockstep import lockstep_eligible, stacking_obstacle
 from .optimizers import resolve_optimizer
 from .parallel import effective_n_jobs, thread_budget
-from .noise_placement import check_noise_placement
+from .noise_placement import check_noise_placement, placement_of
 from .plan import PrivacyPlan, check_client_sizes, distributed_clients, warn_if_noise_swamps
 from .pricing import RoundPricing
 from .progress import round_progress
@@ -359,13 +355,15 @@ class FederatedTrainer:
         self.accountant_ = PrivacyAccountant.from_state_dict(prior.ledger)
         # what each client's own release guarantees alone; an earlier run of local noise guarantees its ε alone
         self.local_accountant_ = PrivacyAccountant.from_state_dict(prior.local_ledger or prior.ledger)
-        self._server = None
-        if self.plan_.encoding is not None:
-            encoding, planned = self.plan_.encoding, distributed_clients(len(client_sizes), self.settings)
+        encoding = self.plan_.encoding
+        if encoding is not None:
+            planned = distributed_clients(len(client_sizes), self.settings)
             if (encoding.clients, encoding.colluders) != (k, planned[1]):  # the certificate counts these shares
                 raise ValueError(f"The plan's encoding is for K = {encoding.clients} clients, t = "
                                  f"{encoding.colluders}; this run selects {k} a round with t = {planned[1]}.")
-            self._server = DistributedServer(self.module, self.settings.optimizer)
+        self._placement = placement_of(encoding)
+        self._strategy = self._placement.server_strategy(self.module, self.aggregation, self.settings.optimizer,
+                                                         self.plan_.client_batch_size)
         self._epsilon_so_far = self.pricing.running_epsilon(self.accountant_)
         # ε of the ledger once every remaining round is charged, on the fine grid (what epsilon_ will be): every ε
         # in history_ is at most it, so the curve never crosses the final figure
@@ -390,7 +388,7 @@ class FederatedTrainer:
         rng_before = copy.deepcopy(server_rng.bit_generator.state)
         selected = np.sort(server_rng.choice(len(self.pricing.client_sizes), size=k, replace=False))
         # distributed noise: the round's public rotation, drawn after the selection from the same public stream
-        rotation = int(server_rng.integers(2 ** 63)) if self._server is not None else 0
+        rotation = int(server_rng.integers(2 ** 63)) if self._placement.rotates else 0
         cost = self._charge_round(lr, clip, resent)
         if on_round is not None:
             on_round(TrainingState(t, theta, self.accountant_.state_dict(), self.history_, rng_before, True,
@@ -398,11 +396,13 @@ class FederatedTrainer:
                                    local_ledger=self.local_accountant_.state_dict()))
         instructions = {int(i): self.pricing.client_instructions(int(i), lr, clip, rotation) for i in selected}
         replies = transport.run_round(t, selected.tolist(), theta, instructions)
-        aggregation_seconds, discarded = self._apply(theta, replies, instructions, lr)
-        self._end_round(t, lr, selected, sorted(replies), aggregation_seconds,
+        outcome = self._strategy.apply(theta, replies, instructions, lr, transcript=self.transcript_ is not None)
+        if self.transcript_ is not None:
+            self.transcript_.append({"theta": theta, "clients": sorted(replies), **outcome.seen})
+        self._end_round(t, lr, selected, sorted(replies), outcome.seconds,
                         sum(seconds for _, seconds in replies.values()), time.perf_counter() - round_started)
-        if discarded is not None:
-            self.history_[-1]["discarded"] = discarded
+        if outcome.discarded is not None:
+            self.history_[-1]["discarded"] = outcome.discarded
         if self.plan_.adaptive_clip:
             self.history_[-1].update(clip=clip, clipped_fraction=clipped_fraction(sub for sub, _ in replies.values()))
             clip = self._next_clip(self.history_[-1])
@@ -413,54 +413,10 @@ class FederatedTrainer:
     def _charge_round(self, lr: float, clip: float, resent: TrainingState | None) -> PrivacyAccountant:
         """Charge the round to both ledgers (unless ``resent`` was charged at this cost already); its cost."""
         cost = self.pricing.round_release(lr, clip)
-        # a round of distributed noise sent again is a new release (fresh noise under fresh masks): charged again
-        if resent is None or resent.round_cost != cost.state_dict() or self._server is not None:
+        if resent is None or resent.round_cost != cost.state_dict() or self._placement.recharges_resent_rounds:
             self.accountant_.extend(cost)
             self.local_accountant_.extend(self.pricing.local_round_release(lr))
         return cost
-
-    def _apply(self, theta: dict[str, torch.Tensor], replies: dict, instructions: dict,
-               lr: float) -> tuple[float, str | None]:
-        """θ_{t+1} from the round's replies: their mean (local noise) or their decoded sum (distributed); the
-        seconds it took and why the round was discarded (None: applied)."""
-        if self._server is None:
-            return self._aggregate(theta, replies), None
-        return self._aggregate_sum(theta, replies, instructions, lr)
-
-    def _aggregate(self, theta: dict[str, torch.Tensor], replies: dict) -> float:
-        """θ_{t+1} = Out(θ_t, mean of the submissions that arrived), per block (θ stays when none did); the seconds
-        it took. The transcript records what the server saw."""
-        replied = sorted(replies)
-        started = time.perf_counter()
-        params = trainable_parameters(self.module)
-        submissions = None
-        if replied:
-            submissions = {name: torch.stack([replies[i][0][name] for i in replied]) for name in params}
-            with torch.no_grad():
-                for name, p in params.items():
-                    p.copy_(self.aggregation.output(manifold_of(p), theta[name], submissions[name].mean(0)))
-        seconds = time.perf_counter() - started
-        if self.transcript_ is not None:
-            self.transcript_.append({"theta": theta, "clients": replied, "submissions": submissions})
-        return seconds
-
-    def _aggregate_sum(self, theta: dict[str, torch.Tensor], replies: dict, instructions: dict,
-                       lr: float) -> tuple[float, str | None]:
-        """Distributed noise: θ_{t+1} from the sum of the releases that arrived
-        (:class:`~skfedriem.federated.distributed_server.DistributedServer`); the seconds it took, and why the
-        round was discarded (None: applied). The transcript records the sum alone, what the server learns."""
-        replied = sorted(replies)
-        started = time.perf_counter()
-        encoding = next(iter(instructions.values())).encoding  # the round's, the same for every client
-        releases = [replies[i][0][ENCODED_RELEASE] for i in replied]
-        denominator = sum(self.plan_.client_batch_size(i) for i in replied)
-        discarded = self._server.apply(theta, releases, denominator, encoding, lr)
-        seconds = time.perf_counter() - started
-        if self.transcript_ is not None:  # secure aggregation with too few survivors reveals nothing
-            total = None if len(releases) < encoding.honest else torch.from_numpy(
-                sum_releases([r.numpy() for r in releases], encoding))
-            self.transcript_.append({"theta": theta, "clients": replied, "sum": total})
-        return seconds, discarded
 
     def _next_clip(self, row: dict | None) -> float:
         """C of the next round (:func:`~skfedriem.federated.adaptive_clip.clip_after`; the plan's C without
@@ -480,7 +436,7 @@ class FederatedTrainer:
                    submission_seconds: float, round_seconds: float) -> None:
         epsilon = min(self._epsilon_so_far(), self._final_epsilon) if self.accountant_.private else math.inf
         entry = {"round": self._round_offset + t + 1, "epsilon": epsilon, "lr": lr,
-                 **({"local_epsilon": self.local_epsilon_} if self._server is not None else {}),
+                 **({"local_epsilon": self.local_epsilon_} if self._placement.reports_local_epsilon else {}),
                  "clients": selected.tolist(), "replied": replied, "aggregation_seconds": aggregation_seconds}
         if self.settings.client_timings:
             entry.update(submission_seconds=submission_seconds, round_seconds=round_seconds)
@@ -507,7 +463,7 @@ class FederatedTrainer:
     def local_epsilon_(self) -> float:
         """What every client's own releases guarantee alone, against a server that breaks the protocol: with
         distributed noise its shares' ε, with local noise :attr:`epsilon_`."""
-        if self._server is None and self.local_accountant_.history == self.accountant_.history:
+        if not self._placement.reports_local_epsilon and self.local_accountant_.history == self.accountant_.history:
             return self.epsilon_
         return self.pricing.epsilon(self.local_accountant_)
 

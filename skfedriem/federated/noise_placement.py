@@ -7,7 +7,10 @@ of every selected client from θ_t, each releases its clipped sum on a public
 grid with an integer share of the noise, and the server, which learns only
 the sum (secure aggregation), steps once on it.
 
-A placement lists the settings it cannot honour (:meth:`NoisePlacement.refusals`)
+A placement chooses what the server does with a round's replies
+(:meth:`NoisePlacement.server_strategy`), whether rounds carry a public
+rotation and whether a round sent again is charged again. It lists the
+settings it cannot honour (:meth:`NoisePlacement.refusals`)
 and :func:`check_noise_placement` refuses them by name before anything runs:
 a setting the run would not use is never accepted silently. The estimators
 check their own parameters with it before any release (``"auto"``: planned,
@@ -18,12 +21,16 @@ from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from .aggregation import Aggregation
+from torch import nn
 
-__all__ = ["DistributedNoise", "LocalNoise", "NOISE_PLACEMENTS", "NoisePlacement", "check_noise_placement"]
+from .aggregation import Aggregation
+from .server_strategy import AverageSubmissions, ServerStrategy, StepOnSum
+
+__all__ = ["DistributedNoise", "LocalNoise", "NOISE_PLACEMENTS", "NoisePlacement", "check_noise_placement",
+           "placement_of"]
 
 
 def _given(values: Mapping[str, Any], name: str, default: Any) -> Any:
@@ -33,10 +40,38 @@ def _given(values: Mapping[str, Any], name: str, default: Any) -> Any:
 
 
 class NoisePlacement(ABC):
-    """Where the noise of a round is added, and the settings that placement can honour."""
+    """Where the noise of a round is added: the settings it can honour, the server's strategy, how rounds are sent
+    and charged."""
 
     #: The ``noise`` setting's value.
     name: str
+    #: Each round carries a public rotation, drawn by the server after its selection from its public stream.
+    rotates: bool = False
+    #: A round sent again (after a server's restart) is a new release, with fresh noise: charged again.
+    recharges_resent_rounds: bool = False
+    #: Each client's own release guarantees less than the run's ε: ``history_`` reports ``local_epsilon`` too.
+    reports_local_epsilon: bool = False
+
+    @abstractmethod
+    def server_strategy(self, module: nn.Module, aggregation: Aggregation, optimizer,
+                        batch_size: Callable[[int], int]) -> ServerStrategy:
+        """What the server does with a round's replies under this placement.
+
+        Parameters
+        ----------
+        module : torch.nn.Module
+            The server's model.
+        aggregation : Aggregation
+            The run's rule.
+        optimizer : str or callable
+            The run's optimiser.
+        batch_size : callable
+            ``batch_size(i)``: client i's public batch size.
+
+        Returns
+        -------
+        ServerStrategy
+        """
 
     @abstractmethod
     def refusals(self, values: Mapping[str, Any]) -> list[str]:
@@ -60,6 +95,9 @@ class LocalNoise(NoisePlacement):
 
     name = "local"
 
+    def server_strategy(self, module, aggregation, optimizer, batch_size) -> ServerStrategy:
+        return AverageSubmissions(module, aggregation)
+
     def refusals(self, values: Mapping[str, Any]) -> list[str]:
         colluders = _given(values, "colluders", None)
         if colluders is None:
@@ -72,6 +110,12 @@ class DistributedNoise(NoisePlacement):
     """One step a round from θ_t, the server stepping once on the decoded sum (ProjAvg at τ = 1)."""
 
     name = "distributed"
+    rotates = True
+    recharges_resent_rounds = True  # fresh noise under fresh masks
+    reports_local_epsilon = True
+
+    def server_strategy(self, module, aggregation, optimizer, batch_size) -> ServerStrategy:
+        return StepOnSum(module, optimizer, batch_size)
 
     def refusals(self, values: Mapping[str, Any]) -> list[str]:
         out = []
@@ -146,3 +190,19 @@ def check_noise_placement(values: Mapping[str, Any] | Any, owner: str) -> NoiseP
     if refused:
         raise ValueError(f"{owner} cannot honour with noise={name!r}: " + " ".join(refused))
     return placement
+
+
+def placement_of(encoding) -> NoisePlacement:
+    """The placement a planned run runs under: distributed where its plan has an encoding (a private run of
+    ``noise="distributed"``), else local (a run without noise adds none anywhere).
+
+    Parameters
+    ----------
+    encoding : DistributedEncoding or None
+        The plan's.
+
+    Returns
+    -------
+    NoisePlacement
+    """
+    return NOISE_PLACEMENTS["local" if encoding is None else "distributed"]

@@ -32,6 +32,7 @@ be looser. Steps compose by adding their RDP order by order; dp-accounting's
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterable
 
@@ -130,13 +131,20 @@ def subsampled_rdp(rdp: np.ndarray, sample_rate: float, orders: np.ndarray = ORD
     return np.minimum(out, rdp)
 
 
+@functools.lru_cache(maxsize=1024)
 def _step_rdp(step: tuple) -> np.ndarray:
-    """The RDP curve of one kind of step, per step: ("gaussian", μ0, q) or ("skellam", V, Δ2, Δ1, q)."""
+    """The RDP curve of one kind of step, per step: ("gaussian", μ0, q) or ("skellam", V, Δ2, Δ1, q).
+
+    Kept for the steps seen last (read-only): a run's rounds are the same few kinds, and ε is read every round."""
     if step[0] == "gaussian":
         _, mu0, rate = step
-        return subsampled_rdp(gaussian_rdp(mu0), rate)
-    _, variance, l2, l1, rate = step
-    return subsampled_rdp(skellam_rdp(variance, l2, l1), rate)
+        curve = subsampled_rdp(gaussian_rdp(mu0), rate)
+    else:
+        _, variance, l2, l1, rate = step
+        curve = subsampled_rdp(skellam_rdp(variance, l2, l1), rate)
+    curve = np.array(curve, dtype=np.float64)
+    curve.flags.writeable = False
+    return curve
 
 
 def discrete_epsilon(steps: Iterable[tuple[tuple, int]], delta: float) -> float:

@@ -197,3 +197,62 @@ def test_a_distributed_deployment_certifies_the_in_process_epsilon_and_recovers_
         central = PrivacyBudget(float("inf"), path=ledger.with_name("ledger.central.json"))
         assert len(local) == len(central.fits) and (len(local) == 2 if i == 0 else len(local) >= 3)
         assert central.spent() <= result["epsilon"] * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--noise", "distributed", "--sites", "1"], "at least 2 sites"),
+    (["--rounds", "0"], "--rounds must be at least 1"), (["--rounds", "-5"], "--rounds must be at least 1"),
+    (["--eps", "-1"], "--eps must be a positive number"), (["--eps", "abc"], "--eps must be a positive number"),
+    (["--privacy-unit", "subject", "--subjects-per-site", "0"], "--subjects-per-site must be at least 1"),
+    (["--site-max-epsilon", "-3"], "--site-max-epsilon must be positive"),
+    (["--timeout", "-1"], "--timeout must be positive"), (["--sites", "0"], "--sites must be at least 1"),
+    (["--records", "0"], "--records must be at least 1"), (["--set", "garbage"], "--set takes KEY=VALUE"),
+    (["--semi-honest-server"], "--semi-honest-server bounds epsilon_central"),
+    (["--kill-site-after-round", "5"], "--kill-site-after-round must name a round"),
+    (["--noise", "distributed", "--set", "colluders=99"], "'colluders' parameter must be below the 3 clients"),
+    (["--estimator", "tangent", "--noise", "distributed", "--set", "local-steps=3"], "local_steps=3"),
+    (["--estimator", "spdnet", "--set", 'aggregation="rlavg"', "--noise", "distributed"], "aggregation='rlavg'"),
+    (["--estimator", "spdnet", "--set", "colluders=2"], "colluders=2 sizes the noise shares"),
+])
+def test_the_loopback_refuses_a_bad_flag_or_setting_before_any_process_starts(argv, message, tmp_path, capsys,
+                                                                               monkeypatch):
+    """Each of these started a full TLS deployment and failed 50–240 s later in Flower's unhandled exception, hung, or
+    ended in a raw traceback (--sites 1 with distributed noise even printed "done"): now one line naming the value,
+    exit code 2, and no process started."""
+    from skfedriem.flower.operations import loopback
+
+    def started(*args, **kwargs):
+        raise AssertionError("a deployment process was started")
+
+    monkeypatch.setattr(loopback.LoopbackFederation, "__enter__", started)
+    with pytest.raises(SystemExit) as exit_:
+        main([*argv, "--out", str(tmp_path)])
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_run_whose_rounds_were_all_discarded_exits_non_zero_and_says_so(tmp_path, capsys):
+    from argparse import Namespace
+
+    from skfedriem.flower.operations.loopback import summarise
+
+    args = Namespace(estimator="pca", insecure=False)
+    result = {"epsilon": 2.0, "local_epsilon": 3.0, "privacy_unit": "record", "n_records": [120] * 2,
+              "applied_rounds": 0, "history": [{"replied": [], "discarded": "1 of the 2 clients answered"}] * 2}
+    with pytest.raises(SystemExit, match="every one of the 2 rounds was discarded"):
+        summarise(args, result, {}, tmp_path)
+    assert '"local_epsilon": 3.0' in capsys.readouterr().out
+    applied = summarise(args, {**result, "applied_rounds": 1}, {}, tmp_path)
+    assert applied["applied_rounds"] == 1
+
+
+@pytest.mark.deployment
+@pytest.mark.parametrize("kind", ["tangent", "spdnet", "eegnet"])
+def test_every_classifier_deploys_with_distributed_noise_at_its_defaults(kind, tmp_path):
+    """The loopback hard-coded three local steps, which distributed noise refuses once the deployment was up: the
+    plan now chooses (one step a round, full batches), and the run ends with every round applied and both
+    certificates in its summary."""
+    summary = main(["--estimator", kind, "--noise", "distributed", "--rounds", "3", "--timeout", "420",
+                    "--out", str(tmp_path)])
+    assert summary["applied_rounds"] == summary["rounds"] == 3
+    assert summary["epsilon"] <= 2.0 < summary["local_epsilon"]

@@ -76,6 +76,7 @@ from __future__ import annotations
 import hashlib
 import json
 import pickle
+import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -94,7 +95,7 @@ from .run_config import (DEPLOYMENT_KEYS, ESTIMATORS, classes_from_run_config, e
                          load_site_records, load_site_subjects)
 from .site_files import default_ledger_path
 
-__all__ = ["APP_DIRS", "client_apps", "server_apps", "site_setup"]
+__all__ = ["APP_DIRS", "applied_rounds", "client_apps", "deployed_trainer", "project_run_config", "server_apps", "site_setup"]
 
 #: The Flower App project of each deployable kind shipped with skfedriem.
 APP_DIRS = {kind: Path(__file__).with_name("projects") / kind for kind in ESTIMATORS.names()}
@@ -243,10 +244,26 @@ def _resume_state(config, out: Path, description: dict) -> TrainingState | None:
     return TrainingState.load(out / "checkpoint.pt")
 
 
+def applied_rounds(history: list[dict]) -> int:
+    """How many rounds of a run's history moved the model: some site replied and the round was not discarded.
+
+    Parameters
+    ----------
+    history : list of dict
+
+    Returns
+    -------
+    int
+    """
+    return sum(1 for entry in history if entry.get("replied") and "discarded" not in entry)
+
+
 def _write_results(est, kind: str, out: Path, names: list[str], sizes: list[int]) -> None:
     # n_records: each site's number of privacy units (its records, or its subjects), as it reported them
     result = {"estimator": kind, "clients": names, "n_records": sizes, "privacy_unit": est.privacy_unit,
-              "epsilon": est.epsilon_, "delta": est.delta_, "noise_std": est.noise_std_, "history": est.history_}
+              "epsilon": est.epsilon_, "local_epsilon": getattr(est, "local_epsilon_", est.epsilon_),
+              "delta": est.delta_, "noise_std": est.noise_std_, "applied_rounds": applied_rounds(est.history_),
+              "history": est.history_}
     if is_classifier(est):
         result["classes"] = est.classes_.tolist()
     else:
@@ -270,9 +287,57 @@ def _plot_learning_curve(est, path: Path) -> None:
     plt.close(display.figure_)
 
 
+def project_run_config(kind: str) -> dict:
+    """The run configuration of ``kind``'s Flower App project (``[tool.flwr.app.config]``): what ``flwr run``
+    starts from before its ``--run-config`` overrides.
+
+    Parameters
+    ----------
+    kind : str
+
+    Returns
+    -------
+    dict
+    """
+    with (APP_DIRS[kind] / "pyproject.toml").open("rb") as f:
+        return dict(tomllib.load(f)["tool"]["flwr"]["app"]["config"])
+
+
+def deployed_trainer(kind: str, config, input_shape: tuple[int, ...], client_sizes: list[int], client_names: list,
+                     *, validation: bool = False):
+    """The estimator and the planned trainer a ServerApp runs for ``config`` on these sites.
+
+    What the ServerApp does once it has found its sites; a launcher calls it
+    first, with the sites it is about to start, to refuse a run whose settings
+    or plan the server would refuse only once the whole deployment is up.
+
+    Parameters
+    ----------
+    kind : str
+    config : mapping
+        The complete run configuration (the project's, with the overrides).
+    input_shape : tuple of int
+        One record's shape.
+    client_sizes : list of int
+    client_names : list
+    validation : bool, default=False
+        Load the server's own validation file (``validation-path``).
+
+    Returns
+    -------
+    estimator, FederatedTrainer
+    """
+    est = estimator_from_run_config(kind, config)
+    classes = _classes(est, config)
+    held_out = _validation(est, config, classes) if validation else None
+    trainer = est.make_trainer(tuple(input_shape), classes=classes, held_out=held_out, deployed=True,
+                               client_sizes=list(client_sizes), client_names=list(client_names))
+    return est, trainer
+
+
 def _serve(kind: str, grid: Grid, context: Context) -> None:
     config = context.run_config
-    est = estimator_from_run_config(kind, config)
+    estimator_from_run_config(kind, config)  # a bad setting refused before any site is waited for
     out = Path(str(config["output"]))
     out.mkdir(parents=True, exist_ok=True)
     timeout = float(config.get("round-timeout", 300.0))
@@ -293,9 +358,8 @@ def _serve(kind: str, grid: Grid, context: Context) -> None:
     if len(set(shapes)) != 1:
         raise ValueError(f"The sites' records have different shapes: {dict(zip(names, shapes))}.")
     print(f"skfedriem: clients {dict(zip(names, sizes))}, records of shape {shapes[0]}", flush=True)
+    est, trainer = deployed_trainer(kind, config, shapes[0], sizes, names, validation=True)
     classes = _classes(est, config)
-    trainer = est.make_trainer(shapes[0], classes=classes, held_out=_validation(est, config, classes),
-                               deployed=True, client_sizes=sizes, client_names=names)
     description = {"estimator": kind, "clients": names, "n_records": sizes,
                    "config": {k: v for k, v in dict(config).items() if k != "resume"}}
     resume = _resume_state(config, out, description)
@@ -314,7 +378,13 @@ def _serve(kind: str, grid: Grid, context: Context) -> None:
     trainer.serve(transport, sizes, names, trainer.seed_sequence, resume=resume, on_round=on_round)
     est.set_fitted(trainer, input_shape=shapes[0], classes=classes)
     _write_results(est, kind, out, names, sizes)
-    print(f"skfedriem: done, epsilon={est.epsilon_:.4g}, results in {out}", flush=True)
+    applied = applied_rounds(est.history_)
+    local = getattr(est, "local_epsilon_", est.epsilon_)
+    print(f"skfedriem: done, epsilon={est.epsilon_:.4g} (epsilon_local={local:.4g}), {applied} of "
+          f"{len(est.history_)} rounds applied, results in {out}", flush=True)
+    if est.history_ and not applied:
+        print("skfedriem: every round was discarded (no site's release reached the model): the model is its initial "
+              "one, and each round was still charged", flush=True)
 
 
 def _make_server_app(kind: str) -> ServerApp:

@@ -45,6 +45,7 @@ import tempfile
 import threading
 import time
 import tomllib
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from queue import Empty, Queue
@@ -53,7 +54,10 @@ import numpy as np
 
 from .certificates import make_supernode_keys, make_tls_certificates
 
-__all__ = ["LoopbackFederation", "free_port", "main"]
+__all__ = ["LoopbackFederation", "free_port", "main", "preflight", "summarise"]
+
+#: The estimators' Flower App projects, one folder each (read without importing the apps: flags are checked first).
+PROJECTS = Path(__file__).parents[1] / "deployment" / "projects"
 
 
 def free_port() -> int:
@@ -352,9 +356,10 @@ def _printer():
 
 
 def site_files(estimator: str, out: Path, *, sites: int, records: int, features: int,
-               subjects: int = 0) -> tuple[list[Path], dict]:
-    """Synthetic records for each site (and the server's validation file), and the run settings they need; with
-    ``subjects``, each site's ``.npz`` also holds each record's subject (array ``subject``, that many a site)."""
+               subjects: int = 0, noise: str = "local") -> tuple[list[Path], dict]:
+    """Synthetic records for each site (and the server's validation file), and the run settings they need (small
+    local schedules for local noise; the plan's defaults for distributed noise); with ``subjects``, each site's
+    ``.npz`` also holds each record's subject (array ``subject``, that many a site)."""
     from ...datasets import make_federated_pca, make_spd_classification
 
     suffix = "records.npy" if estimator == "pca" and not subjects else "records.npz"
@@ -374,7 +379,7 @@ def site_files(estimator: str, out: Path, *, sites: int, records: int, features:
     if estimator in ("spdnet", "tangent"):
         X, y, groups = make_spd_classification(n_clients=sites + 1, n_matrices_per_client=records,
                                                n_channels=features, random_state=0)
-        settings = {"batch-size": 16, "local-steps": 3}
+        settings = {} if noise == "distributed" else {"batch-size": 16, "local-steps": 3}
         if estimator == "spdnet":
             settings["dims"] = str(max(2, features // 2))
     else:
@@ -385,7 +390,9 @@ def site_files(estimator: str, out: Path, *, sites: int, records: int, features:
         X[np.arange(n), y] += 3 * np.sin(2 * np.pi * 12 * t)
         X *= 1e-5
         groups = np.repeat(np.arange(sites + 1), records)
-        settings = {"f1": 2, "d": 1, "f2": 2, "kernel-length": 16, "batch-size": 16, "local-steps": 3, "lr": 3e-2}
+        settings = {"f1": 2, "d": 1, "f2": 2, "kernel-length": 16}
+        if noise != "distributed":  # distributed noise: the plan's one step a round of full batches
+            settings.update({"batch-size": 16, "local-steps": 3, "lr": 3e-2})
     for i, g in enumerate(np.unique(groups)[:sites]):
         np.savez(paths[i], X=X[groups == g], y=y[groups == g], **subject)
     validation = out / "server" / "validation.npz"  # the server's own trials, never a site's
@@ -401,7 +408,9 @@ def _parser(estimators: list[str]) -> argparse.ArgumentParser:
     parser.add_argument("--sites", type=int, default=3)
     parser.add_argument("--records", type=int, default=120, help="records per site")
     parser.add_argument("--features", type=int, default=6, help="features (PCA) or channels (classifiers)")
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="communication rounds (with --estimator pca, of its Riemannian solver unless --set "
+                             "solver=... names another: its one-shot solver is one round)")
     parser.add_argument("--privacy-unit", choices=["record", "subject"], default="record",
                         help="what the run protects: a record, or a subject (each site then holds "
                              "--subjects-per-site subjects, named in its node config's subject-key)")
@@ -432,11 +441,104 @@ def _parser(estimators: list[str]) -> argparse.ArgumentParser:
     return parser
 
 
+def _check_arguments(args: argparse.Namespace) -> str | None:
+    """The first flag whose value no run could take, in one line naming it; None when every flag is usable."""
+    positive = {"--sites": args.sites, "--records": args.records, "--features": args.features,
+                "--subjects-per-site": args.subjects_per_site, "--rounds": args.rounds}
+    for flag, value in positive.items():
+        if value < 1:
+            return f"{flag} must be at least 1. Got {value}."
+    if args.records < 2:
+        return f"--records must be at least 2 (a site of one record cannot be sampled). Got {args.records}."
+    if args.features < 2:
+        return f"--features must be at least 2. Got {args.features}."
+    if args.privacy_unit == "subject" and not 2 <= args.subjects_per_site <= args.records:
+        return (f"--subjects-per-site must be between 2 and --records ({args.records}) with --privacy-unit subject. "
+                f"Got {args.subjects_per_site}.")
+    if args.eps.lower() != "none":
+        try:
+            eps = float(args.eps)
+        except ValueError:
+            return f"--eps must be a positive number or 'none'. Got {args.eps!r}."
+        if not 0 < eps < float("inf"):
+            return f"--eps must be a positive number or 'none'. Got {args.eps!r}."
+    for flag, value in (("--timeout", args.timeout), ("--round-timeout", args.round_timeout),
+                        ("--site-max-epsilon", args.site_max_epsilon)):
+        if value is not None and not value > 0:
+            return f"{flag} must be positive. Got {value}."
+    if args.noise == "distributed" and args.insecure:
+        return "--noise distributed signs every site's round keys with its SuperNode key: drop --insecure."
+    if args.noise == "distributed" and args.sites < 2:
+        return (f"--noise distributed sums the releases of at least 2 sites under secure aggregation (one site's "
+                f"sum is its own release). Got --sites {args.sites}.")
+    if args.semi_honest_server and args.noise != "distributed":
+        return "--semi-honest-server bounds epsilon_central, which only --noise distributed has: add it, or drop it."
+    rounds = args.rounds
+    for flag, value in (("--kill-site-after-round", args.kill_site_after_round),
+                        ("--restart-site-after-round", args.restart_site_after_round),
+                        ("--kill-server-after-round", args.kill_server_after_round)):
+        if value is not None and not 1 <= value < rounds:
+            return f"{flag} must name a round after which another runs (1 to --rounds − 1). Got {value}."
+    for item in args.set:
+        key, equals, value = item.partition("=")
+        if not equals or not key.strip():
+            return f"--set takes KEY=VALUE. Got {item!r}."
+        try:
+            tomllib.loads(f"value = {value}")
+        except tomllib.TOMLDecodeError:
+            return f"--set {key}: {value!r} is not a TOML literal (64, 1e-3, \"text\", true)."
+    return None
+
+
+def _site_sizes(args: argparse.Namespace) -> list[int]:
+    """Each site's number of privacy units, as it will report it: its records, or its subjects."""
+    return [args.subjects_per_site if args.privacy_unit == "subject" else args.records] * args.sites
+
+
+def _input_shape(args: argparse.Namespace) -> tuple[int, ...]:
+    if args.estimator == "pca":
+        return (args.features,)
+    if args.estimator in ("spdnet", "tangent"):
+        return (args.features, args.features)
+    return (args.features, 64)
+
+
+def preflight(args: argparse.Namespace, run_config: dict) -> list[str]:
+    """Plan the run as the ServerApp will on these sites, before any process starts; its warnings, as lines.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The command line (estimator, sites and their sizes).
+    run_config : dict
+        The run configuration ``flwr run`` will be given (the project's own fills the rest).
+
+    Returns
+    -------
+    list of str
+        The first line of each warning the plan gave.
+
+    Raises
+    ------
+    ValueError or TypeError
+        The server's own message, for a setting or a plan it would refuse once the deployment is up.
+    """
+    from ..deployment.apps import deployed_trainer, project_run_config
+
+    config = {**project_run_config(args.estimator), **run_config}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        names = [f"site-{i}" for i in range(args.sites)]
+        _, trainer = deployed_trainer(args.estimator, config, _input_shape(args), _site_sizes(args), names)
+        trainer.pricing.plan(_site_sizes(args), names)  # the server's plan of the rounds, on these sites
+    return list(dict.fromkeys(str(w.message).splitlines()[0] for w in caught if issubclass(w.category, UserWarning)))
+
+
 def _sites_and_run_config(args: argparse.Namespace, out: Path) -> tuple[list[Path], list[dict], dict]:
     """The synthetic sites' files and node configurations, and the run configuration, from the command line."""
     subjects = args.subjects_per_site if args.privacy_unit == "subject" else 0
     paths, settings = site_files(args.estimator, out, sites=args.sites, records=args.records,
-                                 features=args.features, subjects=subjects)
+                                 features=args.features, subjects=subjects, noise=args.noise)
     non_private = args.eps.lower() == "none"
     sites = []
     for i, path in enumerate(paths):
@@ -450,12 +552,15 @@ def _sites_and_run_config(args: argparse.Namespace, out: Path) -> tuple[list[Pat
         if args.noise == "distributed":  # the federation's roster and each site's key: LoopbackFederation.add_site
             site.update({"noise": "distributed", "semi-honest-server": args.semi_honest_server})
         sites.append(site)
-    run_config = {"n-clients": args.sites, "rounds": args.rounds, "round-timeout": args.round_timeout,
+    run_config = {"n-clients": args.sites, "round-timeout": args.round_timeout,
                   "eps": args.eps if non_private else float(args.eps), "output": str(out / "server"),
                   "privacy-unit": args.privacy_unit, "noise": args.noise, **settings}
+    run_config["rounds"] = args.rounds
+    if args.estimator == "pca":  # rounds are the Riemannian solver's (the one-shot solver runs one)
+        run_config["solver"] = "riemannian"
     for item in args.set:
         key, _, value = item.partition("=")
-        run_config[key] = tomllib.loads(f"value = {value}")["value"]
+        run_config[key.strip()] = tomllib.loads(f"value = {value}")["value"]
     return paths, sites, run_config
 
 
@@ -503,13 +608,21 @@ def main(argv: list[str] | None = None) -> dict:
     dict
         The run's result as printed.
     """
-    from ..deployment.apps import APP_DIRS
-
-    args = _parser(sorted(APP_DIRS)).parse_args(argv)
+    parser = _parser(sorted(p.name for p in PROJECTS.iterdir() if (p / "pyproject.toml").exists()))
+    args = parser.parse_args(argv)
+    refused = _check_arguments(args)
+    if refused is not None:
+        parser.error(refused)
+    from ..deployment.apps import APP_DIRS  # torch and the estimators: only once the flags are known good
     out = Path(args.out).absolute() if args.out else Path(tempfile.mkdtemp(prefix="skfedriem-loopback-"))
     print(f"skfedriem.loopback: files, logs and results in {out}", flush=True)
     show = _printer()
     paths, sites, run_config = _sites_and_run_config(args, out)
+    try:  # what the ServerApp would refuse once every process is up, refused before any starts
+        for warning in preflight(args, run_config):
+            print(f"skfedriem.loopback: warning: {warning}", flush=True)
+    except (ValueError, TypeError) as error:
+        parser.error(str(error).splitlines()[0] if str(error) else type(error).__name__)
     extra = {}
     with LoopbackFederation(out / "logs", sites, secure=not args.insecure) as federation:
         events = {"killed_site": None, "server_killed": False}
@@ -529,11 +642,34 @@ def main(argv: list[str] | None = None) -> dict:
             log = (out / "logs" / f"supernode-{intruder}.log").read_text()
             extra["intruder_refused"] = (federation.supernodes[intruder].poll() not in (None, 0)
                                          and "Failed to activate SuperNode" in log)
-    result = json.loads((out / "server" / "result.json").read_text())
-    summary = {"estimator": args.estimator, "epsilon": result["epsilon"], "privacy_unit": result["privacy_unit"],
-               "n_records": result["n_records"], "rounds": len(result["history"]),
+    return summarise(args, json.loads((out / "server" / "result.json").read_text()), extra, out / "logs")
+
+
+def summarise(args: argparse.Namespace, result: dict, extra: dict, logs: Path) -> dict:
+    """The run's summary line, printed; SystemExit (non-zero) when every round was discarded.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+    result : dict
+        The server's ``result.json``.
+    extra : dict
+        What the launcher checked itself (transport security, the intruder).
+    logs : Path
+        Where the sites' logs are, for the message.
+
+    Returns
+    -------
+    dict
+    """
+    summary = {"estimator": args.estimator, "epsilon": result["epsilon"], "local_epsilon": result["local_epsilon"],
+               "privacy_unit": result["privacy_unit"], "n_records": result["n_records"],
+               "rounds": len(result["history"]), "applied_rounds": result["applied_rounds"],
                "replied": [h["replied"] for h in result["history"]], "secure": not args.insecure, **extra}
     print(json.dumps(summary))
+    if summary["rounds"] and not summary["applied_rounds"]:
+        raise SystemExit(f"skfedriem.loopback: every one of the {summary['rounds']} rounds was discarded (no site's "
+                         f"release reached the model; each was charged): see the sites' logs in {logs}.")
     return summary
 
 
