@@ -21,7 +21,7 @@ SMOKE_ARGS: dict[str, list[str] | str] = {
     "aggregation_cost": [],
     "classifier_planning": ["--seeds", "1", "--rounds", "2", "--eps", "10"],
     "group_charge": ["--mu0", "0.5", "--rates", "0.2", "--steps", "5", "--ks", "2"],
-    "distributed_cost": ["--clients", "3", "--rounds", "3"],
+    "distributed_cost": ["--clients", "3", "--rounds", "3", "--repeats", "1"],
     "distributed_noise": ["--seeds", "1", "--eps", "10", "--federations", "synthetic", "--models", "tangent",
                           "--rounds", "2"],
     "flower_overhead": ["--rounds", "2", "--deployment-rounds", "0"],

@@ -40,6 +40,8 @@ SECTIONS = [
      "The sum of a round's releases decoded, and the one projected step it makes."),
     ("Noise placements", "skfedriem.federated.noise_placement",
      "Where the noise is added, as the object that answers for it: the settings each placement can honour."),
+    ("Server strategies", "skfedriem.federated.server_strategy",
+     "What the server does with a round's replies: the mean of the submissions, or one step on their decoded sum."),
     ("Lockstep", "skfedriem.federated.lockstep",
      "Simulated clients taking their local steps as one computation: the rule, the stack and what can be stacked."),
     ("Poisson stacks", "skfedriem.federated.lockstep.widths",

@@ -146,7 +146,9 @@ def _hadamard_rows(y: np.ndarray) -> np.ndarray:
     b = DENSE_HADAMARD
     a = n // b
     z = y.reshape(-1, a, b) @ _dense_hadamard(b)  # H_b along each row of X
-    z = _hadamard_rows(np.swapaxes(z, 1, 2).reshape(-1, a))  # H_a along each column
+    if a <= DENSE_HADAMARD:  # H_a along each column: one batched product, no transposed copies
+        return (_dense_hadamard(a) @ z).reshape(-1, n)
+    z = _hadamard_rows(np.swapaxes(z, 1, 2).reshape(-1, a))
     return np.swapaxes(z.reshape(-1, b, a), 1, 2).reshape(-1, n)
 
 
@@ -311,9 +313,11 @@ def _conditional_round(scaled: np.ndarray, bound: float, randomness: list[Secret
     floor = np.floor(scaled)
     fraction = scaled - floor
     limit = bound ** 2
-    # the first try of every record at once, each client's draws from its own randomness
-    draws = np.stack([source.uniform(batch * n).reshape(batch, n) for source in randomness])
-    rounded = floor + (draws < fraction)
+    # the first try of every record at once, each client's draws from its own randomness (in place: K B n floats)
+    up = np.empty(scaled.shape, dtype=bool)
+    for k, source in enumerate(randomness):
+        np.less(source.uniform(batch * n).reshape(batch, n), fraction[k], out=up[k])
+    rounded = np.add(floor, up)
     within = np.einsum("kbn,kbn->kb", rounded, rounded) <= limit
     rounded[~within] = 0.0
     pending = [np.flatnonzero(~own) for own in within]
@@ -357,9 +361,11 @@ def encode_clients(rows: torch.Tensor, encoding: DistributedEncoding, clip: floa
     """
     n = encoding.padded
     n_clients, batch, d = rows.shape
-    padded = torch.zeros(n_clients, batch, n, dtype=torch.float64)
-    padded[..., :d] = rows.detach().to("cpu", torch.float64)
-    scaled = rotate(padded, encoding.rotation_seed).numpy() * encoding.scale
+    padded = np.zeros((n_clients, batch, n))  # D x, then H D x · s / √n: rotate's map, in place
+    np.multiply(rows.detach().to("cpu", torch.float64).numpy(), _signs(encoding.rotation_seed, n)[:d],
+                out=padded[..., :d])
+    scaled = _walsh_hadamard(padded)
+    scaled *= encoding.scale / math.sqrt(n)
     totals = _conditional_round(scaled, encoding.bound(clip), randomness).sum(1)
     releases = []
     for total, source in zip(totals, randomness):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
@@ -26,7 +26,8 @@ from .capabilities import capabilities_of
 from .layerwise import layerwise_per_sample_gradients
 from .per_sample import LossFn, per_sample_gradients, trainable_parameters
 
-__all__ = ["DenseGradients", "PerRecordGradients", "StackedDenseGradients", "dense_rows", "per_record_gradients",
+__all__ = ["DenseGradients", "PerRecordGradients", "StackedDenseGradients", "dense_rows", "first_route",
+           "per_record_gradients",
            "project_per_sample", "record_norms", "subject_means", "with_client_axis"]
 
 
@@ -329,11 +330,44 @@ def per_record_gradients(module: nn.Module, loss_fn: LossFn, batch: tuple[torch.
         Norms of shape (B,).
     """
     closed_form = capabilities_of(module).tangent_gradients
-    if closed_form is not None and batch[0].shape[0] > 0:
-        tangent = closed_form(module, loss_fn, batch, record_dims=1, parameters=None)
-        if tangent is not None:
-            return tangent
-    ambient = None if batch[0].shape[0] == 0 else layerwise_per_sample_gradients(module, loss_fn, batch)
-    if ambient is None:
-        ambient = per_sample_gradients(module, loss_fn, batch)
-    return DenseGradients(project_per_sample(ambient, trainable_parameters(module)))
+    records = batch[0].shape[0] > 0
+    return first_route(
+        None if closed_form is None or not records else
+        lambda: closed_form(module, loss_fn, batch, record_dims=1, parameters=None),
+        (lambda: layerwise_per_sample_gradients(module, loss_fn, batch)) if records else None,
+        lambda: per_sample_gradients(module, loss_fn, batch),
+        lambda ambient: DenseGradients(project_per_sample(ambient, trainable_parameters(module))))
+
+
+def first_route(closed_form: Callable[[], PerRecordGradients | None] | None,
+                layer_rules: Callable[[], dict[str, torch.Tensor] | None] | None,
+                generic: Callable[[], dict[str, torch.Tensor]],
+                tangent: Callable[[dict[str, torch.Tensor]], PerRecordGradients]) -> PerRecordGradients:
+    """Every record's tangent gradient by the first route that applies: the one order, for lone and stacked clients.
+
+    The model's closed form (None where it does not apply), then per-layer
+    rules after one backward pass (None where a layer has none), then
+    ``torch.func`` for any module; the ambient gradients of the last two made
+    tangent by ``tangent``.
+
+    Parameters
+    ----------
+    closed_form : callable or None
+        ``() -> PerRecordGradients or None``.
+    layer_rules : callable or None
+        ``() -> ambient gradients or None``.
+    generic : callable
+        ``() -> ambient gradients``.
+    tangent : callable
+        Ambient gradients to the route's :class:`PerRecordGradients`.
+
+    Returns
+    -------
+    PerRecordGradients
+    """
+    if closed_form is not None:
+        found = closed_form()
+        if found is not None:
+            return found
+    ambient = layer_rules() if layer_rules is not None else None
+    return tangent(generic() if ambient is None else ambient)

@@ -31,7 +31,7 @@ from torch import nn
 from ...manifolds import ManifoldParameter, manifold_of
 from ...privacy.capabilities import capabilities_of
 from ...privacy.copies import ClientCopies, check_private_dtypes
-from ...privacy.gradients import PerRecordGradients, StackedDenseGradients
+from ...privacy.gradients import PerRecordGradients, StackedDenseGradients, first_route
 from ...privacy.layerwise import layerwise_per_sample_gradients
 from ...privacy.per_sample import LossFn, per_sample_gradients, trainable_parameters
 from .check import check_stack
@@ -190,17 +190,15 @@ class ClientStack(ClientCopies):
         PerRecordGradients
             Norms of shape (K, B); weighted sums of shape ``(K, *shape)``.
         """
-        if self.twin is not None:
-            closed_form = capabilities_of(self.module).tangent_gradients
-            tangent = None if closed_form is None else closed_form(self.module, loss_fn, batch, record_dims=2,
-                                                                   parameters=self.blocks)
-            if tangent is not None:
-                return tangent
-            ambient = layerwise_per_sample_gradients(self.twin, _stacked_losses(loss_fn), batch, record_dims=2)
-            if ambient is not None:
-                return StackedDenseGradients(self._tangent(ambient))
-        ambient = per_sample_gradients(self.module, loss_fn, batch, stacked=self.blocks)
-        return StackedDenseGradients(self._tangent(ambient))
+        closed_form = capabilities_of(self.module).tangent_gradients
+        stacked = self.twin is not None  # else a model that cannot stack: torch.func over its stacked blocks only
+        return first_route(
+            (lambda: closed_form(self.module, loss_fn, batch, record_dims=2, parameters=self.blocks))
+            if stacked and closed_form is not None else None,
+            (lambda: layerwise_per_sample_gradients(self.twin, _stacked_losses(loss_fn), batch, record_dims=2))
+            if stacked else None,
+            lambda: per_sample_gradients(self.module, loss_fn, batch, stacked=self.blocks),
+            lambda ambient: StackedDenseGradients(self._tangent(ambient)))
 
     def summed_gradients(self, loss_fn: LossFn, batch: tuple[torch.Tensor, ...],
                          weights: torch.Tensor | None, denominator: float) -> dict[str, torch.Tensor]:
