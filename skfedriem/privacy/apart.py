@@ -11,16 +11,22 @@ loss, :func:`check_records_apart` computes every record's loss and output
 gradient alone and a few records' outputs alone, and compares them with their
 rows in the batch, up to rounding at the dtype's resolution.
 
+This check guards the routes that read a batch's gradient row by row; it
+is not what keeps an unknown layer's records apart. A model with a layer the
+private step does not know (no per-record rule, not declared to stack) never
+takes those routes: its records go through ``torch.func`` one at a time
+(:mod:`~skfedriem.privacy.layerwise`), where no layer can couple them.
+
 A check run once sees one draw of a model that draws randomness in its
 forward pass: a layer that mixes a record with a random partner now and then
-passes a comparison of a few records alone most of the time, and couples the
-records afterwards. So such a model is refused by construction, before any
-comparison: its forward pass may not draw from torch's generators (their
-states are compared around it), and the same batch put through it again
-(:data:`REPEATS` times) must give the same outputs: randomness from anywhere
-else, caught unless none of those passes drew a coupling (a layer that
-couples each record with probability p escapes with probability
-(1 − p)^(REPEATS · B), 0.6 % for the review's p = 0.1 at B = 16).
+passes a comparison of a few records alone most of the time. So, before any
+comparison, its forward pass may not draw from torch's default generators
+(their states are compared around it), and the same batch put through it
+again (:data:`REPEATS` times) must give the same outputs. Randomness that
+touches neither (a generator of the layer's own that draws once per call, or
+state kept from call to call) can still pass: a layer that couples the whole
+batch with probability p per call escapes with probability about
+(1 − p)^(REPEATS + 1). Such layers are the model author's to declare or avoid.
 """
 
 from __future__ import annotations

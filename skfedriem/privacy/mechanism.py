@@ -262,6 +262,10 @@ def clipped_records(copies: ClientCopies, loss_fn: LossFn, batch: tuple[torch.Te
     factors : torch.Tensor of shape (K, W')
     """
     dtypes = [block.dtype for block in copies.blocks.values()]
+    floor = math.sqrt(max((torch.finfo(d).tiny for d in dtypes if d.is_floating_point), default=0.0))
+    if not clip >= floor:  # below it a clip factor is subnormal in the blocks' dtype: a record could exceed C
+        raise ValueError(f"The clip must be at least {floor:.3g} (the square root of the smallest normal number "
+                         f"of the model's dtype), so that every clipped record stays within it. Got clip={clip!r}.")
     gradients = copies.per_record_gradients(loss_fn, batch)
     if segments is not None and batch[0].shape[1] > 0:
         segments = segments.to(batch[0].device)  # where the records' gradients are (a GPU's, say)

@@ -213,6 +213,11 @@ def test_a_distributed_deployment_certifies_the_in_process_epsilon_and_recovers_
     (["--estimator", "tangent", "--noise", "distributed", "--set", "local-steps=3"], "local_steps=3"),
     (["--estimator", "spdnet", "--set", 'aggregation="rlavg"', "--noise", "distributed"], "aggregation='rlavg'"),
     (["--estimator", "spdnet", "--set", "colluders=2"], "colluders=2 sizes the noise shares"),
+    (["--set", "n-clients=7"], "--set n-clients: set it with --sites"),
+    (["--noise", "distributed", "--set", 'noise="local"'], "--set noise: set it with --noise"),
+    (["--set", 'eps="none"'], "--set eps: set it with --eps"),
+    (["--kill-server-after-round", "4", "--set", "rounds=2"], "--set rounds: set it with --rounds"),
+    (["--site-max-epsilon", "0.1", "--eps", "2"], "--site-max-epsilon 0.1 is below the run's --eps 2"),
 ])
 def test_the_loopback_refuses_a_bad_flag_or_setting_before_any_process_starts(argv, message, tmp_path, capsys,
                                                                                monkeypatch):
@@ -229,6 +234,17 @@ def test_the_loopback_refuses_a_bad_flag_or_setting_before_any_process_starts(ar
         main([*argv, "--out", str(tmp_path)])
     assert exit_.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_the_sites_take_the_runs_k_and_t_with_distributed_noise(tmp_path):
+    """--set colluders=2 (or clients-per-round) changed only the server's K and t: every site refused every round."""
+    from skfedriem.flower.operations.loopback import _parser, _sites_and_run_config
+
+    args = _parser(["pca"]).parse_args(["--noise", "distributed", "--sites", "4", "--set", "colluders=2",
+                                        "--set", "clients-per-round=3"])
+    _, sites, run_config = _sites_and_run_config(args, tmp_path)
+    assert run_config["colluders"] == 2
+    assert all(site["distributed-colluders"] == 2 and site["distributed-clients"] == 3 for site in sites)
 
 
 def test_a_run_whose_rounds_were_all_discarded_exits_non_zero_and_says_so(tmp_path, capsys):

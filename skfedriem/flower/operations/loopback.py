@@ -483,11 +483,22 @@ def _check_arguments(args: argparse.Namespace) -> str | None:
         key, equals, value = item.partition("=")
         if not equals or not key.strip():
             return f"--set takes KEY=VALUE. Got {item!r}."
+        flag = _OWNED_KEYS.get(key.strip().lower().replace("_", "-"))
+        if flag is not None:
+            return f"--set {key.strip()}: set it with {flag} (the sites are configured from it)."
         try:
             tomllib.loads(f"value = {value}")
         except tomllib.TOMLDecodeError:
             return f"--set {key}: {value!r} is not a TOML literal (64, 1e-3, \"text\", true)."
+    if args.site_max_epsilon is not None and args.eps.lower() != "none" and args.site_max_epsilon < float(args.eps):
+        return (f"--site-max-epsilon {args.site_max_epsilon:g} is below the run's --eps {args.eps}: every site would "
+                "refuse every round.")
     return None
+
+
+#: Run-configuration keys the launcher sets from its own flags (the sites' node configurations follow them).
+_OWNED_KEYS = {"n-clients": "--sites", "rounds": "--rounds", "n-rounds": "--rounds", "eps": "--eps",
+               "noise": "--noise", "privacy-unit": "--privacy-unit", "output": "--out", "round-timeout": "--round-timeout"}
 
 
 def _site_sizes(args: argparse.Namespace) -> list[int]:
@@ -561,6 +572,12 @@ def _sites_and_run_config(args: argparse.Namespace, out: Path) -> tuple[list[Pat
     for item in args.set:
         key, _, value = item.partition("=")
         run_config[key.strip()] = tomllib.loads(f"value = {value}")["value"]
+    if args.noise == "distributed":  # the sites check each round's K and t against their own node settings
+        given = {k.replace("_", "-").lower(): v for k, v in run_config.items()}
+        for key, node_key in (("colluders", "distributed-colluders"), ("clients-per-round", "distributed-clients")):
+            if given.get(key) not in (None, "", 0):
+                for site in sites:
+                    site[node_key] = int(given[key])
     return paths, sites, run_config
 
 
