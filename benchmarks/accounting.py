@@ -50,7 +50,7 @@ def add_remove_mu0(eps: float) -> float:
 def running_epsilon_seconds(rounds: int, vectorised: bool) -> tuple[float, list[float]]:
     """Seconds of a run's per-round ε, and the values (the shared value cache cleared first)."""
     from skfedriem.privacy import PrivacyAccountant, RunningEpsilon
-    from skfedriem.privacy import ledger as module
+    from skfedriem.privacy.accounting import ledger as module
 
     module._RUNNING_VALUES.clear()
     ledger = PrivacyAccountant()
@@ -75,7 +75,7 @@ COST_TARGET = 2.0
 
 def fresh_calibration_seconds(eps: float, q: float, steps: int) -> float:
     """Seconds of one calibration with every accounting cache cleared (a first fit in a fresh process)."""
-    from skfedriem.privacy import ledger, subsampled_gaussian
+    from skfedriem.privacy.accounting import ledger, subsampled_gaussian
 
     for cached in (subsampled_gaussian._calibrate, subsampled_gaussian.single_step_pld, ledger._steps_pld,
                    ledger._composed_epsilon):

@@ -10,7 +10,7 @@
     and the per-record routes alone (gradients, projection, clipping and noise, no optimiser):
 
     * private_closed_form: the closed form;
-    * private_layer_rules: one backward pass and per-layer rules (skfedriem.privacy.layerwise,
+    * private_layer_rules: one backward pass and per-layer rules (skfedriem.privacy.per_record.layerwise,
       the route before the closed form, still that of a model without one);
     * private_vmap: per-sample gradients by torch.func vmap (the generic path);
     * private_loop: B separate backward passes (what vectorisation replaces).
@@ -39,9 +39,9 @@ from skfedriem.datasets import make_spd_classification
 from skfedriem.models import SPDNet
 from skfedriem.privacy import (DenseGradients, LoneClient, PrivateManifoldOptimizer, SeededRandomness,
                                layerwise_per_sample_gradients, per_sample_gradients)
-from skfedriem.privacy.gradients import project_per_sample
-from skfedriem.privacy.mechanism import clip_factors, clip_margin, noisy_release
-from skfedriem.privacy.per_sample import trainable_parameters
+from skfedriem.privacy.per_record.gradients import project_per_sample
+from skfedriem.privacy.mechanisms.mechanism import clip_factors, clip_margin, noisy_release
+from skfedriem.privacy.per_record.per_sample import trainable_parameters
 
 N_CH, D, K, B = 22, 16, 4, 64
 

@@ -61,9 +61,9 @@ from .federated.noise_placement import check_noise_placement
 from .federated.pricing import model_dimension
 from .federated.settings import SettingDoc
 from .privacy import PrivacyAccountant, PrivacyBudget, get_accounting
-from .privacy.accounting_methods import ChargedRun
-from .privacy.units import PrivacyUnit, step_diameter, unit_count
-from .privacy.per_sample import LossFn
+from .privacy.accounting.accounting_methods import ChargedRun
+from .privacy.mechanisms.units import PrivacyUnit, step_diameter, unit_count
+from .privacy.per_record.per_sample import LossFn
 
 __all__ = ["FederatedEstimatorMixin", "federated_parameters", "parameter", "setting"]
 

@@ -10,8 +10,8 @@ import numpy as np
 from packaging.specifiers import SpecifierSet
 
 from skfedriem._utils.compat import DP_ACCOUNTING_VERSIONS, dense_pmfs
-from skfedriem.privacy.pld_reading import epsilon_for_delta
-from skfedriem.privacy.subsampled_gaussian import single_step_pld
+from skfedriem.privacy.accounting.pld_reading import epsilon_for_delta
+from skfedriem.privacy.accounting.subsampled_gaussian import single_step_pld
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]

@@ -22,9 +22,9 @@ from skfedriem.manifolds import ManifoldParameter, manifold_of
 from skfedriem.exceptions import OneByOneClientsWarning
 from skfedriem.federated import client_round
 from skfedriem.privacy import LoneClient, PrivacyBudget, SeededRandomness, WholeRunAccounting, register_accounting
-from skfedriem.privacy.accounting_methods import ACCOUNTINGS, ChargedRun
-from skfedriem.privacy.mechanism import noisy_release
-from skfedriem.privacy.per_sample import trainable_parameters
+from skfedriem.privacy.accounting.accounting_methods import ACCOUNTINGS, ChargedRun
+from skfedriem.privacy.mechanisms.mechanism import noisy_release
+from skfedriem.privacy.per_record.per_sample import trainable_parameters
 
 from .classification.contract import check_contract_on_spd_input
 from .extending_examples import load_example

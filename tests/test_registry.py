@@ -9,7 +9,7 @@ import torch
 from skfedriem.federated import AGGREGATIONS, Aggregation, register_aggregation, register_backend, register_optimizer
 from skfedriem.flower.deployment.run_config import register_deployable
 from skfedriem.privacy import register_accounting
-from skfedriem.privacy.accounting_methods import ACCOUNTINGS, WholeRunAccounting
+from skfedriem.privacy.accounting.accounting_methods import ACCOUNTINGS, WholeRunAccounting
 
 
 @pytest.mark.parametrize("register", [register_aggregation, register_accounting, register_optimizer,

@@ -34,7 +34,7 @@ from functools import lru_cache
 import numpy as np
 from scipy.stats import beta
 
-from ..privacy.subsampled_gaussian import epsilon_spent, single_step_pld
+from ..privacy.accounting.subsampled_gaussian import epsilon_spent, single_step_pld
 
 __all__ = ["AuditResult", "audit_scores", "clopper_pearson_upper", "family_tradeoff", "mu0_lower_bound"]
 

@@ -26,9 +26,9 @@ import torch
 from ..classification import FederatedSPDNetClassifier
 from ..exceptions import SeededNoiseWarning
 from ..privacy import per_sample_gradients
-from ..privacy.gradients import project_per_sample
-from ..privacy.mechanism import clip_factors
-from ..privacy.per_sample import trainable_parameters
+from ..privacy.per_record.gradients import project_per_sample
+from ..privacy.mechanisms.mechanism import clip_factors
+from ..privacy.per_record.per_sample import trainable_parameters
 from .bounds import AuditResult, audit_scores
 
 __all__ = ["audit_spdnet_classifier", "canary_trials"]

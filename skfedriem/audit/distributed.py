@@ -1,7 +1,7 @@
 """An audit of distributed noise: K clients' one-step rounds, the server's decoded sum, and t colluders' shares.
 
 The rounds run the clients' real code (:func:`~skfedriem.federated.client_round.run_round`
-with a round's :class:`~skfedriem.privacy.discrete.DistributedEncoding`:
+with a round's :class:`~skfedriem.privacy.mechanisms.discrete.DistributedEncoding`:
 per-record gradients, clipping, rotation, rounding, the share) and the
 server's (:class:`~skfedriem.federated.distributed_server.DistributedServer`:
 the threshold of K − t answers, the sum, its decoding), on the two-block model
@@ -37,8 +37,8 @@ from ..federated.client import ClientRecipe, ClientState
 from ..federated.distributed_server import DistributedServer
 from ..federated.instructions import ENCODED_RELEASE, RoundInstructions
 from ..privacy import PrivacyAccountant
-from ..privacy import discrete as discrete_module
-from ..privacy.discrete import decode_sum, sum_releases
+from ..privacy.mechanisms import discrete as discrete_module
+from ..privacy.mechanisms.discrete import decode_sum, sum_releases
 from .bounds import AuditResult, audit_scores
 from .client_rounds import TwoBlocks, _identity, _point, _records
 

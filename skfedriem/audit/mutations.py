@@ -6,7 +6,7 @@ accountant still believe the run is private*; an audit run inside them must
 report a lower bound above the certified ε. They patch skfedriem's own
 modules for the duration of the ``with`` block only and are not thread-safe:
 never use them outside an audit. They break the one private step
-(:func:`~skfedriem.privacy.mechanism.private_step`) or the one round routine
+(:func:`~skfedriem.privacy.mechanisms.mechanism.private_step`) or the one round routine
 (:func:`~skfedriem.federated.client_round.run_round`), which lone clients,
 clients in lockstep and deployed sites all run.
 """
@@ -25,13 +25,13 @@ import torch
 from ..federated import client_round as round_module
 from ..federated.client import ClientState
 from ..privacy import PrivacyAccountant, WholeRunAccounting
-from ..privacy import mechanism as mechanism_module
-from ..privacy.gradients import StackedDenseGradients, dense_rows, record_norms
+from ..privacy.mechanisms import mechanism as mechanism_module
+from ..privacy.per_record.gradients import StackedDenseGradients, dense_rows, record_norms
 from ..federated.distributed_server import DistributedServer
-from ..privacy import discrete as discrete_module
-from ..privacy import distributed as distributed_module
-from ..privacy.sampling import make_sampler
-from ..privacy.units import RECORD
+from ..privacy.mechanisms import discrete as discrete_module
+from ..privacy.mechanisms import distributed as distributed_module
+from ..privacy.mechanisms.sampling import make_sampler
+from ..privacy.mechanisms.units import RECORD
 
 __all__ = ["missing_share_counted", "noise_projected_alone", "noise_scaled", "noise_stream_restarted",
            "per_block_clipping", "rounding_past_the_bound", "shares_from_a_public_seed", "shares_sized_by_clients",

@@ -31,7 +31,7 @@ from scipy.optimize import brentq
 from .._utils.compat import Interval, validate_params
 from ..manifolds import Euclidean, Manifold, Sphere, Stiefel
 from ..privacy import DISCRETIZATION, PrivacyAccountant
-from ..privacy.accounting_methods import RunAccounting, register_accounting
+from ..privacy.accounting.accounting_methods import RunAccounting, register_accounting
 
 __all__ = ["PriRFedAccounting", "advanced_composition", "intrinsic_tangent_noise", "prirfed_calibrate_mu0",
            "prirfed_epsilon"]

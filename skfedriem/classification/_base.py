@@ -31,9 +31,9 @@ from .._utils.user_warnings import warn_user
 from ..base import FederatedEstimatorMixin, parameter, setting
 from ..federated.instructions import iterate_tolerance
 from ..federated.pricing import model_dimension
-from ..privacy.accounting_methods import RunAccounting
+from ..privacy.accounting.accounting_methods import RunAccounting
 from ..manifolds import manifold_of
-from ..privacy.per_sample import trainable_parameters
+from ..privacy.per_record.per_sample import trainable_parameters
 from .planning import (PLANNED, SCHEDULES, ClassifierSchedule, plan_classifier_run, planned_optimizer,
                        warn_if_saturating, warn_if_unlearnable)
 

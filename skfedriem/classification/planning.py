@@ -76,7 +76,7 @@ from ..exceptions import NoiseSwampsSignalWarning, SaturatingStepWarning
 from ..federated.plan import (LEARNABLE_SIGNAL_TO_NOISE, PrivacyPlan, mean_step_noise, plan_run,
                               signal_to_noise)
 from ..federated.settings import FederationSettings
-from ..privacy.units import subject_reason
+from ..privacy.mechanisms.units import subject_reason
 
 __all__ = ["PLANNED", "ClassifierPlan", "ClassifierSchedule", "NOISE_WALK", "ROUND_STEP", "SCHEDULES",
            "plan_classifier",

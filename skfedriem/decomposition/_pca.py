@@ -19,7 +19,7 @@ from ..federated import FederationSettings
 from ..metrics import pca_optimality_gap
 from ..models import PCAProjector, SecondMoment
 from ..privacy import PrivacyAccountant
-from ..privacy.units import subject_reason
+from ..privacy.mechanisms.units import subject_reason
 from .planning import PLANNED, choose_solver, plan_pca
 
 __all__ = ["FederatedPCA", "identity_loss"]

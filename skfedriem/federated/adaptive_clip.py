@@ -6,7 +6,7 @@ clipping), at record level inside every client's private steps:
 
 * every step of client i also releases the noisy centred count of its batch's
   unclipped records, b̃ = Σ_z (1[‖g_z‖ ≤ C_t] − ½) + N(0, σ_b²)
-  (:func:`~skfedriem.privacy.mechanism.noisy_clipped_count`), and the client
+  (:func:`~skfedriem.privacy.mechanisms.mechanism.noisy_clipped_count`), and the client
   returns the mean of b̃ / B + ½ over its steps with its submission;
 * the server averages the clients' fractions (each clamped to
   ``FRACTION_RANGE``) into b̄_t and sets C_{t+1} = C_t exp(−η_C (b̄_t − γ))

@@ -18,10 +18,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..privacy.copies import ClientCopies, LoneClient
-from ..privacy.per_sample import LossFn
-from ..privacy.randomness import SecretRandomness, SecureRandomness, SeededRandomness
-from ..privacy.units import RECORD, PrivacyUnit, SubjectIndex, split_units, unit_count
+from ..privacy.per_record.copies import ClientCopies, LoneClient
+from ..privacy.per_record.per_sample import LossFn
+from ..privacy.mechanisms.randomness import SecretRandomness, SecureRandomness, SeededRandomness
+from ..privacy.mechanisms.units import RECORD, PrivacyUnit, SubjectIndex, split_units, unit_count
 from .lockstep import ClientStack
 
 __all__ = ["ClientRecipe", "ClientState", "round_units"]
@@ -47,7 +47,7 @@ class ClientRecipe:
         their steps together (:mod:`skfedriem.federated.lockstep`), where
         :func:`~skfedriem.federated.lockstep.lockstep_eligible` allows it.
     unit : PrivacyUnit, default=RECORD
-        What the client's steps protect (:mod:`skfedriem.privacy.units`): for
+        What the client's steps protect (:mod:`skfedriem.privacy.mechanisms.units`): for
         a subject, its records are ``(inputs, *targets, subjects)`` and it
         samples subjects whole, or with ``records_per_subject`` k, every round
         takes exactly k records of each subject and its steps sample them as
@@ -72,7 +72,7 @@ class ClientRecipe:
                              "is its subjects'): build the recipe with lockstep=False, or records_per_subject.")
 
     def n_units(self, data: tuple[torch.Tensor, ...]) -> int:
-        """m_i of a client holding ``data``: what its sampler draws from (:func:`~skfedriem.privacy.units.unit_count`)."""
+        """m_i of a client holding ``data``: what its sampler draws from (:func:`~skfedriem.privacy.mechanisms.units.unit_count`)."""
         return unit_count(data, self.unit)
 
     def copies(self, n_clients: int) -> ClientCopies:
@@ -161,7 +161,7 @@ def round_units(data: tuple[torch.Tensor, ...], unit: PrivacyUnit,
     """A client's records as one round samples them, and their subjects when its steps sample subjects whole.
 
     With ``records_per_subject`` k the records are every subject's k slots
-    for this round (:meth:`~skfedriem.privacy.units.SubjectIndex.slots`, drawn
+    for this round (:meth:`~skfedriem.privacy.mechanisms.units.SubjectIndex.slots`, drawn
     by the client's secret ``randomness``), sampled as records.
 
     Parameters

@@ -7,7 +7,7 @@ would run alone:
   size) and its check of θ_t;
 * its records of the round and its sampler, drawing its batches from its own
   secret randomness;
-* its private step: the one step of :func:`~skfedriem.privacy.mechanism.private_step`,
+* its private step: the one step of :func:`~skfedriem.privacy.mechanisms.mechanism.private_step`,
   which clips, sums, counts and noises each client on its own (its own draws,
   in its own order) whatever K is;
 * its optimiser: the stacked optimiser is element-wise
@@ -18,7 +18,7 @@ would run alone:
 
 K clients run as one computation over a stack of the model
 (:class:`~skfedriem.federated.lockstep.ClientStack`); one client runs on the
-model itself (:class:`~skfedriem.privacy.copies.LoneClient`). What may differ
+model itself (:class:`~skfedriem.privacy.per_record.copies.LoneClient`). What may differ
 between the two is floating-point rounding where a batched kernel reduces in
 another order than the single one (see the user guide, "Speed"); the noise
 draws, batches and clip decisions are the same, and so is every ledger, which
@@ -41,11 +41,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..privacy.copies import ClientCopies
-from ..privacy.distributed import distributed_release
-from ..privacy.mechanism import private_step
-from ..privacy.per_sample import LossFn
-from ..privacy.units import RECORD, PrivacyUnit, SubjectIndex
+from ..privacy.per_record.copies import ClientCopies
+from ..privacy.mechanisms.distributed import distributed_release
+from ..privacy.mechanisms.mechanism import private_step
+from ..privacy.per_record.per_sample import LossFn
+from ..privacy.mechanisms.units import RECORD, PrivacyUnit, SubjectIndex
 from .aggregation import get_aggregation
 from .client import ClientRecipe, ClientState, round_units
 from .instructions import CLIPPED_FRACTION, ENCODED_RELEASE, RoundInstructions, check_iterate, step_plan

@@ -21,7 +21,7 @@ needs each client's own iterate cannot run on it.
 A round is discarded (θ unchanged, the round still charged: the clients
 released) when fewer than K − t clients answered (the noise would fall short
 of what the budget needs) or when the decoded sum wrapped around the modulus
-(:func:`~skfedriem.privacy.discrete.decode_sum`).
+(:func:`~skfedriem.privacy.mechanisms.discrete.decode_sum`).
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ import torch
 from torch import nn
 
 from ..manifolds import manifold_of, project_parameters_
-from ..privacy.discrete import DistributedEncoding, decode_sum, sum_releases
-from ..privacy.per_sample import trainable_parameters
+from ..privacy.mechanisms.discrete import DistributedEncoding, decode_sum, sum_releases
+from ..privacy.per_record.per_sample import trainable_parameters
 from .optimizers import make_optimizer
 
 __all__ = ["DistributedServer"]

@@ -27,8 +27,8 @@ from .._utils.backends import BACKENDS
 from .._utils.user_warnings import warn_user
 from ..exceptions import OneByOneClientsWarning
 from ..privacy import PrivacyAccountant, PrivacyBudget
-from ..privacy.per_sample import LossFn, trainable_parameters
-from ..privacy.units import unit_count
+from ..privacy.per_record.per_sample import LossFn, trainable_parameters
+from ..privacy.mechanisms.units import unit_count
 from .adaptive_clip import clip_after, clipped_fraction
 from .charging import RunCharge
 from .checkpoint import TrainingState

@@ -23,8 +23,8 @@ from collections.abc import Sequence
 
 import torch
 
-from ..privacy.capabilities import capabilities_of
-from ..privacy.per_sample import trainable_parameters
+from ..privacy.per_record.capabilities import capabilities_of
+from ..privacy.per_record.per_sample import trainable_parameters
 from .client import ClientRecipe
 from .lockstep import lockstep_eligible
 

@@ -19,11 +19,11 @@ from torch import nn
 
 from ..exceptions import InvalidInstructionsError, InvalidIterateError
 from ..manifolds import manifold_of
-from ..privacy.copies import check_private_dtypes
-from ..privacy.discrete import DistributedEncoding
-from ..privacy.per_sample import trainable_parameters
-from ..privacy.step_plan import StepPlan
-from ..privacy.units import RECORD, PrivacyUnit, step_diameter
+from ..privacy.per_record.copies import check_private_dtypes
+from ..privacy.mechanisms.discrete import DistributedEncoding
+from ..privacy.per_record.per_sample import trainable_parameters
+from ..privacy.mechanisms.step_plan import StepPlan
+from ..privacy.mechanisms.units import RECORD, PrivacyUnit, step_diameter
 from .aggregation import AGGREGATIONS
 
 __all__ = ["CLIPPED_FRACTION", "ENCODED_RELEASE", "RoundInstructions", "check_iterate", "iterate_tolerance", "step_plan"]
@@ -120,7 +120,7 @@ class RoundInstructions:
         count these k n records). A client refuses a round planned for another
         k than its own.
     encoding : DistributedEncoding or None, default=None
-        Distributed noise (:mod:`skfedriem.privacy.discrete`): the round's
+        Distributed noise (:mod:`skfedriem.privacy.mechanisms.discrete`): the round's
         grid, modulus, noise share, K, t and public rotation; the client's one
         step releases its encoded sum plus its share instead of a submission.
         None: local noise.
@@ -187,7 +187,7 @@ def step_plan(instructions: RoundInstructions, n_records: int, module: nn.Module
     n_records : int
         The client's own m_i: what its sampler draws from (records, subjects,
         or with ``instructions.records_per_subject`` k its k n subjects' slots:
-        :func:`~skfedriem.privacy.units.unit_count`).
+        :func:`~skfedriem.privacy.mechanisms.units.unit_count`).
     module : torch.nn.Module
         The client's model (its :func:`~skfedriem.privacy.clipped_gradient_diameter`).
     unit : PrivacyUnit, default=RECORD

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from .._utils.backends import register_backend
-from ..privacy.units import unit_count
+from ..privacy.mechanisms.units import unit_count
 from .client import ClientState
 from .fixed_features import on_fixed_features
 from .parallel import ParallelTransport, effective_n_jobs

@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 
 from .._utils.user_warnings import warn_user
 from ..exceptions import NoiseSwampsSignalWarning
-from ..privacy.accounting_methods import RunAccounting, get_accounting
-from ..privacy.discrete import DistributedEncoding, plan_encoding
-from ..privacy.step_plan import sensitivity_factor
-from ..privacy.units import PrivacyUnit
+from ..privacy.accounting.accounting_methods import RunAccounting, get_accounting
+from ..privacy.mechanisms.discrete import DistributedEncoding, plan_encoding
+from ..privacy.mechanisms.step_plan import sensitivity_factor
+from ..privacy.mechanisms.units import PrivacyUnit
 from .adaptive_clip import INITIAL_CLIP, split_mu0
 from .noise_placement import check_noise_placement
 from .settings import FederationSettings
@@ -66,7 +66,7 @@ class PrivacyPlan:
         Δ, what a step's mean moves by in units of C / B as the accountant
         models it: the model's :func:`~skfedriem.privacy.clipped_gradient_diameter`
         with fixed-size batches, 2 under Poisson sampling
-        (:func:`~skfedriem.privacy.step_plan.sensitivity_factor`).
+        (:func:`~skfedriem.privacy.mechanisms.step_plan.sensitivity_factor`).
     count_noise_std : float, default=0.0
         σ_b of every step's count of unclipped records (``clip="auto"``); 0: none.
     gradient_mu0 : float or None, default=None
@@ -74,7 +74,7 @@ class PrivacyPlan:
         None: all of μ0.
     encoding : DistributedEncoding or None, default=None
         ``noise="distributed"``: the grid, modulus, noise share, K and t of
-        every round (:func:`~skfedriem.privacy.discrete.plan_encoding`); μ0 is
+        every round (:func:`~skfedriem.privacy.mechanisms.discrete.plan_encoding`); μ0 is
         then the Gaussian's at the honest shares' variance, Δ2 / √V (the
         ledger charges the Skellam mechanism itself), and ``noise_std`` the
         noise std, per coordinate, of the server's decoded mean step,
@@ -295,7 +295,7 @@ def plan_run(
     Accounting: q = B / m⋆ and τ = max τ_i over the whole
     run, whatever the participation (the server chooses and sees S_t, so
     client sampling gives no amplification). σ comes from the registered
-    accounting method (:func:`~skfedriem.privacy.accounting_methods.get_accounting`).
+    accounting method (:func:`~skfedriem.privacy.accounting.accounting_methods.get_accounting`).
 
     Parameters
     ----------

@@ -18,11 +18,11 @@ from collections.abc import Callable
 from torch import nn
 
 from ..privacy import PrivacyAccountant
-from ..privacy.accounting_methods import get_accounting
-from ..privacy.per_sample import trainable_parameters
-from ..privacy.step_plan import local_round_release, round_release
-from ..privacy.subsampled_gaussian import DISCRETIZATION
-from ..privacy.units import step_diameter
+from ..privacy.accounting.accounting_methods import get_accounting
+from ..privacy.per_record.per_sample import trainable_parameters
+from ..privacy.mechanisms.step_plan import local_round_release, round_release
+from ..privacy.accounting.subsampled_gaussian import DISCRETIZATION
+from ..privacy.mechanisms.units import step_diameter
 from .aggregation import get_aggregation
 from .instructions import RoundInstructions, step_plan
 from .plan import PrivacyPlan, plan_basis, plan_run

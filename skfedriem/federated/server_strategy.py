@@ -26,8 +26,8 @@ import torch
 from torch import nn
 
 from ..manifolds import manifold_of
-from ..privacy.discrete import sum_releases
-from ..privacy.per_sample import trainable_parameters
+from ..privacy.mechanisms.discrete import sum_releases
+from ..privacy.per_record.per_sample import trainable_parameters
 from .aggregation import Aggregation
 from .distributed_server import DistributedServer
 from .instructions import ENCODED_RELEASE

@@ -23,9 +23,9 @@ from sklearn import get_config
 
 from .._utils.backends import BACKENDS
 from .._utils.compat import Interval, StrOptions, validate_parameter_constraints
-from ..privacy.accounting_methods import ACCOUNTINGS, RunAccounting
-from ..privacy.subsampled_gaussian import MAX_EPSILON, MIN_DELTA
-from ..privacy.units import PRIVACY_UNITS, PrivacyUnit
+from ..privacy.accounting.accounting_methods import ACCOUNTINGS, RunAccounting
+from ..privacy.accounting.subsampled_gaussian import MAX_EPSILON, MIN_DELTA
+from ..privacy.mechanisms.units import PRIVACY_UNITS, PrivacyUnit
 from .aggregation import AGGREGATIONS, Aggregation
 from .optimizers import OPTIMIZERS
 
@@ -214,7 +214,7 @@ class FederationSettings:
         "protects against any server. ``\"distributed\"``: every round is one step (τ = 1) of every selected client, "
         "which releases its clipped sum on a public integer grid plus an integer share of the noise; the server, "
         "running secure aggregation, learns only the sum, whose K − t honest shares carry the noise one trusted "
-        "curator would add (Skellam mechanism, :mod:`skfedriem.privacy.discrete`). ``epsilon_`` is then the "
+        "curator would add (Skellam mechanism, :mod:`skfedriem.privacy.mechanisms.discrete`). ``epsilon_`` is then the "
         "guarantee against a server that sees only the sum and colludes with at most ``colluders`` clients, and "
         "``local_epsilon_`` what each client's own share guarantees against a server that breaks the protocol. "
         "See the docs page \"Where the noise is added\".")

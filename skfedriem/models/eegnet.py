@@ -32,7 +32,7 @@ import copy
 import torch
 from torch import nn
 
-from ..privacy.capabilities import ModelCapabilities
+from ..privacy.per_record.capabilities import ModelCapabilities
 
 __all__ = ["CHANNELS_PER_GROUP", "EEGNet", "TrialStandardize", "record_normalization"]
 

@@ -6,8 +6,8 @@ import torch
 from torch import nn
 
 from ..manifolds import Grassmann, ManifoldParameter, Stiefel
-from ..privacy.capabilities import ModelCapabilities
-from ..privacy.gradients import PerRecordGradients, record_norms
+from ..privacy.per_record.capabilities import ModelCapabilities
+from ..privacy.per_record.gradients import PerRecordGradients, record_norms
 
 __all__ = ["PCAProjector"]
 

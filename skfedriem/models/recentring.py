@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..privacy.capabilities import ModelCapabilities
+from ..privacy.per_record.capabilities import ModelCapabilities
 
 __all__ = ["Recentre", "check_reference"]
 

@@ -31,8 +31,8 @@ import math
 import torch
 from torch import nn
 
-from ..privacy.capabilities import ModelCapabilities
-from ..privacy.gradients import PerRecordGradients, record_norms
+from ..privacy.per_record.capabilities import ModelCapabilities
+from ..privacy.per_record.gradients import PerRecordGradients, record_norms
 
 __all__ = ["SecondMoment"]
 

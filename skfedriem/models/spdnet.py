@@ -4,7 +4,7 @@ Covariance matrices go through L BiRe blocks (BiMap X ↦ WᵀXW with W on the
 Stiefel manifold, then ReEig), LogEig, Vech and a linear classifier (user guide, "The method").
 No layer couples the records of a batch (no batch normalisation), so the
 per-record sensitivity of the private step holds, and every trainable layer declares its
-per-sample gradient rule for :mod:`skfedriem.privacy.layerwise`.
+per-sample gradient rule for :mod:`skfedriem.privacy.per_record.layerwise`.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import torch
 from torch import nn
 
 from ..manifolds import ManifoldParameter, Stiefel, manifold_of
-from ..privacy.capabilities import ModelCapabilities
-from ..privacy.gradients import DenseGradients, PerRecordGradients, StackedDenseGradients
-from ..privacy.hooks import has_hooks
-from ..privacy.per_sample import LossFn
+from ..privacy.per_record.capabilities import ModelCapabilities
+from ..privacy.per_record.gradients import DenseGradients, PerRecordGradients, StackedDenseGradients
+from ..privacy.per_record.hooks import has_hooks
+from ..privacy.per_record.per_sample import LossFn
 from .recentring import Recentre
 from .spdnet_gradients import bire_tangent_gradients, upper_triangle
 from .spectral import log_eig, log_re_eig, re_eig

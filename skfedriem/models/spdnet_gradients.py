@@ -1,7 +1,7 @@
 """Every record's tangent gradient of an SPDNet in closed form: one forward, a hand-written backward, no autograd graph.
 
 The private step needs each record's gradient, not their sum. The layer-wise
-route (:mod:`skfedriem.privacy.layerwise`) gets them from one autograd pass
+route (:mod:`skfedriem.privacy.per_record.layerwise`) gets them from one autograd pass
 with forward hooks, then projects each onto the tangent space; for SPDNet
 that costs about as much again as the eigendecompositions it cannot avoid
 (the autograd engine, the hooks, the Stiefel projection's products with W
@@ -33,7 +33,7 @@ from functools import lru_cache
 
 import torch
 
-from ..privacy.per_sample import LossFn
+from ..privacy.per_record.per_sample import LossFn
 from .spectral import _values, finite_eigh, loewner_matrix
 
 __all__ = ["bire_tangent_gradients", "upper_triangle"]

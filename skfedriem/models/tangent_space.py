@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..privacy.capabilities import ModelCapabilities
+from ..privacy.per_record.capabilities import ModelCapabilities
 from .recentring import check_reference
 from .spdnet import TraceNormalize
 

@@ -8,27 +8,27 @@ gradients); a client's :class:`StepPlan`, its samplers and secret randomness;
 the accountant (:class:`PrivacyAccountant`, :func:`calibrate_mu0`,
 :func:`epsilon_spent`), the accounting methods and :class:`PrivacyBudget`.
 The mechanism's own pieces (clip factors, the noise, the release) live in
-:mod:`skfedriem.privacy.mechanism`; torch's own layers are declared in
-:mod:`skfedriem.privacy.torch_layers`.
+:mod:`skfedriem.privacy.mechanisms.mechanism`; torch's own layers are declared in
+:mod:`skfedriem.privacy.per_record.torch_layers`.
 """
 
-from .accounting_methods import RunAccounting, WholeRunAccounting, accounting_names, get_accounting, register_accounting
-from .budget import PrivacyBudget
-from .capabilities import ModelCapabilities, capabilities_of, register_capabilities
-from .copies import ClientCopies, LoneClient
-from .gradients import DenseGradients, PerRecordGradients, StackedDenseGradients, record_norms
-from .group import calibrate_group_mu0, group_epsilon
-from .layerwise import layerwise_per_sample_gradients
-from .ledger import PrivacyAccountant, RunningEpsilon
-from .mechanism import clipped_gradient_diameter, private_gradient, private_step
-from .optimizer import PrivateManifoldOptimizer
-from .per_sample import per_sample_gradients
-from .randomness import SecretRandomness, SecureRandomness, SeededRandomness
-from .sampling import BatchSampler, FixedSizeSampler, PoissonSampler, make_sampler
-from .step_plan import StepPlan, round_release
-from .subsampled_gaussian import (DISCRETIZATION, MAX_EPSILON, MIN_DELTA, calibrate_mu0, epsilon_spent, gdp_epsilon,
+from .accounting.accounting_methods import RunAccounting, WholeRunAccounting, accounting_names, get_accounting, register_accounting
+from .accounting.budget import PrivacyBudget
+from .per_record.capabilities import ModelCapabilities, capabilities_of, register_capabilities
+from .per_record.copies import ClientCopies, LoneClient
+from .per_record.gradients import DenseGradients, PerRecordGradients, StackedDenseGradients, record_norms
+from .accounting.group import calibrate_group_mu0, group_epsilon
+from .per_record.layerwise import layerwise_per_sample_gradients
+from .accounting.ledger import PrivacyAccountant, RunningEpsilon
+from .mechanisms.mechanism import clipped_gradient_diameter, private_gradient, private_step
+from .mechanisms.optimizer import PrivateManifoldOptimizer
+from .per_record.per_sample import per_sample_gradients
+from .mechanisms.randomness import SecretRandomness, SecureRandomness, SeededRandomness
+from .mechanisms.sampling import BatchSampler, FixedSizeSampler, PoissonSampler, make_sampler
+from .mechanisms.step_plan import StepPlan, round_release
+from .accounting.subsampled_gaussian import (DISCRETIZATION, MAX_EPSILON, MIN_DELTA, calibrate_mu0, epsilon_spent, gdp_epsilon,
                                   gdp_mu, gdp_mu_for_epsilon)
-from .torch_layers import StackedLinear
+from .per_record.torch_layers import StackedLinear
 
 __all__ = [
     "DISCRETIZATION",

@@ -8,8 +8,8 @@ import torch
 from skfedriem.audit.distributed import audit_distributed_rounds
 from skfedriem.audit.mutations import (missing_share_counted, rounding_past_the_bound, shares_from_a_public_seed,
                                        shares_sized_by_clients)
-from skfedriem.privacy import discrete
-from skfedriem.privacy.randomness import SeededRandomness
+from skfedriem.privacy.mechanisms import discrete
+from skfedriem.privacy.mechanisms.randomness import SeededRandomness
 
 RUNS = 120
 

@@ -17,8 +17,8 @@ from skfedriem.metrics import pca_optimality_gap
 from skfedriem.models import PCAProjector
 from skfedriem._seeding import run_seeds
 from skfedriem.privacy import DenseGradients, PrivacyBudget, SeededRandomness, gdp_epsilon, per_sample_gradients
-from skfedriem.privacy.gradients import project_per_sample
-from skfedriem.privacy.per_sample import trainable_parameters
+from skfedriem.privacy.per_record.gradients import project_per_sample
+from skfedriem.privacy.per_record.per_sample import trainable_parameters
 
 
 @pytest.fixture(scope="module")

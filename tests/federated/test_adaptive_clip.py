@@ -16,8 +16,8 @@ from skfedriem.federated.adaptive_clip import COUNT_SHARE, clipped_fraction, nex
 from skfedriem.federated.plan import plan_run
 from skfedriem.federated.resume import check_resume
 from skfedriem.privacy import StepPlan
-from skfedriem.privacy.mechanism import noisy_clipped_count, private_gradient
-from skfedriem.privacy.randomness import SeededRandomness
+from skfedriem.privacy.mechanisms.mechanism import noisy_clipped_count, private_gradient
+from skfedriem.privacy.mechanisms.randomness import SeededRandomness
 
 from ..privacy.prv_reference import SymmetrisedSubsampledGaussian, prv_epsilon
 

@@ -8,7 +8,7 @@ import torch
 
 from skfedriem.exceptions import InvalidIterateError
 from skfedriem.federated.client import ClientState
-from skfedriem.privacy.units import PrivacyUnit
+from skfedriem.privacy.mechanisms.units import PrivacyUnit
 from skfedriem.federated.client_round import run_client_round
 from skfedriem.federated.instructions import RoundInstructions, check_iterate
 from skfedriem.models import SPDNet

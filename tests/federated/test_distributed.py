@@ -14,7 +14,7 @@ from skfedriem.federated.client import ClientState
 from skfedriem.federated.instructions import ENCODED_RELEASE, RoundInstructions
 from skfedriem.flower.protocol.messages import encode_instructions
 from skfedriem.privacy import PrivacyBudget
-from skfedriem.privacy.skellam import discrete_epsilon
+from skfedriem.privacy.accounting.skellam import discrete_epsilon
 
 from ..privacy.models import StiefelNet, cross_entropy, make_data
 
@@ -236,7 +236,7 @@ def test_a_plan_for_other_clients_or_colluders_is_refused():
     """A plan forged for t = 0 and passed as this run's (t = 1): the run would certify shares it does not count."""
     from skfedriem.federated.plan import plan_basis, plan_run
     from skfedriem.federated.pricing import model_dimension
-    from skfedriem.privacy.accounting_methods import get_accounting
+    from skfedriem.privacy.accounting.accounting_methods import get_accounting
 
     settings = FederationSettings(n_rounds=4, batch_size=10, eps=5.0, noise="distributed", colluders=1)
     module = StiefelNet(seed=0)

@@ -17,7 +17,7 @@ from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
 from skfedriem.flower.deployment import apps  # noqa: E402
 from skfedriem.flower.deployment.apps import client_apps  # noqa: E402
-from skfedriem.privacy.units import PrivacyUnit
+from skfedriem.privacy.mechanisms.units import PrivacyUnit
 from skfedriem.privacy import PrivacyBudget  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:Round .* left out:RuntimeWarning")

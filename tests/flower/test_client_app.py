@@ -23,7 +23,7 @@ from skfedriem.flower.deployment.apps import client_apps
 from skfedriem.exceptions import InvalidInstructionsError, InvalidIterateError, PrivacyBudgetExceeded
 from skfedriem.models import PCAProjector
 from skfedriem.privacy import PrivacyAccountant, PrivacyBudget, clipped_gradient_diameter, private_gradient
-from skfedriem.privacy.subsampled_gaussian import DISCRETIZATION
+from skfedriem.privacy.accounting.subsampled_gaussian import DISCRETIZATION
 
 REFUSED_THETA = _REFUSALS[InvalidIterateError]
 REFUSED_INSTRUCTIONS = _REFUSALS[InvalidInstructionsError]
@@ -370,7 +370,7 @@ def test_a_sites_record_count_is_its_files_under_every_run_config(tmp_path, n_ba
 
 def test_a_record_the_run_cannot_compute_trains_as_a_zero_weight_record(tmp_path):
     from skfedriem.classification._base import IGNORED_TARGET
-    from skfedriem.privacy.gradients import per_record_gradients
+    from skfedriem.privacy.per_record.gradients import per_record_gradients
 
     data = tmp_path / "site.npz"
     X = _trials_with_bad_ones(1)
@@ -426,7 +426,7 @@ class _Draws:
     """Every standard normal the site draws, message by message."""
 
     def __init__(self, monkeypatch):
-        from skfedriem.privacy.randomness import SeededRandomness
+        from skfedriem.privacy.mechanisms.randomness import SeededRandomness
 
         self.messages: list[list[torch.Tensor]] = []
         normal = SeededRandomness.standard_normal

@@ -56,10 +56,10 @@ from skfedriem.models import PCAProjector, SecondMoment
 from skfedriem.models.pca import _PCAGradients
 from skfedriem.models.second_moment import _OuterProducts
 from skfedriem.privacy import PrivacyAccountant, PrivacyBudget
-from skfedriem.privacy import mechanism as mechanism_module
-from skfedriem.privacy.gradients import DenseGradients, record_norms
-from skfedriem.privacy.randomness import SeededRandomness
-from skfedriem.privacy.sampling import BatchSampler, PoissonSampler
+from skfedriem.privacy.mechanisms import mechanism as mechanism_module
+from skfedriem.privacy.per_record.gradients import DenseGradients, record_norms
+from skfedriem.privacy.mechanisms.randomness import SeededRandomness
+from skfedriem.privacy.mechanisms.sampling import BatchSampler, PoissonSampler
 
 from ..privacy.prv_reference import ReplaceOneSubsampledGaussian, SymmetrisedSubsampledGaussian, prv_epsilon
 

@@ -25,7 +25,7 @@ from skfedriem.flower.protocol.messages import encode_arrays, encode_instruction
 from skfedriem.flower.protocol import secure_rounds, secure_site  # noqa: E402
 from skfedriem.flower.protocol.secure_site import DistributedNoise  # noqa: E402
 from skfedriem.privacy import PrivacyBudget  # noqa: E402
-from skfedriem.privacy.discrete import DistributedEncoding  # noqa: E402
+from skfedriem.privacy.mechanisms.discrete import DistributedEncoding  # noqa: E402
 from skfedriem.secure_aggregation import ServerSession, SiteSession  # noqa: E402
 
 from .test_apps import SitesGrid  # noqa: E402

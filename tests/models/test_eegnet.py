@@ -103,7 +103,7 @@ def test_per_channel_scaling_centres_and_scales_each_channel(gen):
 
 def test_the_network_on_standardised_trials_is_the_same_network(gen):
     """The clients standardise each trial once per fit and train the rest: the same function, the same parameters."""
-    from skfedriem.privacy.capabilities import capabilities_of
+    from skfedriem.privacy.per_record.capabilities import capabilities_of
 
     net = EEGNet(4, 64, 2, F1=2, D=2, F2=4, kernel_length=8, generator=gen, dtype=torch.float64)
     mapping, head = capabilities_of(net).fixed_features(net)

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from skfedriem.models import PCAProjector
-from skfedriem.privacy.gradients import record_norms
-from skfedriem.privacy.mechanism import clip_factors
+from skfedriem.privacy.per_record.gradients import record_norms
+from skfedriem.privacy.mechanisms.mechanism import clip_factors
 
 
 @pytest.mark.parametrize("kind", ["stiefel", "grassmann"])
@@ -37,7 +37,7 @@ def test_each_scaled_record_in_closed_form_is_its_weighted_sum_alone(model):
     B weighted sums of one record each give (the generic route, 18x slower on Riemannian PCA), a record of factor
     0 holding inf a row of zeros."""
     from skfedriem.models import SecondMoment
-    from skfedriem.privacy.gradients import PerRecordGradients
+    from skfedriem.privacy.per_record.gradients import PerRecordGradients
 
     g = torch.Generator().manual_seed(0)
     X = torch.randn(3, 7, 5, generator=g, dtype=torch.float64)

@@ -10,8 +10,8 @@ from skfedriem.datasets import make_spd_classification
 from skfedriem.models import SPDNet
 from skfedriem.models.recentring import Recentre
 from skfedriem.privacy import per_sample_gradients, private_gradient
-from skfedriem.privacy.gradients import project_per_sample
-from skfedriem.privacy.per_sample import trainable_parameters
+from skfedriem.privacy.per_record.gradients import project_per_sample
+from skfedriem.privacy.per_record.per_sample import trainable_parameters
 
 
 def cross_entropy(output, target):

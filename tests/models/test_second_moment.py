@@ -11,7 +11,7 @@ from hypothesis.extra.numpy import arrays
 
 from skfedriem.models import SecondMoment
 from skfedriem.privacy import clipped_gradient_diameter
-from skfedriem.privacy.mechanism import clip_factors
+from skfedriem.privacy.mechanisms.mechanism import clip_factors
 
 
 def clipped_sum(X: np.ndarray, clip: float) -> torch.Tensor:

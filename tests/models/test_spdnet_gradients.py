@@ -9,8 +9,8 @@ from skfedriem.datasets import make_spd_classification
 from skfedriem.federated.lockstep import ClientStack
 from skfedriem.models import SPDNet
 from skfedriem.privacy import DenseGradients, layerwise_per_sample_gradients, per_sample_gradients
-from skfedriem.privacy.gradients import per_record_gradients, project_per_sample
-from skfedriem.privacy.per_sample import trainable_parameters
+from skfedriem.privacy.per_record.gradients import per_record_gradients, project_per_sample
+from skfedriem.privacy.per_record.per_sample import trainable_parameters
 
 
 def cross_entropy(output, target):

@@ -6,7 +6,7 @@ from pyriemann.geometry.distance import distance_riemann
 
 from skfedriem.datasets import make_spd_classification
 from skfedriem.models import TangentSpace, TangentSpaceLogistic
-from skfedriem.privacy.layerwise import supports_layerwise
+from skfedriem.privacy.per_record.layerwise import supports_layerwise
 
 
 def trace_normalised(X):

@@ -1,6 +1,6 @@
 """Independent accountants for cross-checks, built on prv-accountant.
 
-They share no code with skfedriem.privacy.subsampled_gaussian (which builds on
+They share no code with skfedriem.privacy.accounting.subsampled_gaussian (which builds on
 dp-accounting's connect-the-dots PLDs): here the privacy-loss variables are
 written down in closed form (docs: the method, privacy accounting) and composed by prv-accountant's own
 discretisation, with its error bounds.

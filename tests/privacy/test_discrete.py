@@ -1,4 +1,4 @@
-"""Distributed noise's encoding (privacy/discrete.py): grid, rounding bound, shares, modulus, decoding."""
+"""Distributed noise's encoding (privacy/mechanisms/discrete.py): grid, rounding bound, shares, modulus, decoding."""
 
 import math
 
@@ -10,10 +10,10 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from skfedriem.exceptions import InvalidInstructionsError
-from skfedriem.privacy.discrete import (DistributedEncoding, _conditional_round, decode_sum, encode_records,
+from skfedriem.privacy.mechanisms.discrete import (DistributedEncoding, _conditional_round, decode_sum, encode_records,
                                         padded_dimension, plan_encoding, rotate, rounding_bound, sum_releases,
                                         unrotate)
-from skfedriem.privacy.randomness import SecureRandomness, SeededRandomness
+from skfedriem.privacy.mechanisms.randomness import SecureRandomness, SeededRandomness
 
 
 def _source(seed=0):
@@ -155,7 +155,7 @@ def test_the_modulus_holds_the_planned_round():
 
 
 def test_clients_encoded_together_release_what_each_releases_alone():
-    from skfedriem.privacy.discrete import encode_clients
+    from skfedriem.privacy.mechanisms.discrete import encode_clients
 
     encoding = plan_encoding(45, 1.0, 120, 4, 1, lambda l2, l1: 4 * l2 ** 2).with_seed(2)
     rows = torch.randn(4, 30, 45, dtype=torch.float64) / 7

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from skfedriem.privacy import PrivacyAccountant
-from skfedriem.privacy.group import group_epsilon
-from skfedriem.privacy.subsampled_gaussian import gdp_epsilon
+from skfedriem.privacy.accounting.group import group_epsilon
+from skfedriem.privacy.accounting.subsampled_gaussian import gdp_epsilon
 
 DELTA = 1e-5
 
@@ -118,7 +118,7 @@ def test_a_ledgers_groups_survive_its_state_and_an_old_state_is_of_records():
 @pytest.mark.parametrize("eps, q, steps, k, sampling", [(4.0, 0.1, 300, 4, "fixed"), (1.0, 0.05, 400, 8, "poisson"),
                                                         (10.0, 1.0, 20, 2, "fixed")])
 def test_the_group_calibration_certifies_its_target_for_the_group(eps, q, steps, k, sampling):
-    from skfedriem.privacy.group import calibrate_group_mu0
+    from skfedriem.privacy.accounting.group import calibrate_group_mu0
 
     mu0 = calibrate_group_mu0(eps, DELTA, q, steps, k, sampling)
     ledger = PrivacyAccountant()

@@ -7,8 +7,8 @@ from torch import nn
 from skfedriem.datasets import make_spd_classification
 from skfedriem.models import SPDNet
 from skfedriem.privacy import layerwise_per_sample_gradients, per_sample_gradients, private_gradient
-from skfedriem.privacy.layerwise import supports_layerwise
-from skfedriem.privacy.randomness import SeededRandomness
+from skfedriem.privacy.per_record.layerwise import supports_layerwise
+from skfedriem.privacy.mechanisms.randomness import SeededRandomness
 
 
 def cross_entropy(output, target):

@@ -10,9 +10,9 @@ from scipy.stats import norm
 from skfedriem.manifolds import Grassmann, Stiefel
 from skfedriem.models import PCAProjector
 from skfedriem.privacy import DenseGradients, LoneClient, SeededRandomness, per_sample_gradients, private_gradient
-from skfedriem.privacy.gradients import project_per_sample
-from skfedriem.privacy.mechanism import clip_factors, noisy_release
-from skfedriem.privacy.per_sample import trainable_parameters
+from skfedriem.privacy.per_record.gradients import project_per_sample
+from skfedriem.privacy.mechanisms.mechanism import clip_factors, noisy_release
+from skfedriem.privacy.per_record.per_sample import trainable_parameters
 
 from .models import StiefelNet, cross_entropy, make_data
 
@@ -242,8 +242,8 @@ def test_closed_form_pca_norms_are_exact_off_the_manifold(kind, manifold):
 @pytest.mark.parametrize("dtype, scale", [(torch.float32, 1e-24), (torch.float64, 1e-169)])
 def test_gradients_whose_squares_underflow_are_still_clipped(dtype, scale):
     """Review finding: ‖g‖ computed as 0 for entries below √(smallest normal) let a server switch clipping off."""
-    from skfedriem.privacy.gradients import DenseGradients, record_norms
-    from skfedriem.privacy.mechanism import clip_factors
+    from skfedriem.privacy.per_record.gradients import DenseGradients, record_norms
+    from skfedriem.privacy.mechanisms.mechanism import clip_factors
 
     rows = torch.full((2, 3), scale / math.sqrt(3), dtype=dtype)
     assert torch.linalg.vector_norm(rows, dim=1).max() == 0  # what torch computes
@@ -267,8 +267,8 @@ def test_a_clip_or_noise_below_the_models_dtype_is_refused():
 
 
 def test_gradients_whose_squares_overflow_get_their_finite_norm():
-    from skfedriem.privacy.gradients import record_norms
-    from skfedriem.privacy.mechanism import clip_factors
+    from skfedriem.privacy.per_record.gradients import record_norms
+    from skfedriem.privacy.mechanisms.mechanism import clip_factors
 
     rows = torch.full((2, 4), 1e20, dtype=torch.float32)
     assert torch.isinf(torch.linalg.vector_norm(rows, dim=1)).all()  # what torch computes
@@ -279,7 +279,7 @@ def test_gradients_whose_squares_overflow_get_their_finite_norm():
 
 def test_record_norms_of_blocks_are_those_of_the_rows_and_each_row_is_its_own():
     """Blocks are the rows cut in pieces; a row recomputed (underflow, NaN) leaves the others' bits alone."""
-    from skfedriem.privacy.gradients import record_norms
+    from skfedriem.privacy.per_record.gradients import record_norms
 
     g = torch.Generator().manual_seed(0)
     a, b = torch.randn(5, 7, generator=g), torch.randn(5, 3, generator=g)
@@ -296,8 +296,8 @@ def test_record_norms_of_blocks_are_those_of_the_rows_and_each_row_is_its_own():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_a_clip_factor_that_would_be_subnormal_drops_the_record(dtype):
     """Review finding: C / ‖g‖ just above half the smallest subnormal rounds up to it, which scaled g to 1.96 C."""
-    from skfedriem.privacy.gradients import DenseGradients, record_norms
-    from skfedriem.privacy.mechanism import clip_factors
+    from skfedriem.privacy.per_record.gradients import DenseGradients, record_norms
+    from skfedriem.privacy.mechanisms.mechanism import clip_factors
 
     info = torch.finfo(dtype)
     clip = math.sqrt(info.tiny)  # the smallest clip a step accepts
@@ -313,8 +313,8 @@ def test_a_clip_factor_that_would_be_subnormal_drops_the_record(dtype):
 def test_blocks_of_two_dtypes_are_normed_in_the_wider_and_weighted_without_subnormals():
     """Review finding: float32 squares underflowed unseen next to a float64 block, and a float64 clip factor cast
     to a float32 block became a few-bit subnormal."""
-    from skfedriem.privacy.gradients import DenseGradients, record_norms
-    from skfedriem.privacy.mechanism import clip_factors
+    from skfedriem.privacy.per_record.gradients import DenseGradients, record_norms
+    from skfedriem.privacy.mechanisms.mechanism import clip_factors
 
     wide = torch.full((1, 10), 1e-140, dtype=torch.float64)
     narrow = torch.full((1, 1000), 2.5e-23, dtype=torch.float32)

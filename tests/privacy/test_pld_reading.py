@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from skfedriem.privacy.ledger import _steps_pld
-from skfedriem.privacy.pld_reading import deltas_for_epsilons, epsilon_for_delta
+from skfedriem.privacy.accounting.ledger import _steps_pld
+from skfedriem.privacy.accounting.pld_reading import deltas_for_epsilons, epsilon_for_delta
 
 CASES = [(0.5, 0.05, 200), (2.0, 1.0, 3), (0.05, 0.01, 5000), (8.0, 0.5, 10)]
 

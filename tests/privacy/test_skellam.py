@@ -1,4 +1,4 @@
-"""Rényi-DP accounting of subsampled Skellam steps (privacy/skellam.py), against independent accountants."""
+"""Rényi-DP accounting of subsampled Skellam steps (privacy/accounting/skellam.py), against independent accountants."""
 
 import math
 
@@ -10,7 +10,7 @@ from scipy import stats
 from scipy.special import logsumexp
 
 from skfedriem.privacy import PrivacyAccountant
-from skfedriem.privacy.skellam import (ORDERS, calibrate_skellam_variance, discrete_epsilon, gaussian_rdp,
+from skfedriem.privacy.accounting.skellam import (ORDERS, calibrate_skellam_variance, discrete_epsilon, gaussian_rdp,
                                        skellam_rdp, subsampled_rdp)
 
 

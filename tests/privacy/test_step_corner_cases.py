@@ -19,9 +19,9 @@ from skfedriem.federated.client_round import run_clients
 from skfedriem.federated.instructions import RoundInstructions
 from skfedriem.models import SPDNet
 from skfedriem.privacy import SeededRandomness, per_sample_gradients, private_gradient
-from skfedriem.privacy.gradients import DenseGradients, per_record_gradients, project_per_sample
-from skfedriem.privacy.mechanism import clip_factors, clip_margin
-from skfedriem.privacy.per_sample import trainable_parameters
+from skfedriem.privacy.per_record.gradients import DenseGradients, per_record_gradients, project_per_sample
+from skfedriem.privacy.mechanisms.mechanism import clip_factors, clip_margin
+from skfedriem.privacy.per_record.per_sample import trainable_parameters
 
 from .models import StiefelNet, cross_entropy, make_data
 
@@ -189,7 +189,7 @@ def test_a_structured_record_whose_factor_is_subnormal_in_its_blocks_dtype_contr
     scaled a crafted record to 1.96–2 C (a review found it in the PCA and second-moment closed forms)."""
     from skfedriem.models import PCAProjector, SecondMoment
     from skfedriem.privacy import LoneClient
-    from skfedriem.privacy.mechanism import clipped_sums
+    from skfedriem.privacy.mechanisms.mechanism import clipped_sums
 
     clip, smallest = (1e-7 if kind == "moment" else 1.0), 2.0 ** -149
     if kind == "moment":
@@ -330,7 +330,7 @@ def test_a_layer_the_step_does_not_know_keeps_every_record_apart_by_construction
     1.53 C and 1.08 C where one record may move it by C) took the layer-rule route, which reads the batch's
     gradient row by row. A layer the step does not know sends the model through torch.func, one record at a time:
     changing record 0 changes no other record's gradient (or the route refuses the layer outright)."""
-    from skfedriem.privacy.layerwise import layerwise_per_sample_gradients
+    from skfedriem.privacy.per_record.layerwise import layerwise_per_sample_gradients
 
     X, y = make_data(8)
     X = X.reshape(8, -1).double()

@@ -220,7 +220,7 @@ def test_the_closed_form_delta_is_dp_accountings_for_both_directions(mu0, q):
     import numpy as np
     from dp_accounting.pld import privacy_loss_mechanism as plm
 
-    from skfedriem.privacy.subsampled_gaussian import subsampled_gaussian_delta
+    from skfedriem.privacy.accounting.subsampled_gaussian import subsampled_gaussian_delta
 
     eps = np.concatenate([np.linspace(0, 5, 51), np.linspace(5, max(6, mu0 * mu0), 40)])
     library = np.maximum(*(np.asarray(plm.GaussianPrivacyLoss(1.0, sensitivity=mu0, sampling_prob=q,
@@ -236,8 +236,8 @@ def test_steps_of_very_different_mu0_share_one_grid_in_every_composition():
     """A wide step (μ0 = 8: its grid is coarser) and ordinary ones compose, in the ledger, in the per-round history
     (the wide one arriving second, which widens the grid and recomposes) and in group privacy; each reading is an
     upper bound of the steps' own, and the history's last value is the ledger's on the same grid."""
-    from skfedriem.privacy.group import group_epsilon
-    from skfedriem.privacy.subsampled_gaussian import DISCRETIZATION, grid_interval
+    from skfedriem.privacy.accounting.group import group_epsilon
+    from skfedriem.privacy.accounting.subsampled_gaussian import DISCRETIZATION, grid_interval
 
     assert grid_interval([(8.0, 0.64, 1)]) > grid_interval([(0.3, 0.1, 15)]) == DISCRETIZATION
     ledger = PrivacyAccountant()

@@ -11,8 +11,8 @@ from skfedriem.exceptions import InvalidInstructionsError
 from skfedriem.federated.client import ClientRecipe
 from skfedriem.federated.instructions import RoundInstructions, step_plan
 from skfedriem.privacy import PrivateManifoldOptimizer
-from skfedriem.privacy.mechanism import private_gradient
-from skfedriem.privacy.units import RECORD, PrivacyUnit, SubjectIndex, split_units, step_diameter, unit_count
+from skfedriem.privacy.mechanisms.mechanism import private_gradient
+from skfedriem.privacy.mechanisms.units import RECORD, PrivacyUnit, SubjectIndex, split_units, step_diameter, unit_count
 
 SUBJECT = PrivacyUnit("subject")
 
@@ -134,8 +134,8 @@ def test_subject_level_clients_never_run_in_lockstep():
 
 def test_each_step_samples_fresh_uniform_subjects():
     """Every subject of a client is drawn at rate B / n over many steps, and a step's subjects are distinct."""
-    from skfedriem.privacy.randomness import SeededRandomness
-    from skfedriem.privacy.sampling import FixedSizeSampler
+    from skfedriem.privacy.mechanisms.randomness import SeededRandomness
+    from skfedriem.privacy.mechanisms.sampling import FixedSizeSampler
 
     index = SubjectIndex(np.repeat(np.arange(10), np.arange(1, 11)))  # subjects of 1 to 10 trials
     sampler, randomness = FixedSizeSampler(10, 3), SeededRandomness(np.random.SeedSequence(0))
@@ -154,7 +154,7 @@ def test_each_step_samples_fresh_uniform_subjects():
 def test_every_subject_gives_exactly_k_of_its_own_records_a_round():
     """A subject with more than k records gives k distinct ones, drawn afresh each round (each record at rate
     k / n_s); one with fewer gives each of its own ⌊k / n_s⌋ times and some once more."""
-    from skfedriem.privacy.randomness import SeededRandomness
+    from skfedriem.privacy.mechanisms.randomness import SeededRandomness
 
     index, randomness = SubjectIndex(np.repeat(np.arange(4), [10, 2, 3, 4])), SeededRandomness(np.random.SeedSequence(0))
     owner = index.codes

@@ -8,7 +8,7 @@ the model's blocks stacked along a client axis (:class:`ClientStack`): one
 forward and backward pass, one batched eigendecomposition, for K clients,
 instead of K of each. The round routine is the one a lone client runs
 (:func:`~skfedriem.federated.client_round.run_round`), and so is the private
-step (:func:`~skfedriem.privacy.mechanism.private_step`): this package only
+step (:func:`~skfedriem.privacy.mechanisms.mechanism.private_step`): this package only
 makes the stack, checks it once (:func:`~skfedriem.federated.lockstep.check.check_stack`)
 and lays out Poisson batches at a public width (:mod:`~skfedriem.federated.lockstep.widths`).
 

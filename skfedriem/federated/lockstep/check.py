@@ -2,7 +2,7 @@
 
 Clipping, counting, noise and the projection are the private step's, the same
 code for a lone client and a stack
-(:func:`~skfedriem.privacy.mechanism.private_step`); what the construction
+(:func:`~skfedriem.privacy.mechanisms.mechanism.private_step`); what the construction
 cannot guarantee is what a layer's stacked forward and its rule compute. A
 layer that declares it stacks (:class:`~skfedriem.privacy.ModelCapabilities`)
 is taken at its word only after :func:`check_stack`: each client's outputs,
@@ -21,10 +21,10 @@ import functools
 import math
 import torch
 
-from ...privacy.apart import check_records_apart
-from ...privacy.copies import ClientCopies
-from ...privacy.gradients import per_record_gradients
-from ...privacy.per_sample import LossFn, trainable_parameters
+from ...privacy.per_record.apart import check_records_apart
+from ...privacy.per_record.copies import ClientCopies
+from ...privacy.per_record.gradients import per_record_gradients
+from ...privacy.per_record.per_sample import LossFn, trainable_parameters
 
 __all__ = ["CHECK_WIDTH", "check_stack"]
 

@@ -5,7 +5,7 @@ A module can be stacked when every submodule's
 its per-record rule if it has one, apply parameters of shape ``(K, *shape)``
 to inputs of shape ``(K, B, ...)``: torch's containers and element-wise
 activations, SPDNet's layers...) or give a stacked copy (``nn.Linear``'s
-:class:`~skfedriem.privacy.torch_layers.StackedLinear`), and nothing is hooked.
+:class:`~skfedriem.privacy.per_record.torch_layers.StackedLinear`), and nothing is hooked.
 The claim is checked once per stack (:func:`~skfedriem.federated.lockstep.check.check_stack`):
 each client's per-record gradients must be a lone copy's at that client's
 parameters. Any other module (e.g. EEGNet's convolutions) is differentiated by
@@ -21,10 +21,10 @@ import copy
 from torch import nn
 
 from ...manifolds import ManifoldParameter
-from ...privacy.capabilities import capabilities_of
-from ...privacy.hooks import has_hooks
-from ...privacy.layerwise import supports_layerwise
-from ...privacy.units import RECORD, PrivacyUnit
+from ...privacy.per_record.capabilities import capabilities_of
+from ...privacy.per_record.hooks import has_hooks
+from ...privacy.per_record.layerwise import supports_layerwise
+from ...privacy.mechanisms.units import RECORD, PrivacyUnit
 from ..optimizers import is_elementwise
 
 __all__ = ["lockstep_eligible", "stacked_gradients_available", "stacked_module", "stacked_parameter",

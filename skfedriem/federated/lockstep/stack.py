@@ -6,8 +6,8 @@ every trainable block stacked along a new leading client axis, ``(K, *shape)``,
 their K forward and backward passes become one: a batch of shape
 ``(K, B, ...)`` goes through a model whose layers apply client k's
 parameters to client k's records (one batched ``eigh`` for SPDNet instead of
-K). The stack is a :class:`~skfedriem.privacy.copies.ClientCopies`: the one
-private step (:func:`~skfedriem.privacy.mechanism.private_step`) clips,
+K). The stack is a :class:`~skfedriem.privacy.per_record.copies.ClientCopies`: the one
+private step (:func:`~skfedriem.privacy.mechanisms.mechanism.private_step`) clips,
 counts, noises and projects for it as for a lone client, so what is left to
 the stack is to compute every record's gradient as a lone copy would:
 
@@ -29,11 +29,11 @@ import torch
 from torch import nn
 
 from ...manifolds import ManifoldParameter, manifold_of
-from ...privacy.capabilities import capabilities_of
-from ...privacy.copies import ClientCopies, check_private_dtypes
-from ...privacy.gradients import PerRecordGradients, StackedDenseGradients, first_route
-from ...privacy.layerwise import layerwise_per_sample_gradients
-from ...privacy.per_sample import LossFn, per_sample_gradients, trainable_parameters
+from ...privacy.per_record.capabilities import capabilities_of
+from ...privacy.per_record.copies import ClientCopies, check_private_dtypes
+from ...privacy.per_record.gradients import PerRecordGradients, StackedDenseGradients, first_route
+from ...privacy.per_record.layerwise import layerwise_per_sample_gradients
+from ...privacy.per_record.per_sample import LossFn, per_sample_gradients, trainable_parameters
 from .check import check_stack
 from .modules import stacked_module, stacked_parameter, stacking_obstacle, supports_stacking
 

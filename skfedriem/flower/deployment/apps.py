@@ -87,7 +87,7 @@ from sklearn.base import is_classifier
 
 from ...federated import ClientRecipe, TrainingState
 from ...federated.fixed_features import on_fixed_features
-from ...privacy.units import PrivacyUnit
+from ...privacy.mechanisms.units import PrivacyUnit
 from ..protocol.client_app import DEFAULT_MAX_EPSILON, ClientSetup, SiteGuard, make_client_app
 from ..protocol.messages import FlowerTransport, NodeDirectory
 from ..protocol.secure_site import DistributedNoise

@@ -27,9 +27,9 @@ from ...federated.client import ClientRecipe, ClientState
 from ...federated import client_round
 from ...federated.instructions import check_iterate, step_plan
 from ...privacy import PrivacyBudget, get_accounting
-from ...privacy.randomness import SecureRandomness
-from ...privacy.subsampled_gaussian import DISCRETIZATION, MIN_DELTA
-from ...privacy.step_plan import StepPlan
+from ...privacy.mechanisms.randomness import SecureRandomness
+from ...privacy.accounting.subsampled_gaussian import DISCRETIZATION, MIN_DELTA
+from ...privacy.mechanisms.step_plan import StepPlan
 from .errors import FAILED, error_reply
 from .records import decode_arrays, decode_instructions, encode_arrays
 from .replies import ReplyCache

@@ -10,7 +10,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord
 
 from ...exceptions import InvalidInstructionsError
 from ...federated.instructions import RoundInstructions
-from ...privacy.discrete import DistributedEncoding
+from ...privacy.mechanisms.discrete import DistributedEncoding
 
 __all__ = ["decode_arrays", "decode_instructions", "encode_arrays", "encode_instructions"]
 

@@ -48,7 +48,7 @@ from ...exceptions import InvalidInstructionsError
 from ...federated import client_round
 from ...federated.client import ClientState
 from ...federated.instructions import ENCODED_RELEASE, RoundInstructions, check_iterate, step_plan
-from ...privacy.discrete import DistributedEncoding
+from ...privacy.mechanisms.discrete import DistributedEncoding
 from ...secure_aggregation import Binding, SignedKeys, SiteIdentity, SiteSession, threshold
 from ...secure_aggregation.crypto import load_signing_key, read_roster
 from .records import decode_arrays, decode_instructions, encode_arrays

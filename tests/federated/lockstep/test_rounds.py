@@ -15,8 +15,8 @@ from skfedriem.federated.client_round import lockstep_groups, run_clients, run_r
 from skfedriem.federated.optimizers import register_optimizer
 from skfedriem.federated.parallel import ParallelTransport
 from skfedriem.privacy import ModelCapabilities
-from skfedriem.privacy.units import PrivacyUnit
-from skfedriem.privacy.mechanism import private_step
+from skfedriem.privacy.mechanisms.units import PrivacyUnit
+from skfedriem.privacy.mechanisms.mechanism import private_step
 from skfedriem.models import BiMap, EEGNet, LogEig, PCAProjector, SPDNet, TangentSpaceLogistic
 from skfedriem.federated.lockstep import ClientStack, stacked_gradients_available, supports_stacking
 

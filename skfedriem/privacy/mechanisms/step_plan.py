@@ -16,9 +16,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from numbers import Integral, Real
 
-from ..exceptions import InvalidInstructionsError
+from ...exceptions import InvalidInstructionsError
 from .discrete import DistributedEncoding
-from .ledger import PrivacyAccountant
+from ..accounting.ledger import PrivacyAccountant
 from .sampling import BatchSampler, make_sampler
 from .units import RECORD, PrivacyUnit
 
@@ -153,7 +153,7 @@ class StepPlan:
         rate overflow, and a release charged at a vanishing μ0 would come out
         infinite.
     unit : PrivacyUnit, default=RECORD
-        What the steps protect (:mod:`skfedriem.privacy.units`): a record; a
+        What the steps protect (:mod:`skfedriem.privacy.mechanisms.units`): a record; a
         subject with all its records (one of ``n_records`` is a subject, the
         sampler draws subjects, and B, q and every charge count them); or,
         with ``records_per_subject`` k, a subject holding exactly k of the
@@ -167,7 +167,7 @@ class StepPlan:
         at most 1, so the step's release is a Gaussian mechanism on the pair
         (mean gradient, count) whose μ0 is √(μ_g² + 1/σ_b²) (:attr:`mu0`).
     encoding : DistributedEncoding, optional
-        Distributed noise (:mod:`skfedriem.privacy.discrete`): the one step
+        Distributed noise (:mod:`skfedriem.privacy.mechanisms.discrete`): the one step
         (τ = 1) releases the clipped sum on the encoding's grid plus the
         client's share of the noise, ``noise_std`` is 0 and there is no count.
         Its charges are the Skellam mechanism's: :meth:`release` the sum of

@@ -1,6 +1,6 @@
 """torch's own layers as the private step knows them: containers, ``nn.Linear`` and element-wise activations.
 
-Registered with :func:`~skfedriem.privacy.capabilities.register_capabilities`
+Registered with :func:`~skfedriem.privacy.per_record.capabilities.register_capabilities`
 when :mod:`skfedriem.privacy` is imported:
 
 * containers (``nn.Sequential``, ``nn.Identity``, ``nn.ModuleList``,

@@ -8,9 +8,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from .copies import LoneClient
+from ..per_record.copies import LoneClient
 from .mechanism import private_step
-from .per_sample import LossFn
+from ..per_record.per_sample import LossFn
 from .randomness import SecretRandomness, SeededRandomness
 
 __all__ = ["PrivateManifoldOptimizer"]
@@ -42,7 +42,7 @@ class PrivateManifoldOptimizer:
         The client's secret source of noise; default fresh OS entropy.
     count_noise_std : float, default=0.0
         σ_b > 0: every step also releases the noisy count of its unclipped
-        records (:func:`~skfedriem.privacy.mechanism.noisy_clipped_count`),
+        records (:func:`~skfedriem.privacy.mechanisms.mechanism.noisy_clipped_count`),
         appended to :attr:`noisy_counts` (adaptive clipping).
 
     Examples

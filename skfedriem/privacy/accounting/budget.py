@@ -30,8 +30,8 @@ from collections.abc import Callable
 from numbers import Integral, Real
 from pathlib import Path
 
-from .._utils.compat import Interval, validate_params
-from ..exceptions import PrivacyBudgetExceeded
+from ..._utils.compat import Interval, validate_params
+from ...exceptions import PrivacyBudgetExceeded
 from .accounting_methods import ChargedRun, RunAccounting, get_accounting
 from .ledger import PrivacyAccountant
 from .subsampled_gaussian import DISCRETIZATION, MAX_EPSILON, MIN_DELTA

@@ -4,7 +4,7 @@ The step needs only each record's norm over all blocks and weighted sums over
 records (:class:`PerRecordGradients`). A lone client's gradients come from the
 first route that applies to its model (:func:`per_record_gradients`): the
 model's closed form (:attr:`~skfedriem.privacy.ModelCapabilities.tangent_gradients`),
-per-layer rules after one backward pass (:mod:`skfedriem.privacy.layerwise`),
+per-layer rules after one backward pass (:mod:`skfedriem.privacy.per_record.layerwise`),
 or ``torch.func`` for any module. Every container here may carry a leading
 client axis (K clients in lockstep, :mod:`skfedriem.federated.lockstep`), and
 :func:`with_client_axis` gives a lone client's gradients one of size 1, so the
@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-from ..manifolds import manifold_of
+from ...manifolds import manifold_of
 from .capabilities import capabilities_of
 from .layerwise import layerwise_per_sample_gradients
 from .per_sample import LossFn, per_sample_gradients, trainable_parameters
@@ -37,7 +37,7 @@ def record_norms(rows: torch.Tensor | Sequence[torch.Tensor]) -> torch.Tensor:
     Rows are normed in the widest of their dtypes and float64: float32 and
     narrower entries then square without underflow or overflow, and the norm's
     rounding (relative, about D·2⁻⁵³ for D entries) stays far below what the
-    clip factor's margin covers (:func:`~skfedriem.privacy.mechanism.clip_factors`).
+    clip factor's margin covers (:func:`~skfedriem.privacy.mechanisms.mechanism.clip_factors`).
     In float64 a row's plain norm is kept only where it is finite and large
     enough that squares lost to underflow cannot move it by more than rounding
     (‖g‖² ≥ 4 D · tiny / ε); every other row is computed again with its entries
@@ -235,7 +235,7 @@ def with_client_axis(gradients: PerRecordGradients) -> PerRecordGradients:
 
 def _weights_in(weights: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """``weights`` in a block's dtype, a weight that would be subnormal there 0 (a clip factor from float64 norms,
-    cast to a narrower block's, must not become a few-bit subnormal: see :func:`~skfedriem.privacy.mechanism.clip_factors`)."""
+    cast to a narrower block's, must not become a few-bit subnormal: see :func:`~skfedriem.privacy.mechanisms.mechanism.clip_factors`)."""
     cast = weights.to(dtype)
     return torch.where(cast.abs() < torch.finfo(dtype).tiny, 0.0, cast) if dtype.is_floating_point else cast
 

@@ -2,7 +2,7 @@
 
 A hook can change what a layer returns or reads. A route to per-record
 gradients that works from the layers' own maps (a closed form, the layer rules
-of :mod:`skfedriem.privacy.layerwise`, a stacked copy) then computes something
+of :mod:`skfedriem.privacy.per_record.layerwise`, a stacked copy) then computes something
 other than the model; ``torch.func`` calls the module as it is, hooks
 included, so it is the route such a module takes.
 """

@@ -24,7 +24,7 @@ import math
 
 import numpy as np
 
-from .._utils.compat import dense_pmfs
+from ..._utils.compat import dense_pmfs
 from .pld_reading import deltas_for_epsilons, epsilon_for_delta
 from .subsampled_gaussian import MIN_DELTA
 
@@ -83,7 +83,7 @@ def _lemma_group_epsilon(composed, group_size: int, delta: float) -> float:
     """The generic lemma's ε: the least k ε(δ') over the run's curve with k e^{(k−1) ε(δ')} δ' ≤ δ (Dwork & Roth,
     2014, Theorem 2.2). Also an upper bound, and the tighter one where the tradeoff grid runs out.
 
-    The search over 40 δ' reads the curve fast (:func:`~skfedriem.privacy.pld_reading.epsilon_for_delta`); the
+    The search over 40 δ' reads the curve fast (:func:`~skfedriem.privacy.accounting.pld_reading.epsilon_for_delta`); the
     value returned is the library's own ε at the best δ', which must meet the lemma's condition itself."""
     _, error = _curve_error(composed)
     record_deltas = np.logspace(math.log10(MIN_DELTA), math.log10(delta / group_size), 40)

@@ -13,7 +13,7 @@ model is answered by :func:`capabilities_of`:
   private step's first route);
 * ``per_record_rule`` (a layer): each record's gradient of the layer's own
   parameters from its input and output gradient, after one backward pass of
-  the batch (:mod:`skfedriem.privacy.layerwise`);
+  the batch (:mod:`skfedriem.privacy.per_record.layerwise`);
 * ``stacks`` and ``stacked``: the layer applies K clients' parameters
   ``(K, *shape)`` to their records ``(K, B, ...)`` itself, or ``stacked(layer)``
   is a copy that does (clients in lockstep, :mod:`skfedriem.federated.lockstep`);

@@ -11,7 +11,7 @@ from numbers import Integral, Real
 
 import numpy as np
 
-from .._utils.compat import Interval, StrOptions, validate_params
+from ..._utils.compat import Interval, StrOptions, validate_params
 from .chaining import chained_epsilon
 from .pld_reading import epsilon_for_delta
 from .skellam import discrete_epsilon
@@ -36,7 +36,7 @@ class _Entry:
 
     @property
     def rdp_kind(self) -> tuple:
-        """This step as :func:`~skfedriem.privacy.skellam.discrete_epsilon` reads it."""
+        """This step as :func:`~skfedriem.privacy.accounting.skellam.discrete_epsilon` reads it."""
         if self.skellam:
             return ("skellam", *self.skellam, self.sample_rate)
         return ("gaussian", self.mu0, self.sample_rate)
@@ -53,22 +53,22 @@ class PrivacyAccountant:
     it is recorded like any other and makes every ε that includes it infinite.
 
     Every step carries what it protects, its
-    :class:`~skfedriem.privacy.units.PrivacyUnit` (``unit``: ``"record"`` or
+    :class:`~skfedriem.privacy.mechanisms.units.PrivacyUnit` (``unit``: ``"record"`` or
     ``"subject"``, and ``group_size``). k is how many of its records one
     protected unit may own: 1 for a record-level step and for a subject-level
     step that samples subjects; k for a subject-level step that samples
     records, each subject holding exactly k of them (``records_per_subject``).
     The ledger's ε is then for substituting one such unit: group privacy over
     the largest k of every step recorded
-    (:func:`~skfedriem.privacy.chaining.chained_epsilon` of the composition;
+    (:func:`~skfedriem.privacy.accounting.chaining.chained_epsilon` of the composition;
     docs: what is protected). Every step with a smaller k fits the same chain,
     as a unit owning fewer of its records.
 
     A step of distributed noise (``skellam=(V, Δ2, Δ1)``: the Skellam
-    mechanism of :mod:`skfedriem.privacy.discrete`, its ``mu0`` the
+    mechanism of :mod:`skfedriem.privacy.mechanisms.discrete`, its ``mu0`` the
     Gaussian's Δ2 / √V at the same variance, for display) has no
     privacy-loss distribution here: a ledger holding one composes all its
-    steps by Rényi DP (:func:`~skfedriem.privacy.skellam.discrete_epsilon`),
+    steps by Rényi DP (:func:`~skfedriem.privacy.accounting.skellam.discrete_epsilon`),
     an upper bound too, looser than the PLD of Gaussian steps alone.
 
     Examples

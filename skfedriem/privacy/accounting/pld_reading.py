@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from .._utils.compat import DensePMF, dense_pmfs
+from ..._utils.compat import DensePMF, dense_pmfs
 
 __all__ = ["deltas_for_epsilons", "epsilon_for_delta"]
 

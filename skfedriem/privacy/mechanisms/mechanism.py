@@ -15,7 +15,7 @@ Projecting the noise alone would not be safe off the manifold: there P_θ can
 shrink the noise in a direction where a clipped gradient keeps its full norm.
 
 :func:`private_step` is the step, for the K clients of any
-:class:`~skfedriem.privacy.copies.ClientCopies`; each client's records,
+:class:`~skfedriem.privacy.per_record.copies.ClientCopies`; each client's records,
 clipping, sum, noise (drawn by :func:`draw_noise`, from its own secret
 randomness) and projection are its own, so client k's release is what it
 releases alone. :func:`private_gradient` is a lone client's step on its own model.
@@ -38,11 +38,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from .capabilities import capabilities_of
-from .apart import check_records_apart
-from .copies import PRIVATE_DTYPES, ClientCopies, LoneClient
-from .gradients import PerRecordGradients, subject_means
-from .per_sample import LossFn
+from ..per_record.capabilities import capabilities_of
+from ..per_record.apart import check_records_apart
+from ..per_record.copies import PRIVATE_DTYPES, ClientCopies, LoneClient
+from ..per_record.gradients import PerRecordGradients, subject_means
+from ..per_record.per_sample import LossFn
 from .randomness import SecretRandomness, SeededRandomness
 
 __all__ = ["check_count", "clip_factors", "clip_margin", "clipped_gradient_diameter", "clipped_records", "clipped_sums",
@@ -240,7 +240,7 @@ def clipped_records(copies: ClientCopies, loss_fn: LossFn, batch: tuple[torch.Te
     subject's mean instead under subject-level privacy, and the factor
     min(1, C (1 − m) / ‖g‖) that scales it within C in its blocks' dtype.
     Local noise sums the scaled records (:func:`clipped_sums`); distributed
-    noise rounds each of them (:func:`~skfedriem.privacy.distributed.distributed_release`).
+    noise rounds each of them (:func:`~skfedriem.privacy.mechanisms.distributed.distributed_release`).
 
     Parameters
     ----------
@@ -358,7 +358,7 @@ def private_step(copies: ClientCopies, loss_fn: LossFn, passes: list[Pass], *, c
         The K clients' models at their iterates.
     loss_fn : callable
         ``loss_fn(output, *targets)`` -> one loss per record, reading that
-        record alone (:func:`~skfedriem.privacy.apart.check_records_apart`).
+        record alone (:func:`~skfedriem.privacy.per_record.apart.check_records_apart`).
     passes : list of (batch, real)
         Client k's records of this step (usually one pass; clients that sample
         by Poisson in a stack, several of a public width, padded).
@@ -373,7 +373,7 @@ def private_step(copies: ClientCopies, loss_fn: LossFn, passes: list[Pass], *, c
         Adaptive clipping: client k's :func:`noisy_clipped_count` of the step
         is appended to ``counts[k]``, drawn after its gradient's noise.
     segments : torch.Tensor of int, optional
-        A subject-level step (:mod:`skfedriem.privacy.units`): each subject's
+        A subject-level step (:mod:`skfedriem.privacy.mechanisms.units`): each subject's
         z is the mean of its records' gradients, clipped, summed, counted and
         noised as a record's gradient is, and B counts subjects.
 

@@ -15,7 +15,7 @@ This check guards the routes that read a batch's gradient row by row; it
 is not what keeps an unknown layer's records apart. A model with a layer the
 private step does not know (no per-record rule, not declared to stack) never
 takes those routes: its records go through ``torch.func`` one at a time
-(:mod:`~skfedriem.privacy.layerwise`), where no layer can couple them.
+(:mod:`~skfedriem.privacy.per_record.layerwise`), where no layer can couple them.
 
 A check run once sees one draw of a model that draws randomness in its
 forward pass: a layer that mixes a record with a random partner now and then

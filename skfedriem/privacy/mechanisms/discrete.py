@@ -26,7 +26,7 @@ The Skellam mechanism (Agarwal, Kairouz & Liu, NeurIPS 2021) rather than the
 distributed discrete Gaussian: a sum of independent Skellams is exactly a
 Skellam, so the shares of any K − t honest clients add up to exactly the
 noise one curator would add (Sk(λ(K − t), λ(K − t))), and its Rényi DP has a
-closed form (:mod:`skfedriem.privacy.skellam`); a sum of discrete Gaussians
+closed form (:mod:`skfedriem.privacy.accounting.skellam`); a sum of discrete Gaussians
 is only close to one, and its accounting carries that gap.
 
 The server reduces the sum to centred representatives, divides by s,
@@ -51,7 +51,7 @@ import numpy as np
 import torch
 from scipy.linalg import hadamard
 
-from ..exceptions import InvalidInstructionsError
+from ...exceptions import InvalidInstructionsError
 from .randomness import SecretRandomness
 
 __all__ = ["MAX_BITS", "ROUNDING_BETA", "WRAP_PROBABILITY", "DistributedEncoding", "decode_sum", "encode_clients",

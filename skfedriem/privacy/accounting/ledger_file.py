@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from .._utils.files import write_atomically
+from ..._utils.files import write_atomically
 
 __all__ = ["locked_ledger", "read_ledger"]
 

@@ -20,7 +20,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .._utils.registry import Registry, registered_name
+from ..._utils.registry import Registry, registered_name
 from .group import calibrate_group_mu0, group_epsilon
 from .ledger import PrivacyAccountant, RunningEpsilon
 from .skellam import calibrate_skellam_variance
@@ -232,13 +232,13 @@ class WholeRunAccounting(RunAccounting):
 
     def calibrate(self, eps, delta, *, sample_rate, steps_per_round, n_rounds, sampling, group_size=1):
         """The largest μ0 certifying (ε, δ) over the run, for a unit owning ``group_size`` of its records
-        (:func:`~skfedriem.privacy.group.calibrate_group_mu0`; 1: :func:`~skfedriem.privacy.calibrate_mu0`)."""
+        (:func:`~skfedriem.privacy.accounting.group.calibrate_group_mu0`; 1: :func:`~skfedriem.privacy.calibrate_mu0`)."""
         if group_size > 1:
             return calibrate_group_mu0(eps, delta, sample_rate, n_rounds * steps_per_round, group_size, sampling)
         return calibrate_mu0(eps, delta, sample_rate, n_rounds * steps_per_round, sampling)
 
     def calibrate_variance(self, eps, delta, *, sample_rate, n_steps, sampling, l2, l1):
-        """V by Rényi DP of the subsampled Skellam mechanism (:func:`~skfedriem.privacy.skellam.calibrate_skellam_variance`;
+        """V by Rényi DP of the subsampled Skellam mechanism (:func:`~skfedriem.privacy.accounting.skellam.calibrate_skellam_variance`;
         Poisson and fixed-size sampling alike, substitution of one record)."""
         return calibrate_skellam_variance(eps, delta, sample_rate, n_steps, lambda: (l2, l1))
 

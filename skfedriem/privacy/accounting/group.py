@@ -5,7 +5,7 @@ A run is f-DP for the tradeoff function f of its ledger (the composition its
 accountant certifies); by group privacy (Dong, Roth & Su 2022, Gaussian
 differential privacy, Theorem 2.14) it is then g_k = 1 − (1 − f)^{∘k}-DP for
 any two federations that differ by substituting k records, whatever those
-records are and wherever they sit (:func:`~skfedriem.privacy.chaining.chained_epsilon`:
+records are and wherever they sit (:func:`~skfedriem.privacy.accounting.chaining.chained_epsilon`:
 tests compare it with the exact k μ of a Gaussian mechanism, within ln 1.03 up
 to k μ ≈ 3). For a μ-GDP run this is (k μ)-GDP: a subject with 288 trials at
 μ = 0.5 is protected as a single trial at μ = 144 would be, that is, not at
@@ -25,7 +25,7 @@ import math
 from functools import lru_cache
 from numbers import Integral, Real
 
-from .._utils.compat import Interval, StrOptions, validate_params
+from ..._utils.compat import Interval, StrOptions, validate_params
 from .chaining import chained_epsilon
 from .ledger import PrivacyAccountant, _steps_pld
 from .subsampled_gaussian import DISCRETIZATION, MAX_EPSILON, MIN_DELTA, calibrate_mu0, grid_interval

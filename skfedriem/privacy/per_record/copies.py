@@ -1,6 +1,6 @@
 """K clients' copies of a model, as the private step runs on them; a lone client is the case K = 1.
 
-The private step (:func:`~skfedriem.privacy.mechanism.private_step`) reads
+The private step (:func:`~skfedriem.privacy.mechanisms.mechanism.private_step`) reads
 a model only through :class:`ClientCopies`: the clients' iterates, stacked
 along a leading client axis ``(K, *shape)``, their outputs on their records
 ``(K, B, ...)``, every record's tangent gradient and, without privacy, the
@@ -19,7 +19,7 @@ from abc import ABC, abstractmethod
 import torch
 from torch import nn
 
-from ..manifolds import Manifold, manifold_of, project_parameters_
+from ...manifolds import Manifold, manifold_of, project_parameters_
 from .gradients import PerRecordGradients, per_record_gradients, with_client_axis
 from .per_sample import LossFn, trainable_parameters
 
@@ -72,7 +72,7 @@ class ClientCopies(ABC):
     blocks: dict[str, nn.Parameter]
     manifolds: dict[str, Manifold]
     parameters: list[nn.Parameter]
-    #: The loss :func:`~skfedriem.privacy.apart.check_records_apart` last passed these copies with.
+    #: The loss :func:`~skfedriem.privacy.per_record.apart.check_records_apart` last passed these copies with.
     _apart: object = None
 
     @abstractmethod

@@ -14,7 +14,7 @@ q = B / (subjects at the client) and every charge are the record mode's with
 and gives the least noisy mean; a subject's gradient costs its number of
 records in per-record gradients.
 
-The mean is :func:`~skfedriem.privacy.mechanism.subject_means`. A client's records then carry their subject: the last tensor of its
+The mean is :func:`~skfedriem.privacy.mechanisms.mechanism.subject_means`. A client's records then carry their subject: the last tensor of its
 ``(inputs, *targets, subjects)`` holds each record's subject code, 0 to n−1.
 
 With ``records_per_subject=k`` (example-level sampling charged per subject,

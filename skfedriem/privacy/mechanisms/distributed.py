@@ -1,11 +1,11 @@
 """The private step with distributed noise: every client's clipped records encoded, summed and given its noise share.
 
-:func:`distributed_release` is :func:`~skfedriem.privacy.mechanism.private_step`'s
+:func:`distributed_release` is :func:`~skfedriem.privacy.mechanisms.mechanism.private_step`'s
 counterpart for ``noise="distributed"``, for the same K clients: the same
-per-record gradients and clip factors (:func:`~skfedriem.privacy.mechanism.clipped_records`),
+per-record gradients and clip factors (:func:`~skfedriem.privacy.mechanisms.mechanism.clipped_records`),
 then each client's clipped records rounded one by one on the round's public
 grid and summed, plus the client's Skellam share drawn from its own secret
-randomness (:func:`~skfedriem.privacy.discrete.encode_records`). What client
+randomness (:func:`~skfedriem.privacy.mechanisms.discrete.encode_records`). What client
 k releases depends only on its own records and randomness, whatever K is.
 """
 
@@ -14,11 +14,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .apart import check_records_apart
-from .copies import ClientCopies
+from ..per_record.apart import check_records_apart
+from ..per_record.copies import ClientCopies
 from .discrete import DistributedEncoding, encode_clients
 from .mechanism import Pass, check_record_dtypes, clipped_records, full_precision
-from .per_sample import LossFn
+from ..per_record.per_sample import LossFn
 from .randomness import SecretRandomness
 
 __all__ = ["distributed_release"]

@@ -42,7 +42,7 @@ from dp_accounting.pld import privacy_loss_mechanism as plm
 from scipy.optimize import brentq
 from scipy.stats import norm
 
-from .._utils.compat import Interval, StrOptions, validate_params
+from ..._utils.compat import Interval, StrOptions, validate_params
 
 __all__ = [
     "DISCRETIZATION",
