@@ -323,30 +323,28 @@ class _CoupledBackward(nn.Module):
         return _RollGradient.apply(x)
 
 
-@pytest.mark.parametrize("layer", [_CoupledWithGrad, _CoupledBackward, lambda: _RandomPartner(source="numpy")],
-                         ids=["with autograd on", "in backward", "random partner"])
-def test_a_layer_the_step_does_not_know_keeps_every_record_apart_by_construction(layer):
-    """The review's evasions of the check (coupling with autograd on, or in backward; the clipped sum moved by
-    1.53 C and 1.08 C where one record may move it by C) took the layer-rule route, which reads the batch's
-    gradient row by row. A layer the step does not know sends the model through torch.func, one record at a time:
-    changing record 0 changes no other record's gradient (or the route refuses the layer outright)."""
-    from skfedriem.privacy.per_record.layerwise import layerwise_per_sample_gradients
+@pytest.mark.parametrize("layer", [_CoupledWithGrad, _CoupledBackward], ids=["with autograd on", "in backward"])
+def test_a_layer_that_couples_records_only_in_their_gradients_is_refused(layer, monkeypatch):
+    """The review's evasions of the check of outputs: a layer coupling records only with autograd on, or only in
+    its backward pass, moved a clipped sum by 1.53 C and 1.08 C where one record may move it by C. A few records'
+    gradients alone, by the step's route, against their rows of the batch's: refused; without that comparison the
+    step runs, and changing record 0 moves another record's gradient."""
+    from skfedriem.privacy.per_record import apart
 
     X, y = make_data(8)
     X = X.reshape(8, -1).double()
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(X.shape[1], 6), layer(), nn.Tanh(), nn.Linear(6, 3)).double()
-    assert layerwise_per_sample_gradients(net, cross_entropy, (X, y)) is None
+    with pytest.raises(ValueError, match="record 0's gradient differs when it is alone"):
+        private_gradient(net, cross_entropy, (X, y), clip=1.0, noise_std=0.0, denominator=8)
+    monkeypatch.setattr(apart, "_coupled_gradient", lambda *args: None)
+    private_gradient(net, cross_entropy, (X, y), clip=1.0, noise_std=0.0, denominator=8)
     moved = X.clone()
     moved[0] = -3 * X[0]
-    try:
-        before, after = (per_record_gradients(net, cross_entropy, (data, y)) for data in (X, moved))
-    except RuntimeError:  # torch.func cannot run the layer on one record: refused, not coupled
-        return
-    weights = torch.ones(8, dtype=torch.float64)
-    weights[0] = 0.0
-    for name, total in before.weighted_sum(weights).items():
-        torch.testing.assert_close(after.weighted_sum(weights)[name], total, rtol=1e-12, atol=1e-12)
+    before, after = (per_record_gradients(net, cross_entropy, (data, y)) for data in (X, moved))
+    weights = torch.zeros(8, dtype=torch.float64)
+    weights[1] = 1.0
+    assert not torch.allclose(before.weighted_sum(weights)["0.weight"], after.weighted_sum(weights)["0.weight"])
 
 
 def test_a_clip_below_the_dtypes_smallest_normal_root_is_refused():

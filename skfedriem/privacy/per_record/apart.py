@@ -11,11 +11,10 @@ loss, :func:`check_records_apart` computes every record's loss and output
 gradient alone and a few records' outputs alone, and compares them with their
 rows in the batch, up to rounding at the dtype's resolution.
 
-This check guards the routes that read a batch's gradient row by row; it
-is not what keeps an unknown layer's records apart. A model with a layer the
-private step does not know (no per-record rule, not declared to stack) never
-takes those routes: its records go through ``torch.func`` one at a time
-(:mod:`~skfedriem.privacy.per_record.layerwise`), where no layer can couple them.
+Outputs and output gradients do not show a layer that couples records only
+with autograd on, or only in its backward pass. So a few records' parameter
+gradients are also computed alone, by the route the step takes, and compared
+with their rows of the batch's.
 
 A check run once sees one draw of a model that draws randomness in its
 forward pass: a layer that mixes a record with a random partner now and then
@@ -99,7 +98,7 @@ def _coupled_output(copies: ClientCopies, inputs: torch.Tensor, outputs: torch.T
     resolution = _resolution(outputs.dtype)
     finite = torch.isfinite(outputs)
     scale = float(outputs[finite].abs().max()) if bool(finite.any()) else 1.0
-    for z in sorted({round(i * (width - 1) / (OUTPUT_CHECKS - 1)) for i in range(OUTPUT_CHECKS)}):
+    for z in _checked_records(width):
         try:
             with torch.no_grad():
                 alone = copies.outputs(inputs[:, z:z + 1])[:, 0]
@@ -176,4 +175,35 @@ def check_records_apart(copies: ClientCopies, loss_fn: LossFn, batch: tuple[torc
                          "differs when the record is alone (a loss centred on the batch, or scaled by its size, is "
                          "not per record). The private step clips each record's gradient on its own, which needs "
                          "loss_fn(output, *targets)[z] to read record z's output and targets only.")
+    record = _coupled_gradient(copies, loss_fn, batch)
+    if record is not None:
+        raise ValueError(f"The model couples the records of a batch: record {record}'s gradient differs when it is "
+                         "alone (a layer that mixes records with autograd on, or in its backward pass). The private "
+                         "step clips each record's gradient on its own, which needs every record's gradient to read "
+                         "that record only.")
     copies._apart = loss_fn
+
+
+def _checked_records(width: int) -> list[int]:
+    """:data:`OUTPUT_CHECKS` records spread over a batch of ``width``."""
+    return sorted({round(i * (width - 1) / (OUTPUT_CHECKS - 1)) for i in range(OUTPUT_CHECKS)})
+
+
+def _coupled_gradient(copies: ClientCopies, loss_fn: LossFn, batch: tuple[torch.Tensor, ...]) -> int | None:
+    """The first of a few records whose per-record gradient alone differs from its row of the batch's, by the route
+    the step takes; None."""
+    together = copies.per_record_gradients(loss_fn, batch)
+    n_clients, width = together.norms().shape
+    for z in _checked_records(width):
+        weights = torch.zeros(n_clients, width, dtype=torch.float64)
+        weights[:, z] = 1.0
+        row = together.weighted_sum(weights)
+        alone = copies.per_record_gradients(loss_fn, tuple(x[:, z:z + 1] for x in batch)).weighted_sum(
+            torch.ones(n_clients, 1, dtype=torch.float64))
+        for name, value in row.items():
+            mask = torch.isfinite(value) & torch.isfinite(alone[name])
+            scale = float(torch.where(mask, value, 0.0).abs().max()) if bool(mask.any()) else 1.0
+            resolution = _resolution(value.dtype)
+            if not torch.allclose(alone[name][mask], value[mask], rtol=resolution, atol=resolution * scale):
+                return z
+    return None

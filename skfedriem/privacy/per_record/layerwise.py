@@ -18,14 +18,8 @@ declare a ``per_record_rule(layer, X, grad_output) -> {local name: (B, *shape)}`
 rule that holds only for inputs of shape ``(*records, features)``, how many
 trailing axes it expects (``rule_input_dims``). The path stands aside (returns
 None, and ``torch.func`` runs) for a module with hooks, whose recorded outputs
-would not be what the next layer reads, for a forward that changes a
-recorded output in place, and for any model with a submodule that does not
-declare that it reads each record alone (a per-record rule, or ``stacks``:
-containers, torch's element-wise activations, the library's layers). A batch
-gradient is every record's own only if no layer couples the records, with
-autograd on or in its backward pass, which no check of outputs sees; under
-``torch.func`` each record goes through the model alone, by construction, and
-a random operation in the forward pass is an error there.
+would not be what the next layer reads, and for a forward that changes a
+recorded output in place.
 """
 
 from __future__ import annotations
@@ -51,16 +45,8 @@ def _owners(module: nn.Module) -> dict[str, nn.Module]:
     }
 
 
-def _declared_apart(module: nn.Module) -> bool:
-    """Whether a module declares that it reads each record alone: a per-record rule, or a forward that stacks
-    (it mixes nothing across records or clients)."""
-    capabilities = capabilities_of(module)
-    return capabilities.stacks or capabilities.per_record_rule is not None
-
-
 def supports_layerwise(module: nn.Module) -> bool:
-    """Whether every trainable parameter of ``module`` has a per-layer rule and every submodule declares that it
-    reads each record alone (see the module docstring).
+    """Whether every trainable parameter of ``module`` has a per-layer rule (see the module docstring).
 
     Parameters
     ----------
@@ -70,8 +56,7 @@ def supports_layerwise(module: nn.Module) -> bool:
     -------
     bool
     """
-    return (all(capabilities_of(sub).per_record_rule is not None for sub in _owners(module).values())
-            and all(_declared_apart(sub) for sub in module.modules()))
+    return all(capabilities_of(sub).per_record_rule is not None for sub in _owners(module).values())
 
 
 def layerwise_per_sample_gradients(
@@ -102,8 +87,7 @@ def layerwise_per_sample_gradients(
     """
     owners = _owners(module)
     capabilities = {prefix: capabilities_of(sub) for prefix, sub in owners.items()}
-    if any(c.per_record_rule is None for c in capabilities.values()) or has_hooks(module) \
-            or not all(_declared_apart(sub) for sub in module.modules()):
+    if any(c.per_record_rule is None for c in capabilities.values()) or has_hooks(module):
         return None
     loss, calls = _recorded_forward(module, loss_fn, batch, owners)
     records = batch[0].shape[:record_dims]
