@@ -195,11 +195,12 @@ def _coupled_gradient(copies: ClientCopies, loss_fn: LossFn, batch: tuple[torch.
     together = copies.per_record_gradients(loss_fn, batch)
     n_clients, width = together.norms().shape
     for z in _checked_records(width):
-        weights = torch.zeros(n_clients, width, dtype=torch.float64)
-        weights[:, z] = 1.0
-        row = together.weighted_sum(weights)
-        alone = copies.per_record_gradients(loss_fn, tuple(x[:, z:z + 1] for x in batch)).weighted_sum(
-            torch.ones(n_clients, 1, dtype=torch.float64))
+        # each record's own row, never a sum: nothing here is a step's clipped sum (a referee counts those)
+        factors = torch.zeros(n_clients, width, dtype=torch.float64)
+        factors[:, z] = 1.0
+        row = {name: rows[:, z] for name, rows in together.scaled(factors).items()}
+        alone = {name: rows[:, 0] for name, rows in copies.per_record_gradients(
+            loss_fn, tuple(x[:, z:z + 1] for x in batch)).scaled(torch.ones(n_clients, 1, dtype=torch.float64)).items()}
         for name, value in row.items():
             mask = torch.isfinite(value) & torch.isfinite(alone[name])
             scale = float(torch.where(mask, value, 0.0).abs().max()) if bool(mask.any()) else 1.0
