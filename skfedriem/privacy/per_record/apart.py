@@ -31,11 +31,12 @@ batch with probability p per call escapes with probability about
 from __future__ import annotations
 
 import math
+import weakref
 
 import torch
 from torch.func import grad, vmap
 
-from .copies import ClientCopies
+from .copies import ClientCopies, LoneClient
 from .per_sample import LossFn
 
 __all__ = ["check_records_apart"]
@@ -44,6 +45,10 @@ __all__ = ["check_records_apart"]
 OUTPUT_CHECKS = 8
 #: How many more times the batch goes through the model, to compare its outputs with the first pass's.
 REPEATS = 2
+
+# a lone model and the loss it passed with: a lone client's copies are made afresh for each step
+# (private_gradient), and the check holds once per model and loss, as it does once per copies
+_PASSED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _resolution(dtype: torch.dtype) -> float:
@@ -153,7 +158,9 @@ def check_records_apart(copies: ClientCopies, loss_fn: LossFn, batch: tuple[torc
     batch : tuple of torch.Tensor
         ``(K, B, ...)`` records the copies are about to step on.
     """
-    if copies._apart is loss_fn or batch[0].shape[1] < 2:
+    lone = isinstance(copies, LoneClient)
+    if copies._apart is loss_fn or (lone and _PASSED.get(copies.module) == _passing(copies.module, loss_fn)) \
+            or batch[0].shape[1] < 2:
         return
     outputs = _check_deterministic(copies, batch[0])
     record = _coupled_output(copies, batch[0], outputs)
@@ -182,6 +189,14 @@ def check_records_apart(copies: ClientCopies, loss_fn: LossFn, batch: tuple[torc
                          "step clips each record's gradient on its own, which needs every record's gradient to read "
                          "that record only.")
     copies._apart = loss_fn
+    if lone:
+        _PASSED[copies.module] = _passing(copies.module, loss_fn)
+
+
+def _passing(module: torch.nn.Module, loss_fn: LossFn) -> tuple:
+    """What a lone model passed the check with: the loss, and every layer, its class and its training mode (a layer
+    replaced, or batch normalisation put in training mode, is checked again)."""
+    return loss_fn, tuple((id(m), type(m), m.training) for m in module.modules())
 
 
 def _checked_records(width: int) -> list[int]:
