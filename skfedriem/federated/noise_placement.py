@@ -133,7 +133,7 @@ class DistributedNoise(NoisePlacement):
         if epochs is not None and float(epochs) != 1.0:
             out.append(f"local_epochs={epochs!r}: a round of distributed noise is one step of every client from θ_t, "
                        "whatever the epochs. Leave local_epochs at 1.")
-        if _given(values, "clip", 1.0) is None or values.get("clip") == "auto":
+        if values.get("clip") == "auto":
             out.append("clip='auto' releases a noisy count every step, which distributed noise does not release "
                        "through the secure sum yet. Give a fixed clip.")
         per_subject = _given(values, "records_per_subject", None)

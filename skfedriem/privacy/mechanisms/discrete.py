@@ -170,8 +170,17 @@ def rotate(x: torch.Tensor, seed: int) -> torch.Tensor:
     -------
     torch.Tensor of shape (..., n)
     """
-    n = x.shape[-1]
-    return torch.from_numpy(_walsh_hadamard(x.double().numpy() * _signs(seed, n)) / math.sqrt(n))
+    return torch.from_numpy(_rotated(x.double().numpy(), seed, x.shape[-1]))
+
+
+def _rotated(rows: np.ndarray, seed: int, n: int) -> np.ndarray:
+    """H D x / √n of rows ``(..., d)``, zero-padded to n ≥ d: :func:`rotate`'s map, in a new float64 array."""
+    d = rows.shape[-1]
+    padded = np.zeros((*rows.shape[:-1], n))
+    np.multiply(rows, _signs(seed, n)[:d], out=padded[..., :d])
+    out = _walsh_hadamard(padded)
+    out /= math.sqrt(n)
+    return out
 
 
 def unrotate(y: torch.Tensor, seed: int) -> torch.Tensor:
@@ -359,17 +368,12 @@ def encode_clients(rows: torch.Tensor, encoding: DistributedEncoding, clip: floa
     list of ndarray of int64, shape (n,)
         In [0, 2^bits).
     """
-    n = encoding.padded
-    n_clients, batch, d = rows.shape
-    padded = np.zeros((n_clients, batch, n))  # D x, then H D x · s / √n: rotate's map, in place
-    np.multiply(rows.detach().to("cpu", torch.float64).numpy(), _signs(encoding.rotation_seed, n)[:d],
-                out=padded[..., :d])
-    scaled = _walsh_hadamard(padded)
-    scaled *= encoding.scale / math.sqrt(n)
+    scaled = _rotated(rows.detach().to("cpu", torch.float64).numpy(), encoding.rotation_seed, encoding.padded)
+    scaled *= encoding.scale
     totals = _conditional_round(scaled, encoding.bound(clip), randomness).sum(1)
     releases = []
     for total, source in zip(totals, randomness):
-        share = source.poisson(encoding.share, n) - source.poisson(encoding.share, n)
+        share = source.poisson(encoding.share, encoding.padded) - source.poisson(encoding.share, encoding.padded)
         releases.append(np.mod(total + share, encoding.modulus))
     return releases
 
