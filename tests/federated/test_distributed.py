@@ -320,6 +320,15 @@ def test_a_released_reference_mean_is_a_distributed_round_too():
     assert len(shares) == len(central) == 2 and all(s < c for s, c in zip(shares, central))
 
 
+@pytest.mark.parametrize("colluders", [0, 1])
+def test_a_classifier_with_colluders_plans_and_states_what_distributed_noise_saves(colluders):
+    # the plan compares with local noise at the same ε, which takes no colluders
+    X, y, groups = make_spd_classification(4, 30, 4, random_state=0)
+    clf = FederatedTangentSpaceClassifier(eps=10.0, noise="distributed", colluders=colluders, n_rounds=2)
+    clf.fit(X, y, groups=groups)
+    assert f"t = {colluders} may drop out or collude" in clf.plan_.reason
+
+
 def test_a_budget_shares_its_epsilon_between_distributed_fits_by_their_composition():
     """eps='budget' scales a Skellam run's variance to find its share: more than basic composition's ε / n."""
     X, y, groups = make_spd_classification(6, 30, 4, random_state=0)
