@@ -136,10 +136,6 @@ class DistributedNoise(NoisePlacement):
         if values.get("clip") == "auto":
             out.append("clip='auto' releases a noisy count every step, which distributed noise does not release "
                        "through the secure sum yet. Give a fixed clip.")
-        per_subject = _given(values, "records_per_subject", None)
-        if per_subject not in (None, 0):
-            out.append(f"records_per_subject={per_subject!r}: distributed noise protects a record, or a subject "
-                       "sampled whole. Leave records_per_subject None.")
         backend = _given(values, "backend", "local")
         if backend not in (None, "local"):
             out.append(f"backend={backend!r}: distributed noise runs in this process (backend='local') or on "

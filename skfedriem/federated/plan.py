@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from .._utils.user_warnings import warn_user
 from ..exceptions import NoiseSwampsSignalWarning
 from ..privacy.accounting.accounting_methods import RunAccounting, get_accounting
-from ..privacy.mechanisms.discrete import DistributedEncoding, plan_encoding
+from ..privacy.mechanisms.discrete import DistributedEncoding, group_step, plan_encoding
 from ..privacy.mechanisms.step_plan import sensitivity_factor
 from ..privacy.mechanisms.units import PrivacyUnit
 from .adaptive_clip import INITIAL_CLIP, split_mu0
@@ -370,11 +370,15 @@ def _distributed_plan(client_sizes: list[int], client_names: list, settings: Fed
                                            clients, settings.sampling)
     m_star = min(client_sizes)
     q = batch_size / m_star
-    encoding = plan_encoding(dimension, settings.clip, total_batch, clients, colluders,
-                             lambda l2, l1: method.calibrate_variance(settings.eps, settings.delta, sample_rate=q,
-                                                                      n_steps=settings.n_rounds,
-                                                                      sampling=settings.sampling, l2=l2, l1=l1))
-    l2, _ = encoding.sensitivity(settings.clip)
+    group = settings.unit.group_size
+
+    def calibrate(l2: float, l1: float) -> float:  # for the unit, charged as each client's StepPlan charges it
+        rate, l2, l1 = group_step(q, l2, l1, group)
+        return method.calibrate_variance(settings.eps, settings.delta, sample_rate=rate, n_steps=settings.n_rounds,
+                                         sampling=settings.sampling, l2=l2, l1=l1)
+
+    encoding = plan_encoding(dimension, settings.clip, total_batch, clients, colluders, calibrate)
+    l2 = encoding.charged_step(settings.clip, q, group)[1]
     return PrivacyPlan(batch_size=batch_size, local_steps=tuple(1 for _ in client_sizes), sample_rate=q,
                        steps_per_round=1, total_steps=settings.n_rounds, mu0=l2 / math.sqrt(encoding.central_variance),
                        noise_std=math.sqrt(encoding.central_variance) / (encoding.scale * mean_batch),

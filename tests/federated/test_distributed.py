@@ -126,7 +126,6 @@ def test_a_round_with_k_minus_t_shares_is_applied():
     ({"colluders": 4}, "colluders"), ({"local_epochs": 2.0}, "local_epochs=2.0"),
     ({"aggregation": "rlavg"}, "aggregation='rlavg'"), ({"aggregation": "retavg"}, "aggregation='retavg'"),
     ({"client_timings": True}, "client_timings=True"), ({"backend": "flower"}, "backend='flower'"),
-    ({"privacy_unit": "subject", "records_per_subject": 2}, "records_per_subject"),
     ({"accounting": "prirfed", "sampling": "poisson"}, "does not account distributed noise"),
     ({"noise": "local", "colluders": 2}, "colluders=2 sizes the noise shares"),
 ])
@@ -265,6 +264,26 @@ def test_subjects_sampled_whole_are_the_clipped_unit():
     t = trainer(privacy_unit="subject", batch_size=5).fit(data)
     assert t.plan_.sample_rate == 0.5 and t.epsilon_ <= 5.0
     assert all(entry.unit == "subject" for entry in t.accountant_.history)
+
+
+@pytest.mark.parametrize("batch_size", [None, 5])
+def test_a_subject_of_k_records_is_charged_as_one_skellam_step_at_k_times_a_records_sensitivity(batch_size):
+    """records_per_subject k: the client's sum moves by k Δ when a subject's k records change, charged at q = 1
+    (no amplification claimed); the certificate is that Skellam mechanism's, recomputed here independently."""
+    data = [(X, y, torch.arange(len(y)) // 4) for X, y in clients()]  # 10 subjects of 4 records a client
+    t = trainer(privacy_unit="subject", records_per_subject=2, batch_size=batch_size).fit(data)
+    record = trainer(batch_size=batch_size).fit(clients())
+    encoding = t.plan_.encoding
+    l2, l1 = encoding.sensitivity(1.0)
+    (entry,) = t.accountant_.history
+    assert entry.unit == "subject" and entry.group_size == 1 and entry.sample_rate == 1.0
+    assert entry.skellam == pytest.approx((encoding.central_variance, 2 * l2, 2 * l1))
+    independent = discrete_epsilon([(("skellam", encoding.central_variance, 2 * l2, 2 * l1, 1.0), 4)], 1e-5)
+    assert t.epsilon_ == pytest.approx(independent) and t.epsilon_ <= 5.0
+    # the same ε for a subject needs more noise than for a record
+    assert encoding.central_variance > record.plan_.encoding.central_variance
+    (one,) = record.accountant_.history  # a record: its own Δ on the same grid, at its sampling rate
+    assert one.skellam[1:] == pytest.approx((l2, l1)) and one.sample_rate == record.plan_.sample_rate
 
 
 class _Crashing(LocalTransport):

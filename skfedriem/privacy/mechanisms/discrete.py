@@ -55,7 +55,7 @@ from ...exceptions import InvalidInstructionsError
 from .randomness import SecretRandomness
 
 __all__ = ["MAX_BITS", "ROUNDING_BETA", "WRAP_PROBABILITY", "DistributedEncoding", "decode_sum", "encode_clients",
-           "encode_records", "padded_dimension", "plan_encoding", "rotate", "rounding_bound", "sum_releases",
+           "encode_records", "group_step", "padded_dimension", "plan_encoding", "rotate", "rounding_bound", "sum_releases",
            "unrotate"]
 
 #: β of conditional rounding: a try is kept with probability at least 1 − β (TFF's e^{-1/2}).
@@ -289,10 +289,50 @@ class DistributedEncoding:
         radius = self.bound(clip)
         return 2 * radius, 2 * radius * min(math.sqrt(self.padded), radius)
 
+    def charged_step(self, clip: float, sample_rate: float, group_size: int = 1) -> tuple[float, float, float]:
+        """(q, Δ2, Δ1) a step is charged at for a unit owning ``group_size`` of its records (one of
+        :func:`group_step` on :meth:`sensitivity`)."""
+        return group_step(sample_rate, *self.sensitivity(clip), group_size)
+
     def with_seed(self, seed: int) -> DistributedEncoding:
         """The same encoding with another round's rotation seed."""
         return DistributedEncoding(self.dimension, self.scale, self.bits, self.share, self.clients, self.colluders,
                                    int(seed), self.beta)
+
+
+def group_step(sample_rate: float, l2: float, l1: float, group_size: int) -> tuple[float, float, float]:
+    """(q, Δ2, Δ1) of a Skellam step protecting a unit that owns ``group_size`` = k of the records it samples.
+
+    k records each within R of any other move a client's sum by at most k Δ2
+    in L2 and k Δ1 in L1 (the triangle inequality): the unit's step is the
+    Skellam mechanism at those sensitivities. A group of k > 1 is charged at
+    q = 1, claiming no amplification by sampling: couple the two neighbours'
+    samplings draw for draw and every pair of batches differs in at most the
+    unit's k records, so the unsampled mechanism's Rényi divergence at k Δ
+    bounds the sampled one's (Rényi divergence is jointly quasi-convex). A
+    record or a subject sampled whole (k = 1) keeps its rate.
+
+    Parameters
+    ----------
+    sample_rate : float
+    l2, l1 : float
+        One record's Δ2 and Δ1 (:meth:`DistributedEncoding.sensitivity`).
+    group_size : int
+
+    Returns
+    -------
+    tuple of float
+
+    Examples
+    --------
+    >>> group_step(0.1, 2.0, 6.0, 1)
+    (0.1, 2.0, 6.0)
+    >>> group_step(0.1, 2.0, 6.0, 3)
+    (1.0, 6.0, 18.0)
+    """
+    if group_size == 1:
+        return float(sample_rate), float(l2), float(l1)
+    return 1.0, float(group_size * l2), float(group_size * l1)
 
 
 def _check_integers(encoding: DistributedEncoding, names: tuple[str, ...]) -> None:

@@ -172,7 +172,9 @@ class StepPlan:
         client's share of the noise, ``noise_std`` is 0 and there is no count.
         Its charges are the Skellam mechanism's: :meth:`release` the sum of
         the K − t honest shares (ε against a server that sees only the sum),
-        :meth:`local_release` this client's share alone.
+        :meth:`local_release` this client's share alone; for a unit of k
+        records (``records_per_subject``), at k times a record's sensitivity
+        and q = 1 (:func:`~skfedriem.privacy.mechanisms.discrete.group_step`).
 
     Examples
     --------
@@ -249,7 +251,8 @@ class StepPlan:
         if not self.private:
             return math.inf
         if self.encoding is not None:  # the Gaussian's at the honest shares' variance (display; charged as Skellam)
-            return self.encoding.sensitivity(self.clip)[0] / math.sqrt(self.encoding.central_variance)
+            l2 = self.encoding.charged_step(self.clip, self.sample_rate, self.group_size)[1]
+            return l2 / math.sqrt(self.encoding.central_variance)
         mu_g = sensitivity_factor(self.diameter, self.sampling) * self.clip / (self.batch_size * self.noise_std)
         if self.count_noise_std == 0:
             return mu_g
@@ -277,18 +280,20 @@ class StepPlan:
 
     def _entry(self, variance: float | None) -> PrivacyAccountant:
         ledger = PrivacyAccountant()
-        skellam, mu0 = (), self.mu0
-        if variance is not None:
-            l2, l1 = self.encoding.sensitivity(self.clip)
-            skellam, mu0 = (variance, l2, l1), l2 / math.sqrt(variance)
-        ledger.step(mu0=mu0, sample_rate=self.sample_rate, num_steps=self.local_steps, sampling=self.sampling,
-                    group_size=self.group_size, unit=self.unit.kind, skellam=skellam)
+        if variance is None:
+            ledger.step(mu0=self.mu0, sample_rate=self.sample_rate, num_steps=self.local_steps,
+                        sampling=self.sampling, group_size=self.group_size, unit=self.unit.kind)
+            return ledger
+        # a unit of k records is one Skellam step at k times a record's sensitivity (discrete.group_step)
+        rate, l2, l1 = self.encoding.charged_step(self.clip, self.sample_rate, self.group_size)
+        ledger.step(mu0=l2 / math.sqrt(variance), sample_rate=rate, num_steps=self.local_steps,
+                    sampling=self.sampling, unit=self.unit.kind, skellam=(variance, l2, l1))
         return ledger
 
 
 def _check_distributed(encoding: DistributedEncoding, fields: dict) -> None:
     """InvalidInstructionsError unless distributed noise can run these steps: one step, no Gaussian noise or count,
-    a finite clip, records or whole subjects."""
+    a finite clip."""
     if not isinstance(encoding, DistributedEncoding):
         raise InvalidInstructionsError(f"The round's 'encoding' must be a DistributedEncoding. "
                                        f"Got {type(encoding).__name__} instead.")
@@ -300,9 +305,6 @@ def _check_distributed(encoding: DistributedEncoding, fields: dict) -> None:
     if not math.isfinite(fields["clip"]):
         raise InvalidInstructionsError("A round of distributed noise needs a finite clip. Got clip=inf.")
     encoding.bound(fields["clip"])  # the grid must hold the clipped records exactly
-    if fields["unit"].group_size != 1:
-        raise InvalidInstructionsError("Distributed noise protects a record or a subject sampled whole; "
-                                       f"records_per_subject={fields['unit'].group_size} is not supported.")
 
 
 def round_release(plans: Iterable[StepPlan]) -> PrivacyAccountant:
