@@ -19,7 +19,7 @@ from .per_record.copies import ClientCopies, LoneClient
 from .per_record.gradients import DenseGradients, PerRecordGradients, StackedDenseGradients, record_norms
 from .accounting.group import calibrate_group_mu0, group_epsilon
 from .per_record.layerwise import layerwise_per_sample_gradients
-from .accounting.ledger import PrivacyAccountant, RunningEpsilon
+from .accounting.ledger import MIXED_DELTA_SHARES, PrivacyAccountant, RunningEpsilon
 from .mechanisms.mechanism import clipped_gradient_diameter, private_gradient, private_step
 from .mechanisms.optimizer import PrivateManifoldOptimizer
 from .per_record.per_sample import per_sample_gradients
@@ -34,6 +34,7 @@ __all__ = [
     "DISCRETIZATION",
     "MAX_EPSILON",
     "MIN_DELTA",
+    "MIXED_DELTA_SHARES",
     "BatchSampler",
     "ClientCopies",
     "DenseGradients",

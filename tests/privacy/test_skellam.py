@@ -84,3 +84,33 @@ def test_a_discrete_ledger_round_trips_and_refuses_groups():
     assert again.discrete
     with pytest.raises(ValueError, match="group_size"):
         ledger.step(mu0=0.5, sample_rate=0.1, num_steps=1, group_size=2, skellam=(1.0e6, 500.0, 4000.0))
+
+
+def _gaussian_pld_epsilon(mu0, q, steps, delta):
+    """dp-accounting's PLD of ``steps`` Poisson-subsampled Gaussian steps of sensitivity 1 and std 1 / μ0."""
+    pld = pld_lib.from_gaussian_mechanism(1 / mu0, sampling_prob=q, value_discretization_interval=1e-4)
+    return pld.self_compose(steps).get_epsilon_for_delta(delta)
+
+
+@pytest.mark.parametrize("group", [1, 3])
+def test_a_mixed_ledger_composes_its_gaussian_steps_by_their_pld_and_its_skellam_steps_by_renyi_dp(group):
+    """A ledger of Gaussian and Skellam steps (a budget of a local-noise and a distributed fit) certifies the
+    smaller of: every step by Rényi DP; the Gaussian steps' PLD at δ_G plus the Skellam steps' RDP at δ − δ_G. Both
+    halves recomputed here independently (dp-accounting's PLD; the Skellam RDP alone)."""
+    delta, skellam = 1e-5, (1.0e6, 200.0, 1600.0)
+    ledger = PrivacyAccountant()
+    ledger.step(mu0=0.05, sample_rate=0.01, num_steps=3000, sampling="poisson", group_size=group)
+    ledger.step(mu0=0.2, sample_rate=1.0, num_steps=1, skellam=skellam)
+    certified = ledger.get_epsilon(delta)
+    discrete = discrete_epsilon([(("skellam", *skellam, 1.0), 1)], (1 - 0.5) * delta)
+    if group == 1:
+        split = _gaussian_pld_epsilon(0.05, 0.01, 3000, 0.5 * delta) + discrete
+        every_step_by_rdp = discrete_epsilon([(("gaussian", 0.05, 0.01), 3000), (("skellam", *skellam, 1.0), 1)],
+                                             delta)
+        assert split < every_step_by_rdp  # the case this is for: many subsampled Gaussian steps
+        assert certified <= split * (1 + 1e-2) and certified < every_step_by_rdp
+        assert certified >= discrete_epsilon([(("skellam", *skellam, 1.0), 1)], delta)  # never below a part alone
+    else:  # a group of records only by the Gaussian steps' PLD (Rényi DP composes no group here)
+        alone = PrivacyAccountant()
+        alone.step(mu0=0.05, sample_rate=0.01, num_steps=3000, sampling="poisson", group_size=group)
+        assert math.isfinite(certified) and certified > alone.get_epsilon(delta)

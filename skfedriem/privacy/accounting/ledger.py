@@ -17,7 +17,11 @@ from .pld_reading import epsilon_for_delta
 from .skellam import discrete_epsilon
 from .subsampled_gaussian import DISCRETIZATION, MIN_DELTA, grid_interval, single_step_pld
 
-__all__ = ["PrivacyAccountant", "RunningEpsilon"]
+__all__ = ["MIXED_DELTA_SHARES", "PrivacyAccountant", "RunningEpsilon"]
+
+#: A ledger of Gaussian and Skellam steps: the shares of δ its Gaussian steps' privacy-loss distribution may take
+#: (the Skellam steps' Rényi DP the rest); the smallest ε of them, and of every step by Rényi DP, is certified.
+MIXED_DELTA_SHARES = (0.1, 0.5, 0.9)
 
 
 @dataclass(frozen=True)
@@ -67,9 +71,13 @@ class PrivacyAccountant:
     A step of distributed noise (``skellam=(V, Δ2, Δ1)``: the Skellam
     mechanism of :mod:`skfedriem.privacy.mechanisms.discrete`, its ``mu0`` the
     Gaussian's Δ2 / √V at the same variance, for display) has no
-    privacy-loss distribution here: a ledger holding one composes all its
-    steps by Rényi DP (:func:`~skfedriem.privacy.accounting.skellam.discrete_epsilon`),
-    an upper bound too, looser than the PLD of Gaussian steps alone.
+    privacy-loss distribution here: its steps compose by Rényi DP
+    (:func:`~skfedriem.privacy.accounting.skellam.discrete_epsilon`). A ledger
+    holding both kinds keeps each composed by the representation tight for it:
+    its ε is the smaller of every step by Rényi DP and of the Gaussian steps'
+    privacy-loss distribution at δ_G plus the Skellam steps' Rényi DP at
+    δ − δ_G (:data:`MIXED_DELTA_SHARES`; two guarantees composed adaptively
+    add their ε and their δ), each an upper bound.
 
     Examples
     --------
@@ -150,7 +158,7 @@ class PrivacyAccountant:
         if not self.private:
             return math.inf
         if self.discrete:
-            return _discrete_epsilon(self, float(delta))
+            return _discrete_epsilon(self, float(delta), float(discretization))
         merged: dict[tuple, int] = {}
         for e in self.history:
             key = (e.mu0, e.sample_rate, e.sampling)
@@ -159,7 +167,7 @@ class PrivacyAccountant:
 
     @property
     def discrete(self) -> bool:
-        """Whether a recorded step added distributed (Skellam) noise: ε is then composed by Rényi DP."""
+        """Whether a recorded step added distributed (Skellam) noise: its steps are then composed by Rényi DP."""
         return any(e.skellam for e in self.history)
 
     def extend(self, other: PrivacyAccountant) -> None:
@@ -204,15 +212,33 @@ def _composed_epsilon(items: tuple, delta: float, discretization: float, group_s
     return float(composed.get_epsilon_for_delta(delta))
 
 
-def _discrete_epsilon(ledger: PrivacyAccountant, delta: float) -> float:
-    """ε of a ledger holding distributed-noise steps: every step composed by Rényi DP (no group of records)."""
-    if ledger.group_size > 1:
-        raise ValueError("A ledger holding distributed-noise steps certifies no group of records "
-                         f"(records_per_subject={ledger.group_size}): Rényi DP is composed per record or subject.")
+def _discrete_epsilon(ledger: PrivacyAccountant, delta: float, discretization: float) -> float:
+    """ε of a ledger holding distributed-noise steps: the Skellam steps by Rényi DP, and Gaussian steps either with
+    them or by their privacy-loss distribution, whichever certifies less (a group of records only the latter)."""
+    skellam = _merged_steps(e for e in ledger.history if e.skellam)
+    gaussian = [e for e in ledger.history if not e.skellam]
+    if not gaussian:
+        return discrete_epsilon(skellam, delta)
+    group = max(e.group_size for e in gaussian)  # a Skellam step carries its group in its sensitivities
     merged: dict[tuple, int] = {}
-    for e in ledger.history:
+    for e in gaussian:
+        key = (e.mu0, e.sample_rate, e.sampling)
+        merged[key] = merged.get(key, 0) + e.steps
+    items = tuple(sorted(merged.items()))
+    bounds = [_composed_epsilon(items, share * delta, discretization, group)
+              + discrete_epsilon(skellam, (1 - share) * delta) for share in MIXED_DELTA_SHARES]
+    if group == 1:  # Rényi DP composes a record's or a whole subject's steps, not a group's
+        bounds.append(discrete_epsilon(_merged_steps(ledger.history), delta))
+    return min(bounds)
+
+
+def _merged_steps(entries) -> list[tuple[tuple, int]]:
+    """``(kind, count)`` of every kind of step among ``entries``, as
+    :func:`~skfedriem.privacy.accounting.skellam.discrete_epsilon` reads them."""
+    merged: dict[tuple, int] = {}
+    for e in entries:
         merged[e.rdp_kind] = merged.get(e.rdp_kind, 0) + e.steps
-    return discrete_epsilon(merged.items(), delta)
+    return list(merged.items())
 
 
 _RUNNING_CACHE_SIZE = 4096
