@@ -22,6 +22,8 @@ SECTIONS = [
      "Clipping, noise and the release of one step, once, for K clients' copies of a model (a lone client is K = 1)."),
     ("Per-record gradients", "skfedriem.privacy.per_record.gradients",
      "Every record's tangent gradient as the step reads it: the routes, norms and weighted sums."),
+    ("Step mechanisms", "skfedriem.privacy.mechanisms.step_mechanism",
+     "What a client's steps release and how it is charged: the Gaussian (local noise) or the Skellam (distributed)."),
     ("Distributed noise", "skfedriem.privacy.mechanisms.discrete",
      "A step's clipped sum on a public integer grid plus a client's Skellam share; the sum decoded."),
     ("The distributed step", "skfedriem.privacy.mechanisms.distributed",

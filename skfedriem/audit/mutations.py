@@ -31,6 +31,7 @@ from ..federated.distributed_server import DistributedServer
 from ..privacy.mechanisms import discrete as discrete_module
 from ..privacy.mechanisms import distributed as distributed_module
 from ..privacy.mechanisms.sampling import make_sampler
+from ..privacy.mechanisms.step_mechanism import GAUSSIAN_STEPS
 from ..privacy.mechanisms.units import RECORD
 
 __all__ = ["missing_share_counted", "noise_projected_alone", "noise_scaled", "noise_stream_restarted",
@@ -111,6 +112,7 @@ class _ServersNumbers:
     count_noise_std = property(lambda self: 0.0)  # the pre-fix client released no count
     unit = property(lambda self: RECORD)  # and protected records only
     encoding = property(lambda self: None)  # and added its noise locally
+    mechanism = property(lambda self: GAUSSIAN_STEPS)
     denominator = property(lambda self: float(int(self.batch_size)))  # what the sampler really divides by
     mu0 = property(lambda self: 2 * self.clip / (self.batch_size * self.noise_std) if self.private else float("inf"))
 

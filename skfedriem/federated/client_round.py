@@ -240,7 +240,7 @@ def run_round(recipe: ClientRecipe, theta: dict[str, torch.Tensor], clients: Seq
     copies = recipe.copies(len(clients))
     copies.load(theta)
     copies.verify(recipe.loss_fn, records)
-    if plans[0].encoding is not None:
+    if plans[0].mechanism.secure_sum:  # its releases are summed by the transport, not averaged
         return _distributed_round(recipe, copies, plans, states, records, subjects)
     optimizer = _round_optimizer(recipe, copies, states, instructions.lr)
     counts = _take_steps(recipe, copies, optimizer, plans, states, records, subjects)

@@ -9,7 +9,7 @@ from .._utils.user_warnings import warn_user
 from ..exceptions import NoiseSwampsSignalWarning
 from ..privacy.accounting.accounting_methods import RunAccounting, get_accounting
 from ..privacy.mechanisms.discrete import DistributedEncoding, group_step, plan_encoding
-from ..privacy.mechanisms.step_plan import sensitivity_factor
+from ..privacy.mechanisms.step_mechanism import sensitivity_factor
 from ..privacy.mechanisms.units import PrivacyUnit
 from .adaptive_clip import INITIAL_CLIP, split_mu0
 from .noise_placement import check_noise_placement
@@ -66,7 +66,7 @@ class PrivacyPlan:
         Δ, what a step's mean moves by in units of C / B as the accountant
         models it: the model's :func:`~skfedriem.privacy.clipped_gradient_diameter`
         with fixed-size batches, 2 under Poisson sampling
-        (:func:`~skfedriem.privacy.mechanisms.step_plan.sensitivity_factor`).
+        (:func:`~skfedriem.privacy.mechanisms.step_mechanism.sensitivity_factor`).
     count_noise_std : float, default=0.0
         σ_b of every step's count of unclipped records (``clip="auto"``); 0: none.
     gradient_mu0 : float or None, default=None

@@ -114,3 +114,23 @@ def test_a_mixed_ledger_composes_its_gaussian_steps_by_their_pld_and_its_skellam
         alone = PrivacyAccountant()
         alone.step(mu0=0.05, sample_rate=0.01, num_steps=3000, sampling="poisson", group_size=group)
         assert math.isfinite(certified) and certified > alone.get_epsilon(delta)
+
+
+def test_a_running_epsilon_of_a_discrete_ledger_reads_at_its_own_grid():
+    from skfedriem.privacy import RunningEpsilon
+
+    ledger = PrivacyAccountant()
+    ledger.step(mu0=0.05, sample_rate=0.01, num_steps=300, sampling="poisson")
+    ledger.step(mu0=0.2, sample_rate=1.0, num_steps=1, skellam=(1.0e6, 200.0, 1600.0))
+    running = RunningEpsilon(ledger, 1e-5, discretization=1e-3)
+    assert running() == ledger.get_epsilon(1e-5, discretization=1e-3)
+
+
+def test_a_group_beside_a_negligible_skellam_step_keeps_nearly_its_own_epsilon():
+    """A δ share near 1 for the Gaussian steps' chain: one negligible Skellam step does not make a group's ε inf."""
+    delta = 1e-9
+    alone = PrivacyAccountant()
+    alone.step(mu0=0.3, sample_rate=0.1, num_steps=200, group_size=4, unit="subject")
+    mixed = PrivacyAccountant.from_state_dict(alone.state_dict())
+    mixed.step(mu0=1e-4, sample_rate=1.0, unit="subject", skellam=(1e10, 10.0, 10.0))
+    assert alone.get_epsilon(delta) < mixed.get_epsilon(delta) < alone.get_epsilon(delta) + 0.5

@@ -187,10 +187,10 @@ class SiteGuard:
             ledger.charge(release, label=label, steps_per_round=plan.local_steps, n_rounds=1)
 
     def _refuse_outright(self, plan: StepPlan) -> None:
-        if plan.encoding is not None and self.distributed is None:
+        if plan.mechanism.secure_sum and self.distributed is None:
             raise InvalidInstructionsError("The site takes no round of distributed noise: its node setting noise "
                                            "is 'local'.")
-        if plan.encoding is not None:
+        if plan.mechanism.secure_sum:
             self.distributed.check(plan.encoding)
         if not plan.private and not self.allow_non_private:
             raise PrivacyBudgetExceeded(f"The site refuses a round without noise (noise_std={plan.noise_std}).")
@@ -351,7 +351,7 @@ def make_client_app(setup: Callable[[Context], ClientSetup]) -> ClientApp:
             theta = check_iterate(client.recipe.module, decode_arrays(msg.content["theta"]))
             instructions = decode_instructions(msg.content["instructions"])
             plan = step_plan(instructions, client.n_records, client.recipe.module, client.recipe.unit)
-            if plan.encoding is not None:  # its release carries a share of the noise: it never leaves unmasked
+            if plan.mechanism.secure_sum:  # its release carries a share of the noise: it never leaves unmasked
                 raise InvalidInstructionsError("A round of distributed noise runs only under secure aggregation.")
             guard = client.guard
             replies = None if guard is None else guard.replies()

@@ -174,7 +174,7 @@ def _columns(record: ConfigRecord, *keys: str) -> list[list]:
 def _plan(client, instructions: RoundInstructions):
     """The step plan of ``instructions`` at this site, checked against its own setting (nothing is charged)."""
     plan = step_plan(instructions, client.n_records, client.recipe.module, client.recipe.unit)
-    if plan.encoding is None:
+    if not plan.mechanism.secure_sum:
         raise InvalidInstructionsError("A secure-aggregation round without an encoding: local noise needs none.")
     client.guard.distributed.check(plan.encoding)
     return plan

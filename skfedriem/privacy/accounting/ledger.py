@@ -21,7 +21,7 @@ __all__ = ["MIXED_DELTA_SHARES", "PrivacyAccountant", "RunningEpsilon"]
 
 #: A ledger of Gaussian and Skellam steps: the shares of δ its Gaussian steps' privacy-loss distribution may take
 #: (the Skellam steps' Rényi DP the rest); the smallest ε of them, and of every step by Rényi DP, is certified.
-MIXED_DELTA_SHARES = (0.1, 0.5, 0.9)
+MIXED_DELTA_SHARES = (0.1, 0.5, 0.9, 0.99)
 
 
 @dataclass(frozen=True)
@@ -226,10 +226,11 @@ def _discrete_epsilon(ledger: PrivacyAccountant, delta: float, discretization: f
         merged[key] = merged.get(key, 0) + e.steps
     items = tuple(sorted(merged.items()))
     bounds = [_composed_epsilon(items, share * delta, discretization, group)
-              + discrete_epsilon(skellam, (1 - share) * delta) for share in MIXED_DELTA_SHARES]
+              + discrete_epsilon(skellam, (1 - share) * delta)
+              for share in MIXED_DELTA_SHARES if share * delta >= MIN_DELTA]  # the PLD is read only at δ it certifies
     if group == 1:  # Rényi DP composes a record's or a whole subject's steps, not a group's
         bounds.append(discrete_epsilon(_merged_steps(ledger.history), delta))
-    return min(bounds)
+    return min(bounds, default=math.inf)  # a group at a δ too small to split: no bound here
 
 
 def _merged_steps(entries) -> list[tuple[tuple, int]]:
@@ -306,7 +307,7 @@ class RunningEpsilon:
         if not self.ledger.private:
             return math.inf
         if self.ledger.discrete:  # Rényi DP composes by adding curves: the whole ledger costs milliseconds
-            return self.ledger.get_epsilon(self.delta)
+            return self.ledger.get_epsilon(self.delta, discretization=self.discretization)
         # Values are shared by every RunningEpsilon (repeated fits with one plan: cross-validation, audits,
         # grid searches), as PrivacyAccountant.get_epsilon's are; a hit needs no composition at all.
         key = (tuple((e.mu0, e.sample_rate, e.sampling, e.steps, e.group_size) for e in self.ledger.history),

@@ -20,39 +20,13 @@ from ...exceptions import InvalidInstructionsError
 from .discrete import DistributedEncoding
 from ..accounting.ledger import PrivacyAccountant
 from .sampling import BatchSampler, make_sampler
+from .step_mechanism import GAUSSIAN_STEPS, SkellamSteps, StepMechanism, round_envelope
 from .units import RECORD, PrivacyUnit
 
-__all__ = ["SAMPLINGS", "StepPlan", "local_round_release", "round_release", "sensitivity_factor"]
+__all__ = ["SAMPLINGS", "StepPlan", "local_round_release", "round_release"]
 
 #: The batch samplings a client knows how to run and account.
 SAMPLINGS = ("fixed", "poisson")
-
-
-def sensitivity_factor(diameter: float, sampling: str) -> float:
-    """What a step's mean can move by when one record is replaced, in units of C / B, as its accountant models it.
-
-    With fixed-size batches the replaced record is in the batch or not, and
-    when it is, the mean moves by the difference of the two records' clipped
-    gradients: at most ``diameter`` · C / B (Dong, Roth & Su's replace-one
-    subsampling theorem needs only that distance). With Poisson sampling the
-    accountant compares a batch holding one record with a batch holding the
-    other *or neither*, and the distance from "neither" to a record is that
-    record's clipped norm, up to C: it models the pair ±C (factor 2) whatever
-    the diameter, which orthogonal pairs of a smaller diameter would otherwise
-    exceed.
-
-    Parameters
-    ----------
-    diameter : float
-        The model's :func:`~skfedriem.privacy.clipped_gradient_diameter`.
-    sampling : {"fixed", "poisson"}
-
-    Returns
-    -------
-    float
-        ``diameter`` for fixed-size batches, 2 for Poisson sampling.
-    """
-    return diameter if sampling == "fixed" else 2.0
 
 
 def _integer(name: str, value, low: int, high: int | None = None) -> int:
@@ -139,7 +113,7 @@ class StepPlan:
         The largest distance between two records' clipped gradients, in units
         of C (the model's :func:`~skfedriem.privacy.clipped_gradient_diameter`):
         with fixed-size batches, replacing one record moves a step's mean by at
-        most ``diameter · C / B`` (:func:`sensitivity_factor`).
+        most ``diameter · C / B`` (:func:`~skfedriem.privacy.mechanisms.step_mechanism.sensitivity_factor`).
     floor : float, default=0.0
         The smallest clip and non-zero noise std the model's dtype computes
         with safely (:func:`~skfedriem.federated.client.step_plan` sets √(its
@@ -214,8 +188,7 @@ class StepPlan:
                                            f"Got {self.sampling!r} instead.")
         fields["sampling"] = str(self.sampling)
         fields["unit"] = _check_unit(self.unit, n)
-        if self.encoding is not None:
-            _check_distributed(self.encoding, fields)
+        self.mechanism.check(fields)
         for name, value in fields.items():  # canonical types: plans compare and hash by value
             object.__setattr__(self, name, value)
 
@@ -225,9 +198,14 @@ class StepPlan:
         return self.unit.group_size
 
     @property
+    def mechanism(self) -> StepMechanism:
+        """What these steps run: the Skellam mechanism of the encoding (distributed noise), else the Gaussian."""
+        return GAUSSIAN_STEPS if self.encoding is None else SkellamSteps(self.encoding)
+
+    @property
     def private(self) -> bool:
         """Whether the steps add noise to clipped gradients (otherwise they are charged as infinite loss)."""
-        return self.noise_std > 0 or self.encoding is not None
+        return self.mechanism.private(self)
 
     @property
     def denominator(self) -> float:
@@ -241,22 +219,10 @@ class StepPlan:
 
     @property
     def mu0(self) -> float:
-        """Per-step Gaussian-DP parameter: μ_g = factor · C / (B σ) (:func:`sensitivity_factor`), or with a count
-        √(μ_g² + 1/σ_b²); inf without noise.
-
-        The count's μ is 1/σ_b in both samplings: the centred count moves by
-        at most 1 when one record is replaced, and by ½ when one is added or
-        removed, which the Poisson model's pair (factor 2) doubles to 1.
-        """
-        if not self.private:
-            return math.inf
-        if self.encoding is not None:  # the Gaussian's at the honest shares' variance (display; charged as Skellam)
-            l2 = self.encoding.charged_step(self.clip, self.sample_rate, self.group_size)[1]
-            return l2 / math.sqrt(self.encoding.central_variance)
-        mu_g = sensitivity_factor(self.diameter, self.sampling) * self.clip / (self.batch_size * self.noise_std)
-        if self.count_noise_std == 0:
-            return mu_g
-        return math.hypot(mu_g, 1.0 / self.count_noise_std)
+        """Per-step Gaussian-DP parameter, as the plan's :attr:`mechanism` states it: μ_g = factor · C / (B σ), or
+        with a count √(μ_g² + 1/σ_b²); with distributed noise the Gaussian's at the honest shares' variance; inf
+        without noise."""
+        return self.mechanism.mu0(self)
 
     def sampler(self) -> BatchSampler:
         """The batch sampler these steps draw from."""
@@ -271,51 +237,25 @@ class StepPlan:
         learns only their sum: a client can check its own share, not K or t
         (:meth:`local_release` is what it guarantees on its own).
         """
-        return self._entry(None if self.encoding is None else self.encoding.central_variance)
+        return self.mechanism.entry(self, local=False)
 
     def local_release(self) -> PrivacyAccountant:
         """What this client's own release guarantees alone, against a server that breaks the protocol: its share's
         Skellam mechanism with distributed noise, else :meth:`release`."""
-        return self._entry(None if self.encoding is None else self.encoding.local_variance)
-
-    def _entry(self, variance: float | None) -> PrivacyAccountant:
-        ledger = PrivacyAccountant()
-        if variance is None:
-            ledger.step(mu0=self.mu0, sample_rate=self.sample_rate, num_steps=self.local_steps,
-                        sampling=self.sampling, group_size=self.group_size, unit=self.unit.kind)
-            return ledger
-        # a unit of k records is one Skellam step at k times a record's sensitivity (discrete.group_step)
-        rate, l2, l1 = self.encoding.charged_step(self.clip, self.sample_rate, self.group_size)
-        ledger.step(mu0=l2 / math.sqrt(variance), sample_rate=rate, num_steps=self.local_steps,
-                    sampling=self.sampling, unit=self.unit.kind, skellam=(variance, l2, l1))
-        return ledger
-
-
-def _check_distributed(encoding: DistributedEncoding, fields: dict) -> None:
-    """InvalidInstructionsError unless distributed noise can run these steps: one step, no Gaussian noise or count,
-    a finite clip."""
-    if not isinstance(encoding, DistributedEncoding):
-        raise InvalidInstructionsError(f"The round's 'encoding' must be a DistributedEncoding. "
-                                       f"Got {type(encoding).__name__} instead.")
-    if fields["local_steps"] != 1 or fields["noise_std"] != 0 or fields["count_noise_std"] != 0:
-        raise InvalidInstructionsError(
-            "A round of distributed noise is one step (local_steps=1) whose only noise is the encoding's share "
-            f"(noise_std=0, count_noise_std=0). Got local_steps={fields['local_steps']!r}, "
-            f"noise_std={fields['noise_std']!r}, count_noise_std={fields['count_noise_std']!r}.")
-    if not math.isfinite(fields["clip"]):
-        raise InvalidInstructionsError("A round of distributed noise needs a finite clip. Got clip=inf.")
-    encoding.bound(fields["clip"])  # the grid must hold the clipped records exactly
+        return self.mechanism.entry(self, local=True)
 
 
 def round_release(plans: Iterable[StepPlan]) -> PrivacyAccountant:
     """One round of several clients as ledger steps that dominate each client's own.
 
     A record lives at one client, so a round is as private for it as that
-    client's steps; every client's steps are dominated by τ steps at the
-    largest μ0 and the largest rate of the round (the subsampled Gaussian's
-    tradeoff curve is monotone in both) for the largest group of records one
-    unit owns, one entry per sampling mode (a round mixing units is charged as
-    record-level: it certifies no subject).
+    client's steps; the mechanism they all run dominates every client's steps
+    by one entry per sampling mode
+    (:func:`~skfedriem.privacy.mechanisms.step_mechanism.round_envelope`): for
+    local noise τ steps at the largest μ0 and rate of the round for the largest
+    group of records one unit owns (a round mixing units is charged as
+    record-level: it certifies no subject); for distributed noise one Skellam
+    step at the smallest variance and the largest sensitivities and rate.
 
     Parameters
     ----------
@@ -326,43 +266,11 @@ def round_release(plans: Iterable[StepPlan]) -> PrivacyAccountant:
     PrivacyAccountant
     """
     plans = list(plans)
-    if any(plan.encoding is not None for plan in plans):
-        return _distributed_envelope(plans, local=False)
-    envelopes: dict[str, tuple[float, float, int, int, str]] = {}
-    for plan in plans:
-        mu0, rate, steps, group, unit = envelopes.get(plan.sampling, (0.0, 0.0, 0, 1, plan.unit.kind))
-        envelopes[plan.sampling] = (max(mu0, plan.mu0), max(rate, plan.sample_rate), max(steps, plan.local_steps),
-                                    max(group, plan.group_size), unit if unit == plan.unit.kind else "record")
-    ledger = PrivacyAccountant()
-    for sampling, (mu0, rate, steps, group, unit) in sorted(envelopes.items()):
-        ledger.step(mu0=mu0, sample_rate=rate, num_steps=steps, sampling=sampling, group_size=group, unit=unit)
-    return ledger
-
-
-def _distributed_envelope(plans: list[StepPlan], *, local: bool) -> PrivacyAccountant:
-    """One round of distributed noise as one Skellam step per sampling that dominates every client's: the smallest
-    variance, the largest sensitivities and rate (a round mixing in a step of local noise is refused)."""
-    if any(plan.encoding is None for plan in plans):
-        raise ValueError("A round mixes distributed and local noise: its clients' steps cannot be charged as one.")
-    envelopes: dict[str, list] = {}
-    for plan in plans:
-        (entry,) = (plan.local_release() if local else plan.release()).history
-        (variance, l2, l1), rate = entry.skellam, entry.sample_rate
-        known = envelopes.get(plan.sampling)
-        envelopes[plan.sampling] = [variance, l2, l1, rate, entry.unit] if known is None else [
-            min(known[0], variance), max(known[1], l2), max(known[2], l1), max(known[3], rate),
-            known[4] if known[4] == entry.unit else "record"]
-    ledger = PrivacyAccountant()
-    for sampling, (variance, l2, l1, rate, unit) in sorted(envelopes.items()):
-        ledger.step(mu0=l2 / math.sqrt(variance), sample_rate=rate, sampling=sampling, unit=unit,
-                    skellam=(variance, l2, l1))
-    return ledger
+    return round_envelope(plans, local=False) if plans else PrivacyAccountant()
 
 
 def local_round_release(plans: Iterable[StepPlan]) -> PrivacyAccountant:
     """What one round guarantees every client by its own release alone (:meth:`StepPlan.local_release`), dominated
     as :func:`round_release` dominates; the round's release itself for local noise."""
     plans = list(plans)
-    if any(plan.encoding is not None for plan in plans):
-        return _distributed_envelope(plans, local=True)
-    return round_release(plans)
+    return round_envelope(plans, local=True) if plans else PrivacyAccountant()
