@@ -245,7 +245,8 @@ class FederatedEstimatorMixin(_EstimatorParameters):
                      deployed: bool = False, seeds: RunSeeds | None = None,
                      client_sizes: list[int] | None = None, client_names: list | None = None,
                      spent: PrivacyAccountant | None = None,
-                     spent_local: PrivacyAccountant | None = None) -> FederatedTrainer:
+                     spent_local: PrivacyAccountant | None = None,
+                     spent_deviating: PrivacyAccountant | None = None) -> FederatedTrainer:
         """The round loop with this estimator's settings, for records of ``input_shape``.
 
         Parameters
@@ -276,6 +277,10 @@ class FederatedEstimatorMixin(_EstimatorParameters):
             What that release guarantees each client by its own releases alone
             (distributed noise: its shares; default ``spent``), composed into
             ``local_epsilon_``.
+        spent_deviating : PrivacyAccountant, optional
+            What that release guarantees against a server that deviates from the
+            protocol with t colluding clients (default ``spent``), composed into
+            ``deviating_epsilon_``.
 
         Returns
         -------
@@ -296,7 +301,8 @@ class FederatedEstimatorMixin(_EstimatorParameters):
                           "whatever eps this fit uses. To fine-tune privately from a model trained on public "
                           "data, start a new fit from it (init=) instead.")
             prior = TrainingState(0, {}, self.ledger_.state_dict(), self.history_,
-                                  local_ledger=getattr(self, "local_ledger_", self.ledger_).state_dict())
+                                  local_ledger=getattr(self, "local_ledger_", self.ledger_).state_dict(),
+                                  deviating_ledger=getattr(self, "deviating_ledger_", self.ledger_).state_dict())
         else:
             generator = torch.Generator().manual_seed(int(seeds.init.generate_state(1)[0]))
             module, loss_fn = self.make_model(input_shape, classes, generator=generator)
@@ -305,7 +311,8 @@ class FederatedEstimatorMixin(_EstimatorParameters):
             eps = self._budget_share(module, loss_fn, input_shape, clients)
         if spent is not None:
             eps = self._left_after(spent, eps, module, loss_fn, input_shape, clients)
-            prior = _after(prior, spent, spent if spent_local is None else spent_local)
+            prior = _after(prior, spent, spent if spent_local is None else spent_local,
+                           spent if spent_deviating is None else spent_deviating)
         trainer = self._planned_trainer(
             module, loss_fn, input_shape, clients, eps, seed_sequence=seeds.server, client_seed=seeds.clients,
             privacy_budget=self.privacy_budget, run_name=repr(self), prior=prior,
@@ -528,9 +535,11 @@ class FederatedEstimatorMixin(_EstimatorParameters):
                       "subjects.")
         release = None if self._warm() else self._release_trainer(input_shape, sizes, seeds)
         spent = None if release is None else release.pricing.planned_release(sizes, names)
-        spent_local = None if release is None else release.pricing.planned_release(sizes, names, local=True)
+        spent_local, spent_deviating = (None, None) if release is None else (
+            release.pricing.planned_release(sizes, names, trust=trust) for trust in ("local", "deviating"))
         trainer = self.make_trainer(input_shape, classes=classes, held_out=held_out, seeds=seeds,
-                                    client_sizes=sizes, client_names=names, spent=spent, spent_local=spent_local)
+                                    client_sizes=sizes, client_names=names, spent=spent, spent_local=spent_local,
+                                    spent_deviating=spent_deviating)
         if release is not None:
             trainer.check(clients, names)  # a run the rounds would refuse is refused before anything is charged
             # the whole fit accounted and charged (one fit of the budget) before the release runs
@@ -614,16 +623,18 @@ def _warn_of_positional_clients(name: str, n_clients: int | None) -> None:
               f"CrossSubjectEvaluation passes subjects. {silence}", PositionalClientsWarning)
 
 
-def _after(prior: TrainingState | None, spent: PrivacyAccountant, spent_local: PrivacyAccountant) -> TrainingState:
-    """``prior`` (or nothing) followed by a release: its steps in both ledgers (each client's own guarantee in the
-    local one)."""
-    ledger = PrivacyAccountant.from_state_dict(prior.ledger) if prior is not None else PrivacyAccountant()
-    local = (PrivacyAccountant.from_state_dict(prior.local_ledger or prior.ledger) if prior is not None
-             else PrivacyAccountant())
-    ledger.extend(spent)
-    local.extend(spent_local)
-    return TrainingState(0, {}, ledger.state_dict(), [] if prior is None else prior.history,
-                         local_ledger=local.state_dict())
+def _after(prior: TrainingState | None, spent: PrivacyAccountant, spent_local: PrivacyAccountant,
+           spent_deviating: PrivacyAccountant) -> TrainingState:
+    """``prior`` (or nothing) followed by a release: its steps in every ledger (each client's own guarantee in the
+    local one, the deviating server's in its own)."""
+    def continued(state: dict | None, release: PrivacyAccountant) -> dict:
+        ledger = PrivacyAccountant.from_state_dict(state or prior.ledger) if prior is not None else PrivacyAccountant()
+        ledger.extend(release)
+        return ledger.state_dict()
+
+    return TrainingState(0, {}, continued(None, spent), [] if prior is None else prior.history,
+                         local_ledger=continued(prior and prior.local_ledger, spent_local),
+                         deviating_ledger=continued(prior and prior.deviating_ledger, spent_deviating))
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,10 @@ class TrainingState:
     local_ledger : dict or None
         What every client's own releases guarantee alone (distributed noise:
         its shares), as a ledger state; None: the same as ``ledger``.
+    deviating_ledger : dict or None
+        What the run guarantees against a server that deviates from the
+        protocol with t colluding clients (distributed noise: the K − 2t honest
+        shares it can leave), as a ledger state; None: the same as ``ledger``.
     """
 
     round: int
@@ -56,6 +60,7 @@ class TrainingState:
     plan: dict | None = None
     round_cost: dict | None = None
     local_ledger: dict | None = None
+    deviating_ledger: dict | None = None
 
     @classmethod
     def empty(cls) -> TrainingState:

@@ -355,6 +355,8 @@ class FederatedTrainer:
         self.accountant_ = PrivacyAccountant.from_state_dict(prior.ledger)
         # what each client's own release guarantees alone; an earlier run of local noise guarantees its ε alone
         self.local_accountant_ = PrivacyAccountant.from_state_dict(prior.local_ledger or prior.ledger)
+        # against a server that deviates with t colluders; an earlier run of local noise: its ledger
+        self.deviating_accountant_ = PrivacyAccountant.from_state_dict(prior.deviating_ledger or prior.ledger)
         encoding = self.plan_.encoding
         if encoding is not None:
             planned = distributed_clients(len(client_sizes), self.settings)
@@ -393,7 +395,8 @@ class FederatedTrainer:
         if on_round is not None:
             on_round(TrainingState(t, theta, self.accountant_.state_dict(), self.history_, rng_before, True,
                                    plan=self.pricing.record(), round_cost=cost.state_dict(),
-                                   local_ledger=self.local_accountant_.state_dict()))
+                                   local_ledger=self.local_accountant_.state_dict(),
+                                   deviating_ledger=self.deviating_accountant_.state_dict()))
         instructions = {int(i): self.pricing.client_instructions(int(i), lr, clip, rotation) for i in selected}
         replies = transport.run_round(t, selected.tolist(), theta, instructions)
         outcome = self._strategy.apply(theta, replies, instructions, lr, transcript=self.transcript_ is not None)
@@ -416,6 +419,7 @@ class FederatedTrainer:
         if resent is None or resent.round_cost != cost.state_dict() or self._placement.recharges_resent_rounds:
             self.accountant_.extend(cost)
             self.local_accountant_.extend(self.pricing.local_round_release(lr))
+            self.deviating_accountant_.extend(self.pricing.deviating_round_release(lr))
         return cost
 
     def _next_clip(self, row: dict | None) -> float:
@@ -430,13 +434,15 @@ class FederatedTrainer:
         theta = {name: p.detach().clone() for name, p in trainable_parameters(self.module).items()}
         rng = None if server_rng is None else copy.deepcopy(server_rng.bit_generator.state)
         return TrainingState(completed_rounds, theta, self.accountant_.state_dict(), self.history_, rng, False,
-                             plan=self.pricing.record(), local_ledger=self.local_accountant_.state_dict())
+                             plan=self.pricing.record(), local_ledger=self.local_accountant_.state_dict(),
+                             deviating_ledger=self.deviating_accountant_.state_dict())
 
     def _end_round(self, t: int, lr: float, selected: np.ndarray, replied: list[int], aggregation_seconds: float,
                    submission_seconds: float, round_seconds: float) -> None:
         epsilon = min(self._epsilon_so_far(), self._final_epsilon) if self.accountant_.private else math.inf
         entry = {"round": self._round_offset + t + 1, "epsilon": epsilon, "lr": lr,
-                 **({"local_epsilon": self.local_epsilon_} if self._placement.reports_local_epsilon else {}),
+                 **({"local_epsilon": self.local_epsilon_, "deviating_epsilon": self.deviating_epsilon_}
+                    if self._placement.reports_local_epsilon else {}),
                  "clients": selected.tolist(), "replied": replied, "aggregation_seconds": aggregation_seconds}
         if self.settings.client_timings:
             entry.update(submission_seconds=submission_seconds, round_seconds=round_seconds)
@@ -452,12 +458,23 @@ class FederatedTrainer:
         step charged, earlier runs included: what a warm start continues).
         """
         plan = self.plan_
-        return {"epsilon_": self.epsilon_, "local_epsilon_": self.local_epsilon_, "delta_": self.settings.delta,
+        return {"epsilon_": self.epsilon_, "local_epsilon_": self.local_epsilon_,
+                "deviating_epsilon_": self.deviating_epsilon_, "delta_": self.settings.delta,
                 "mu0_": plan.mu0,
                 "noise_std_": plan.noise_std,
                 "batch_size_": plan.batch_size, "history_": self.history_,
                 "ledger_": PrivacyAccountant.from_state_dict(self.accountant_.state_dict()),
-                "local_ledger_": PrivacyAccountant.from_state_dict(self.local_accountant_.state_dict())}
+                "local_ledger_": PrivacyAccountant.from_state_dict(self.local_accountant_.state_dict()),
+                "deviating_ledger_": PrivacyAccountant.from_state_dict(self.deviating_accountant_.state_dict())}
+
+    @property
+    def deviating_epsilon_(self) -> float:
+        """What the run guarantees against a server that deviates from the protocol with t colluding clients (it may
+        declare t honest clients dropped out, so K − 2t honest shares carry the noise): with distributed noise
+        that ledger's ε (inf when K ≤ 2t), with local noise :attr:`epsilon_`."""
+        if not self._placement.reports_local_epsilon and self.deviating_accountant_.history == self.accountant_.history:
+            return self.epsilon_
+        return self.pricing.epsilon(self.deviating_accountant_)
 
     @property
     def local_epsilon_(self) -> float:

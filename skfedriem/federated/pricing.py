@@ -20,7 +20,7 @@ from torch import nn
 from ..privacy import PrivacyAccountant
 from ..privacy.accounting.accounting_methods import get_accounting
 from ..privacy.per_record.per_sample import trainable_parameters
-from ..privacy.mechanisms.step_plan import local_round_release, round_release
+from ..privacy.mechanisms.step_plan import round_release
 from ..privacy.accounting.subsampled_gaussian import DISCRETIZATION
 from ..privacy.mechanisms.units import step_diameter
 from .aggregation import get_aggregation
@@ -176,9 +176,17 @@ class RoundPricing:
     def local_round_release(self, lr: float) -> PrivacyAccountant:
         """What one round guarantees each client by its own release alone (its share, with distributed noise;
         :meth:`round_release` with local noise)."""
+        return self._round_release_against(lr, "local")
+
+    def deviating_round_release(self, lr: float) -> PrivacyAccountant:
+        """What one round guarantees against a server that deviates from the protocol with t colluding clients (the
+        K − 2t honest shares it can leave, with distributed noise; :meth:`round_release` with local noise)."""
+        return self._round_release_against(lr, "deviating")
+
+    def _round_release_against(self, lr: float, trust: str) -> PrivacyAccountant:
         pairs = dict.fromkeys((self.client_instructions(i, lr), size) for i, size in enumerate(self.client_sizes))
-        return local_round_release(step_plan(instructions, size, self.module, self.settings.unit)
-                                   for instructions, size in pairs)
+        return round_release((step_plan(instructions, size, self.module, self.settings.unit)
+                              for instructions, size in pairs), trust)
 
     def round_release(self, lr: float, clip: float | None = None) -> PrivacyAccountant:
         """What one round costs: the steps every client would take for its instructions, dominated as one.
@@ -204,7 +212,7 @@ class RoundPricing:
         return planned
 
     def planned_release(self, client_sizes: list[int], client_names: list | None = None, *,
-                        local: bool = False) -> PrivacyAccountant:
+                        trust: str = "central") -> PrivacyAccountant:
         """The whole run for these clients as its ledger will be charged, before any round: what a budget is charged.
 
         Parameters
@@ -213,23 +221,25 @@ class RoundPricing:
             m_i of every client (public).
         client_names : list, optional
             For messages (default: 0 .. n−1).
-        local : bool, default=False
-            What each client's own releases guarantee alone instead
-            (:meth:`local_round_release`).
+        trust : {"central", "deviating", "local"}, default="central"
+            Against whom: a server that runs the protocol (:meth:`round_release`),
+            one that deviates from it (:meth:`deviating_round_release`), or
+            anyone who sees a client's own release (:meth:`local_round_release`).
 
         Returns
         -------
         PrivacyAccountant
         """
         self.plan(client_sizes, list(range(len(client_sizes))) if client_names is None else list(client_names))
-        return self.rounds_release(local=local)
+        return self.rounds_release(trust=trust)
 
-    def rounds_release(self, first: int = 0, *, local: bool = False) -> PrivacyAccountant:
-        """Rounds ``first`` .. T − 1 as the ledger will be charged them (all of them: the whole run); ``local``:
-        as each client's own releases guarantee them alone."""
+    def rounds_release(self, first: int = 0, *, trust: str = "central") -> PrivacyAccountant:
+        """Rounds ``first`` .. T − 1 as the ledger against ``trust`` will be charged them (all of them: the whole
+        run)."""
         planned = PrivacyAccountant()
         for t in range(first, self.settings.n_rounds):
-            planned.extend(self.local_round_release(self.lr(t)) if local else self.round_release(self.lr(t)))
+            lr = self.lr(t)
+            planned.extend(self.round_release(lr) if trust == "central" else self._round_release_against(lr, trust))
         return planned
 
     def epsilon(self, ledger: PrivacyAccountant, discretization: float = DISCRETIZATION) -> float:

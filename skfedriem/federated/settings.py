@@ -216,7 +216,9 @@ class FederationSettings:
         "running secure aggregation, learns only the sum, whose K − t honest shares carry the noise one trusted "
         "curator would add (Skellam mechanism, :mod:`skfedriem.privacy.mechanisms.discrete`). ``epsilon_`` is then the "
         "guarantee against a server that sees only the sum and colludes with at most ``colluders`` clients, and "
-        "``local_epsilon_`` what each client's own share guarantees against a server that breaks the protocol. "
+        "``local_epsilon_`` what each client's own share guarantees against a server that breaks the protocol, "
+        "``deviating_epsilon_`` what the run guarantees against a server that deviates with ``colluders`` clients "
+        "(it may declare t honest clients dropped out: K − 2t honest shares). "
         "See the docs page \"Where the noise is added\".")
     colluders: int | None = _setting(
         None, "int or None", [Interval(Integral, 0, None, closed="left"), None],

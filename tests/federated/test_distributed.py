@@ -319,7 +319,41 @@ def test_a_resumed_run_equals_the_uninterrupted_one_and_charges_the_resent_round
     for a, b in zip(full.module.parameters(), resumed.module.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-13)
     assert full.accountant_.steps == 4 and resumed.accountant_.steps == resumed.local_accountant_.steps == 5
+    assert resumed.deviating_accountant_.steps == 5  # the checkpoint carried the deviating ledger on
     assert resumed.epsilon_ > full.epsilon_ and resumed.local_epsilon_ > full.local_epsilon_
+    assert resumed.deviating_epsilon_ > full.deviating_epsilon_
+
+
+@pytest.mark.parametrize("colluders", [1, 2])
+def test_a_deviating_server_is_certified_with_the_k_minus_2t_honest_shares_it_can_leave(colluders):
+    """Against a server that deviates with t colluders (it declares t honest clients dropped out): the Skellam
+    mechanism of K − 2t shares, recomputed here independently; between ε_central and ε_local; in history_, the
+    fitted attributes and a ledger of its own."""
+    t = trainer(colluders=colluders).fit(clients(n=5))
+    encoding = t.plan_.encoding
+    l2, l1 = encoding.sensitivity(1.0)
+    honest = 5 - 2 * colluders
+    variance = 2 * encoding.share * honest
+    independent = discrete_epsilon([(("skellam", variance, l2, l1, t.plan_.sample_rate), 4)], 1e-5)
+    assert t.deviating_epsilon_ == pytest.approx(independent)
+    assert [e.skellam[0] for e in t.deviating_accountant_.history] == pytest.approx([variance])
+    assert t.epsilon_ < t.deviating_epsilon_ <= t.local_epsilon_
+    assert (t.deviating_epsilon_ == pytest.approx(t.local_epsilon_)) == (honest == 1)
+    assert t.history_[-1]["deviating_epsilon"] == pytest.approx(t.deviating_epsilon_)
+    attributes = t.fitted_attributes()
+    assert attributes["deviating_epsilon_"] == t.deviating_epsilon_
+    assert attributes["deviating_ledger_"].state_dict() == t.deviating_accountant_.state_dict()
+
+
+def test_no_honest_share_is_sure_to_be_left_when_k_is_at_most_2t():
+    t = trainer(colluders=2, clients_per_round=None).fit(clients(n=4))
+    assert math.isfinite(t.epsilon_) and math.isinf(t.deviating_epsilon_)
+
+
+def test_with_local_noise_every_certificate_is_epsilon():
+    t = trainer(noise="local").fit(clients())
+    assert t.deviating_epsilon_ == t.local_epsilon_ == t.epsilon_
+    assert "deviating_epsilon" not in t.history_[-1]
 
 
 def test_without_privacy_there_is_no_noise_to_place():

@@ -262,6 +262,7 @@ def _write_results(est, kind: str, out: Path, names: list[str], sizes: list[int]
     # n_records: each site's number of privacy units (its records, or its subjects), as it reported them
     result = {"estimator": kind, "clients": names, "n_records": sizes, "privacy_unit": est.privacy_unit,
               "epsilon": est.epsilon_, "local_epsilon": getattr(est, "local_epsilon_", est.epsilon_),
+              "deviating_epsilon": getattr(est, "deviating_epsilon_", est.epsilon_),
               "delta": est.delta_, "noise_std": est.noise_std_, "applied_rounds": applied_rounds(est.history_),
               "history": est.history_}
     if is_classifier(est):
@@ -379,8 +380,9 @@ def _serve(kind: str, grid: Grid, context: Context) -> None:
     est.set_fitted(trainer, input_shape=shapes[0], classes=classes)
     _write_results(est, kind, out, names, sizes)
     applied = applied_rounds(est.history_)
-    local = getattr(est, "local_epsilon_", est.epsilon_)
-    print(f"skfedriem: done, epsilon={est.epsilon_:.4g} (epsilon_local={local:.4g}), {applied} of "
+    local, deviating = getattr(est, "local_epsilon_", est.epsilon_), getattr(est, "deviating_epsilon_", est.epsilon_)
+    print(f"skfedriem: done, epsilon={est.epsilon_:.4g} (epsilon_local={local:.4g}, against a deviating server "
+          f"{deviating:.4g}), {applied} of "
           f"{len(est.history_)} rounds applied, results in {out}", flush=True)
     if est.history_ and not applied:
         print("skfedriem: every round was discarded (no site's release reached the model): the model is its initial "

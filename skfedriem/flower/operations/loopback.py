@@ -680,6 +680,7 @@ def summarise(args: argparse.Namespace, result: dict, extra: dict, logs: Path) -
     dict
     """
     summary = {"estimator": args.estimator, "epsilon": result["epsilon"], "local_epsilon": result["local_epsilon"],
+               "deviating_epsilon": result.get("deviating_epsilon", result["epsilon"]),
                "privacy_unit": result["privacy_unit"], "n_records": result["n_records"],
                "rounds": len(result["history"]), "applied_rounds": result["applied_rounds"],
                "replied": [h["replied"] for h in result["history"]], "secure": not args.insecure, **extra}

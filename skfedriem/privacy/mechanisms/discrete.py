@@ -272,6 +272,12 @@ class DistributedEncoding:
         """2λ: one client's share alone."""
         return 2 * self.share
 
+    @property
+    def deviating_variance(self) -> float:
+        """2λ (K − 2t): the honest shares a server that deviates, with t colluding clients, can leave in a sum (it
+        declares t honest clients dropped out, and t of the others are its own); 0 when K ≤ 2t."""
+        return 2 * self.share * max(self.clients - 2 * self.colluders, 0)
+
     def bound(self, clip: float) -> float:
         """R for records clipped to ``clip``: :func:`rounding_bound` of s C; InvalidInstructionsError when s C + √n
         reaches 2^52, beyond which rounded values and their norms are no longer exact in float64 and int64."""

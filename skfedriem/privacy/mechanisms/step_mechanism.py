@@ -25,8 +25,13 @@ from ..accounting.ledger import PrivacyAccountant
 from .discrete import DistributedEncoding
 from .units import PrivacyUnit
 
-__all__ = ["GAUSSIAN_STEPS", "GaussianSteps", "PlannedSteps", "SkellamSteps", "StepMechanism", "round_envelope",
-           "sensitivity_factor"]
+__all__ = ["GAUSSIAN_STEPS", "TRUSTS", "GaussianSteps", "PlannedSteps", "SkellamSteps", "StepMechanism",
+           "round_envelope", "sensitivity_factor"]
+
+#: Whom a ledger entry holds against: ``"central"`` a server that runs the protocol, with at most t colluding
+#: clients (ε_central); ``"deviating"`` a server that deviates from it, with t colluders (it may declare t honest
+#: clients dropped out); ``"local"`` anyone who sees the client's own release (ε_local).
+TRUSTS = ("central", "deviating", "local")
 
 
 def sensitivity_factor(diameter: float, sampling: str) -> float:
@@ -103,12 +108,11 @@ class StepMechanism(ABC):
         """The per-step Gaussian-DP parameter of the plan's steps (inf without noise)."""
 
     @abstractmethod
-    def entry(self, plan: PlannedSteps, *, local: bool) -> PrivacyAccountant:
-        """The plan's steps as a ledger: against the server that runs the protocol (``local=False``), or what the
-        client's own release guarantees alone (``local=True``)."""
+    def entry(self, plan: PlannedSteps, *, trust: str) -> PrivacyAccountant:
+        """The plan's steps as a ledger against whom ``trust`` names (one of :data:`TRUSTS`)."""
 
     @abstractmethod
-    def envelope(self, plans: list[PlannedSteps], *, local: bool) -> PrivacyAccountant:
+    def envelope(self, plans: list[PlannedSteps], *, trust: str) -> PrivacyAccountant:
         """One round of several clients running this mechanism, as ledger steps that dominate each client's."""
 
 
@@ -136,15 +140,15 @@ class GaussianSteps(StepMechanism):
             return mu_g
         return math.hypot(mu_g, 1.0 / plan.count_noise_std)
 
-    def entry(self, plan: PlannedSteps, *, local: bool) -> PrivacyAccountant:
-        """τ steps at μ0 and q = B / m for the plan's unit; the same whoever runs the server (the noise is the
-        client's own)."""
+    def entry(self, plan: PlannedSteps, *, trust: str) -> PrivacyAccountant:
+        """τ steps at μ0 and q = B / m for the plan's unit; the same against anyone (the noise is the client's
+        own)."""
         ledger = PrivacyAccountant()
         ledger.step(mu0=plan.mu0, sample_rate=plan.sample_rate, num_steps=plan.local_steps, sampling=plan.sampling,
                     group_size=plan.group_size, unit=plan.unit.kind)
         return ledger
 
-    def envelope(self, plans: list[PlannedSteps], *, local: bool) -> PrivacyAccountant:
+    def envelope(self, plans: list[PlannedSteps], *, trust: str) -> PrivacyAccountant:
         """τ steps at the largest μ0 and the largest rate of the round (the subsampled Gaussian's tradeoff curve is
         monotone in both) for the largest group of records one unit owns, one entry per sampling mode (a round
         mixing units is charged as record-level: it certifies no subject)."""
@@ -195,28 +199,39 @@ class SkellamSteps(StepMechanism):
         """The Gaussian's Δ2 / √V at the honest shares' variance (for display: charged as the Skellam mechanism)."""
         return self._charged(plan)[1] / math.sqrt(self.encoding.central_variance)
 
-    def entry(self, plan: PlannedSteps, *, local: bool) -> PrivacyAccountant:
-        """The Skellam mechanism of the K − t honest shares' sum (ε against a server that sees only the sum), or
-        with ``local`` of the client's own share; a unit of k records at k times a record's sensitivity
-        (:func:`~skfedriem.privacy.mechanisms.discrete.group_step`).
+    def entry(self, plan: PlannedSteps, *, trust: str) -> PrivacyAccountant:
+        """The Skellam mechanism of the honest shares' sum: the K − t of a server that runs the protocol
+        (``"central"``: ε against a server that sees only the sum), the K − 2t a deviating one can leave
+        (``"deviating"``; none left, K ≤ 2t: not private), or the client's own share (``"local"``); a unit of
+        k records at k times a record's sensitivity (:func:`~skfedriem.privacy.mechanisms.discrete.group_step`).
 
-        The central entry holds only if the round really has the encoding's K
-        clients, at most t of them colluding, and the server learns only
-        their sum: a client can check its own share, not K or t.
+        The central and deviating entries hold only if the round really has the
+        encoding's K clients, at most t of them colluding: a client can check its
+        own share, not K or t.
         """
-        variance = self.encoding.local_variance if local else self.encoding.central_variance
+        variance = {"central": self.encoding.central_variance, "deviating": self.encoding.deviating_variance,
+                    "local": self.encoding.local_variance}[trust]
         rate, l2, l1 = self._charged(plan)
         ledger = PrivacyAccountant()
+        if variance == 0:  # no honest share is sure to be in the sum
+            ledger.step(mu0=math.inf, sample_rate=rate, num_steps=plan.local_steps, sampling=plan.sampling,
+                        unit=plan.unit.kind)
+            return ledger
         ledger.step(mu0=l2 / math.sqrt(variance), sample_rate=rate, num_steps=plan.local_steps,
                     sampling=plan.sampling, unit=plan.unit.kind, skellam=(variance, l2, l1))
         return ledger
 
-    def envelope(self, plans: list[PlannedSteps], *, local: bool) -> PrivacyAccountant:
+    def envelope(self, plans: list[PlannedSteps], *, trust: str) -> PrivacyAccountant:
         """One Skellam step per sampling that dominates every client's: the smallest variance, the largest
-        sensitivities and rate."""
+        sensitivities and rate (a step without an honest share: one step not private)."""
+        entries = [plan.mechanism.entry(plan, trust=trust) for plan in plans]
+        if not all(entry.private for entry in entries):
+            ledger = PrivacyAccountant()
+            ledger.step(mu0=math.inf, sample_rate=1.0, sampling=plans[0].sampling, unit="record")
+            return ledger
         envelopes: dict[str, list] = {}
-        for plan in plans:
-            (entry,) = plan.mechanism.entry(plan, local=local).history
+        for plan, ledger in zip(plans, entries):
+            (entry,) = ledger.history
             (variance, l2, l1), rate = entry.skellam, entry.sample_rate
             known = envelopes.get(plan.sampling)
             envelopes[plan.sampling] = [variance, l2, l1, rate, entry.unit] if known is None else [
@@ -236,16 +251,15 @@ class SkellamSteps(StepMechanism):
 GAUSSIAN_STEPS = GaussianSteps()
 
 
-def round_envelope(plans: list[PlannedSteps], *, local: bool) -> PrivacyAccountant:
+def round_envelope(plans: list[PlannedSteps], *, trust: str) -> PrivacyAccountant:
     """One round of several clients as ledger steps that dominate each client's own, by the rule of the mechanism
     they all run (ValueError for a round mixing mechanisms: no one rule charges it).
 
     Parameters
     ----------
     plans : list of StepPlan
-    local : bool
-        What each client's own release guarantees alone, rather than the
-        round's release against a server that runs the protocol.
+    trust : {"central", "deviating", "local"}
+        Against whom (:data:`TRUSTS`).
 
     Returns
     -------
@@ -254,4 +268,6 @@ def round_envelope(plans: list[PlannedSteps], *, local: bool) -> PrivacyAccounta
     kinds = {type(plan.mechanism) for plan in plans}
     if len(kinds) > 1:
         raise ValueError("A round mixes distributed and local noise: its clients' steps cannot be charged as one.")
-    return plans[0].mechanism.envelope(plans, local=local)
+    if trust not in TRUSTS:
+        raise ValueError(f"trust must be one of {TRUSTS}. Got {trust!r} instead.")
+    return plans[0].mechanism.envelope(plans, trust=trust)

@@ -237,15 +237,21 @@ class StepPlan:
         learns only their sum: a client can check its own share, not K or t
         (:meth:`local_release` is what it guarantees on its own).
         """
-        return self.mechanism.entry(self, local=False)
+        return self.mechanism.entry(self, trust="central")
 
     def local_release(self) -> PrivacyAccountant:
         """What this client's own release guarantees alone, against a server that breaks the protocol: its share's
         Skellam mechanism with distributed noise, else :meth:`release`."""
-        return self.mechanism.entry(self, local=True)
+        return self.mechanism.entry(self, trust="local")
+
+    def deviating_release(self) -> PrivacyAccountant:
+        """What these steps guarantee against a server that deviates from the protocol with t colluding clients:
+        with distributed noise the Skellam mechanism of the K − 2t honest shares it can leave in a sum, else
+        :meth:`release`."""
+        return self.mechanism.entry(self, trust="deviating")
 
 
-def round_release(plans: Iterable[StepPlan]) -> PrivacyAccountant:
+def round_release(plans: Iterable[StepPlan], trust: str = "central") -> PrivacyAccountant:
     """One round of several clients as ledger steps that dominate each client's own.
 
     A record lives at one client, so a round is as private for it as that
@@ -260,17 +266,21 @@ def round_release(plans: Iterable[StepPlan]) -> PrivacyAccountant:
     Parameters
     ----------
     plans : iterable of StepPlan
+    trust : {"central", "deviating", "local"}, default="central"
+        Against whom
+        (:data:`~skfedriem.privacy.mechanisms.step_mechanism.TRUSTS`): a
+        server that runs the protocol, one that deviates from it, or anyone
+        who sees a client's own release.
 
     Returns
     -------
     PrivacyAccountant
     """
     plans = list(plans)
-    return round_envelope(plans, local=False) if plans else PrivacyAccountant()
+    return round_envelope(plans, trust=trust) if plans else PrivacyAccountant()
 
 
 def local_round_release(plans: Iterable[StepPlan]) -> PrivacyAccountant:
     """What one round guarantees every client by its own release alone (:meth:`StepPlan.local_release`), dominated
     as :func:`round_release` dominates; the round's release itself for local noise."""
-    plans = list(plans)
-    return round_envelope(plans, local=True) if plans else PrivacyAccountant()
+    return round_release(plans, trust="local")
