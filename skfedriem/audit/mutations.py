@@ -125,7 +125,7 @@ class _ServersNumbers:
                     num_steps=int(self.local_steps), sampling=self.sampling)
         return ledger
 
-    local_release = release  # local noise: what its release guarantees alone
+    local_release = deviating_release = release  # local noise: the same against anyone
 
 
 def _servers_numbers(instructions, n_records, module, unit=RECORD):

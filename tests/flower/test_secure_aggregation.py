@@ -97,10 +97,11 @@ class SecureGrid(SitesGrid):
         return json.loads((self.folder / "out" / "result.json").read_text())
 
 
-def ledgers(path: str) -> tuple[PrivacyBudget, PrivacyBudget]:
-    """A site's ε_local and ε_central ledgers."""
+def ledgers(path: str) -> tuple[PrivacyBudget, PrivacyBudget, PrivacyBudget]:
+    """A site's ε_local, ε_central and deviating server's ledgers."""
     return (PrivacyBudget(math.inf, path=path + ".privacy-ledger.json"),
-            PrivacyBudget(math.inf, path=path + ".privacy-ledger.central.json"))
+            PrivacyBudget(math.inf, path=path + ".privacy-ledger.central.json"),
+            PrivacyBudget(math.inf, path=path + ".privacy-ledger.deviating.json"))
 
 
 @pytest.fixture
@@ -135,10 +136,13 @@ def test_a_distributed_deployment_certifies_the_in_process_epsilon_and_the_serve
     assert result["epsilon"] == local.epsilon_ <= 4.0
     assert all(h["replied"] == [0, 1, 2, 3, 4] and "discarded" not in h for h in result["history"])
     for name in SITES:  # each site's ledgers: ε_central is the server's certificate, ε_local its own share's
-        own, central = ledgers(files[name])
-        assert len(own.fits) == len(central.fits) == 3
+        own, central, deviating = ledgers(files[name])
+        assert len(own.fits) == len(central.fits) == len(deviating.fits) == 3
         assert central.spent() == pytest.approx(result["epsilon"], rel=1e-6)
         assert own.spent() == pytest.approx(local.local_epsilon_, rel=1e-6) and own.spent() > central.spent()
+        assert deviating.spent() == pytest.approx(local.deviating_epsilon_, rel=1e-6)
+        assert central.spent() < deviating.spent() < own.spent()  # K = 5, t = 1: 3 honest shares of 4
+    assert result["deviating_epsilon"] == pytest.approx(local.deviating_epsilon_, rel=1e-6)
     # the referee: the server's sum is the sites' releases' sum, and nothing it holds is one site's release
     assert [h["round"] for h in held] == ["1", "2", "3"]
     for round_held in held:
@@ -171,7 +175,7 @@ def test_a_site_lost_during_a_round_abandons_it_and_is_then_recovered_as_dropped
     assert np.array_equal(np.mod(np.sum([third["entries"][s] for s in survivors], axis=0), third["modulus"]),
                           np.mod(np.sum([released[("3", s)] for s in survivors], axis=0), third["modulus"]))
     for name in SITES:  # each site charged what it ran: the survivors round 2 too (they released, masked)
-        own, central = ledgers(files[name])
+        own, central, _ = ledgers(files[name])
         assert len(central.fits) == (1 if name == "site-2" else 3)
         assert central.spent() <= result["epsilon"] * (1 + 1e-9)
 
@@ -198,7 +202,7 @@ def test_a_resumed_run_sends_the_cut_round_as_a_new_release_charged_again(federa
     result = grid.serve()
     assert [h["round"] for h in result["history"]] == [1, 2, 3]
     for name in SITES:  # the certificate counts round 2 twice, as every site's ε_central ledger does
-        own, central = ledgers(files[name])
+        own, central, _ = ledgers(files[name])
         labels = [f["label"].split(" secure aggregation ")[0] for f in central.fits]
         assert labels == ["run 1 round 1", "run 1 round 2", "run 1 round 2", "run 1 round 3"]
         assert central.spent() == pytest.approx(result["epsilon"], rel=1e-6)
@@ -225,8 +229,8 @@ def test_a_site_sent_lists_it_must_refuse_is_not_charged_and_reveals_nothing(fed
     first, *later = result["history"]
     assert first["replied"] == [] and "discarded" in first  # abandoned: site-0's masks stay in the others'
     assert all(h["replied"] == [1, 2, 3, 4] and "discarded" not in h for h in later)  # then listed as dropped
-    own, central = ledgers(files["site-0"])
-    assert own.fits == [] and central.fits == []
+    own, central, deviating = ledgers(files["site-0"])
+    assert own.fits == [] and central.fits == [] and deviating.fits == []
     assert all(len(ledgers(files[n])[1].fits) == 3 for n in SITES[1:])  # round 1 too: they released, masked
 
 
@@ -245,6 +249,31 @@ def test_a_malformed_reply_leaves_its_site_out_and_the_run_goes_on(federation, m
     folder, files, keys = federation
     result = SecureGrid(folder, files, keys, node={"semi-honest-server": "true"}).serve()
     assert all(h["replied"] == [1, 2, 3, 4] and "discarded" not in h for h in result["history"])
+
+
+@pytest.mark.parametrize("bound, applied", [("semi-honest-server", 3), ("deviating-server", 1)])
+def test_a_site_bounds_the_certificate_its_operator_names(federation, bound, applied):
+    """max-epsilon 4.3 above the run's ε_central (≤ 4 for its 3 rounds) and below what a deviating server with
+    t = 1 could learn from two of its rounds (4.74; one: 3.91): sites bounding ε_central take every round, sites
+    bounding the deviating certificate refuse the second and third."""
+    folder, files, keys = federation
+    result = SecureGrid(folder, files, keys, node={bound: "true", "max-epsilon": 4.3}).serve()
+    assert sum("discarded" not in h for h in result["history"]) == applied
+    for name in SITES:
+        own, central, deviating = ledgers(files[name])
+        bounded = central if bound == "semi-honest-server" else deviating
+        assert len(bounded.fits) == applied and bounded.spent() <= 4.3
+
+
+def test_a_site_refuses_both_bounds_or_a_deviating_bound_no_honest_share_keeps(federation):
+    folder, files, keys = federation
+    name = SITES[0]
+    node = {"noise": "distributed", "federation-keys": str(folder / "roster.txt"), "signing-key": keys[name]}
+    with pytest.raises(ValueError, match="set one"):
+        DistributedNoise.from_node_config({**node, "semi-honest-server": "true", "deviating-server": "true"}, name)
+    with pytest.raises(ValueError, match="may leave none"):
+        DistributedNoise.from_node_config({**node, "deviating-server": "true", "distributed-colluders": 3}, name)
+    assert DistributedNoise.from_node_config({**node, "deviating-server": "true"}, name).bounded == "deviating"
 
 
 def test_a_site_told_other_k_or_t_refuses_before_anything_is_charged(federation):

@@ -42,10 +42,12 @@ Node configuration of a SuperNode (``--node-config``):
   SuperNode's private key) and optionally ``distributed-clients`` (K, default
   the roster's size), ``distributed-colluders`` (t, default ⌈K / 10⌉, at
   least 1) and ``semi-honest-server`` (``true``: ``max-epsilon`` bounds
-  ε_central; default: ε_local, what the site's own noise share guarantees
-  against a server that breaks the protocol). Local noise is the default
+  ε_central) or ``deviating-server`` (``true``: it bounds what a server that
+  deviates from the protocol with t colluding sites could learn, from the
+  K − 2t honest shares it can leave; needs K > 2t); default: ε_local, what the
+  site's own noise share guarantees against a server that breaks the protocol. Local noise is the default
   because it is the only setting whose guarantee holds against any server;
-  a site's ledger records both ε's of every round
+  a site's ledgers record all three ε's of every round
   (:class:`~skfedriem.flower.protocol.client_app.SiteGuard`).
 * ``subject-key``: the array of the site's ``.npz`` holding each record's
   subject (e.g. ``subject``, from MOABB's ``meta.subject``); or

@@ -27,7 +27,8 @@ SuperNode keys (written here as the sites are added), and the server learns
 only the sum of the sites' masked releases. A site killed after round R is
 left out of the next rounds' protocol; each site's ledger records ε_local
 and ε_central (``--semi-honest-server``: its ``max-epsilon`` bounds
-ε_central).
+ε_central) and what a deviating server with t colluders could learn
+(``--deviating-server``: its ``max-epsilon`` bounds that).
 """
 
 from __future__ import annotations
@@ -430,6 +431,9 @@ def _parser(estimators: list[str]) -> argparse.ArgumentParser:
     parser.add_argument("--semi-honest-server", action="store_true",
                         help="with --noise distributed: the sites' max-epsilon bounds epsilon_central (default: "
                              "epsilon_local, their own noise share's)")
+    parser.add_argument("--deviating-server", action="store_true",
+                        help="with --noise distributed: the sites' max-epsilon bounds what a server deviating from "
+                             "the protocol with t colluding sites could learn (K - 2t honest shares)")
     parser.add_argument("--insecure", action="store_true", help="no TLS, no SuperNode authentication")
     parser.add_argument("--intruder", action="store_true",
                         help="also start a SuperNode whose key is not registered (it must be refused)")
@@ -473,6 +477,11 @@ def _check_arguments(args: argparse.Namespace) -> str | None:
                 f"sum is its own release). Got --sites {args.sites}.")
     if args.semi_honest_server and args.noise != "distributed":
         return "--semi-honest-server bounds epsilon_central, which only --noise distributed has: add it, or drop it."
+    if args.deviating_server and args.noise != "distributed":
+        return ("--deviating-server bounds what a deviating server could learn from distributed noise's shares, "
+                "which only --noise distributed has: add it, or drop it.")
+    if args.deviating_server and args.semi_honest_server:
+        return "--semi-honest-server and --deviating-server each say what the sites' max-epsilon bounds: give one."
     rounds = args.rounds
     for flag, value in (("--kill-site-after-round", args.kill_site_after_round),
                         ("--restart-site-after-round", args.restart_site_after_round),
@@ -542,6 +551,11 @@ def preflight(args: argparse.Namespace, run_config: dict) -> list[str]:
         names = [f"site-{i}" for i in range(args.sites)]
         _, trainer = deployed_trainer(args.estimator, config, _input_shape(args), _site_sizes(args), names)
         trainer.pricing.plan(_site_sizes(args), names)  # the server's plan of the rounds, on these sites
+    encoding = trainer.plan_.encoding
+    if getattr(args, "deviating_server", False) and encoding is not None and encoding.clients <= 2 * encoding.colluders:
+        raise ValueError(f"--deviating-server bounds what the K - 2t honest shares a deviating server can leave "
+                         f"guarantee; this run's K = {encoding.clients} sites a round and t = {encoding.colluders} may "
+                         "leave none: set colluders below K / 2, or drop --deviating-server.")
     return list(dict.fromkeys(str(w.message).splitlines()[0] for w in caught if issubclass(w.category, UserWarning)))
 
 
@@ -561,7 +575,8 @@ def _sites_and_run_config(args: argparse.Namespace, out: Path) -> tuple[list[Pat
         if args.site_max_epsilon is not None:
             site["max-epsilon"] = args.site_max_epsilon
         if args.noise == "distributed":  # the federation's roster and each site's key: LoopbackFederation.add_site
-            site.update({"noise": "distributed", "semi-honest-server": args.semi_honest_server})
+            site.update({"noise": "distributed", "semi-honest-server": args.semi_honest_server,
+                         "deviating-server": args.deviating_server})
         sites.append(site)
     run_config = {"n-clients": args.sites, "round-timeout": args.round_timeout,
                   "eps": args.eps if non_private else float(args.eps), "output": str(out / "server"),

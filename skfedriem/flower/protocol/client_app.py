@@ -26,7 +26,7 @@ from ...exceptions import InvalidInstructionsError, InvalidIterateError, Privacy
 from ...federated.client import ClientRecipe, ClientState
 from ...federated import client_round
 from ...federated.instructions import check_iterate, step_plan
-from ...privacy import PrivacyBudget, get_accounting
+from ...privacy import PrivacyAccountant, PrivacyBudget, get_accounting
 from ...privacy.mechanisms.randomness import SecureRandomness
 from ...privacy.accounting.subsampled_gaussian import DISCRETIZATION, MIN_DELTA
 from ...privacy.mechanisms.step_plan import StepPlan
@@ -103,13 +103,16 @@ class SiteGuard:
     ledger refuses a subject-level round while it holds a record-level round
     on these records (:meth:`~skfedriem.privacy.PrivacyBudget.charge`).
 
-    Every round is charged to two ledgers: ``ledger_path`` composes ε_local,
-    what each release guarantees by its own noise against any server, and
-    :attr:`central_ledger_path` composes ε_central, what the round guarantees
-    when the server learns only the sum (a round of local noise: the same
-    release in both). ``max_epsilon`` bounds ε_local, unless the operator
-    declares the server semi-honest for this site
-    (``DistributedNoise.semi_honest_server``): then it bounds ε_central.
+    Every round is charged to three ledgers: ``ledger_path`` composes ε_local,
+    what each release guarantees by its own noise against any server;
+    :attr:`central_ledger_path` ε_central, what the round guarantees when the
+    server learns only the sum; :attr:`deviating_ledger_path` what it
+    guarantees against a server that deviates from the protocol with t
+    colluding sites (a round of local noise: the same release in all three).
+    ``max_epsilon`` bounds ε_local, unless the operator declares the server
+    semi-honest for this site (``DistributedNoise.semi_honest_server``: then
+    it bounds ε_central) or trusts it only with t colluders
+    (``DistributedNoise.deviating_server``: the deviating certificate).
     """
 
     ledger_path: str
@@ -139,21 +142,44 @@ class SiteGuard:
         return str(path.with_name(f"{path.stem}.central{path.suffix or '.json'}"))
 
     @property
-    def bounds_central(self) -> bool:
-        """Whether ``max_epsilon`` bounds ε_central (a semi-honest server declared) rather than ε_local."""
-        return self.distributed is not None and self.distributed.semi_honest_server
+    def deviating_ledger_path(self) -> str:
+        """The deviating server's ledger's file: ``ledger_path`` with ``.deviating`` before its suffix."""
+        path = Path(self.ledger_path)
+        return str(path.with_name(f"{path.stem}.deviating{path.suffix or '.json'}"))
+
+    @property
+    def bounded(self) -> str:
+        """The certificate ``max_epsilon`` bounds: ``"local"``, or with distributed noise the one the operator's
+        setting names (:attr:`DistributedNoise.bounded <skfedriem.flower.protocol.secure_site.DistributedNoise.bounded>`)."""
+        return "local" if self.distributed is None else self.distributed.bounded
 
     def ledger(self) -> PrivacyBudget:
-        """The site's ε_local ledger, over every round charged to it (``max_epsilon`` at ``delta`` unless
-        :attr:`bounds_central`)."""
-        return self._budget(self.ledger_path, not self.bounds_central)
+        """The site's ε_local ledger, over every round charged to it (``max_epsilon`` at ``delta`` when it is
+        :attr:`bounded`)."""
+        return self._budget(self.ledger_path, self.bounded == "local")
 
     def central_ledger(self) -> PrivacyBudget:
-        """The site's ε_central ledger (``max_epsilon`` when :attr:`bounds_central`)."""
-        if not Path(self.central_ledger_path).exists() and Path(self.ledger_path).exists():
-            # rounds charged before this ledger existed were all of local noise: ε_central = ε_local
-            shutil.copyfile(self.ledger_path, self.central_ledger_path)
-        return self._budget(self.central_ledger_path, self.bounds_central)
+        """The site's ε_central ledger (``max_epsilon`` when it is :attr:`bounded`)."""
+        return self._budget(self._started_from_local(self.central_ledger_path), self.bounded == "central")
+
+    def deviating_ledger(self) -> PrivacyBudget:
+        """The ledger against a server that deviates with t colluding sites (``max_epsilon`` when it is
+        :attr:`bounded`)."""
+        return self._budget(self._started_from_local(self.deviating_ledger_path), self.bounded == "deviating")
+
+    def _started_from_local(self, path: str) -> str:
+        """``path``, started from the ε_local ledger when rounds were charged before it existed (each at its ε_local,
+        at least what it costs against any server that leaves one of its honest shares: local noise's ε, or a
+        distributed round's own share)."""
+        if not Path(path).exists() and Path(self.ledger_path).exists():
+            shutil.copyfile(self.ledger_path, path)
+        return path
+
+    def _ledgers(self, plan: StepPlan) -> list[tuple[PrivacyBudget, PrivacyAccountant]]:
+        """Every ledger with what ``plan`` charges it, the bounded one first (a refusal leaves no trace)."""
+        ledgers = [(self.ledger(), "local", plan.local_release), (self.central_ledger(), "central", plan.release),
+                   (self.deviating_ledger(), "deviating", plan.deviating_release)]
+        return [(ledger, release()) for ledger, trust, release in sorted(ledgers, key=lambda row: row[1] != self.bounded)]
 
     def _budget(self, path: str, bounded: bool) -> PrivacyBudget:
         return PrivacyBudget(self.max_epsilon if bounded else math.inf, self.delta, path=path,
@@ -171,19 +197,16 @@ class SiteGuard:
     def check_budget(self, plan: StepPlan) -> None:
         """Refuse now what :meth:`charge` would refuse; nothing is recorded."""
         self._refuse_outright(plan)
-        enforced = self.central_ledger() if self.bounds_central else self.ledger()
-        enforced.check(plan.release() if self.bounds_central else plan.local_release(), label="a round",
-                       steps_per_round=plan.local_steps, n_rounds=1)
+        enforced, release = self._ledgers(plan)[0]
+        enforced.check(release, label="a round", steps_per_round=plan.local_steps, n_rounds=1)
 
     def charge(self, plan: StepPlan, *, label: str) -> None:
-        """Refuse a round no budget should take, else charge ``plan`` to both ledgers (or refuse it).
+        """Refuse a round no budget should take, else charge ``plan`` to every ledger (or refuse it).
 
-        The bounded ledger is charged first: a refusal leaves no trace in either.
+        The bounded ledger is charged first: a refusal leaves no trace in any.
         """
         self._refuse_outright(plan)
-        local, central = plan.local_release(), plan.release()
-        ledgers = [(self.ledger(), local), (self.central_ledger(), central)]
-        for ledger, release in sorted(ledgers, key=lambda pair: math.isinf(pair[0].epsilon)):
+        for ledger, release in self._ledgers(plan):
             ledger.charge(release, label=label, steps_per_round=plan.local_steps, n_rounds=1)
 
     def _refuse_outright(self, plan: StepPlan) -> None:

@@ -117,14 +117,26 @@ class DistributedNoise:
         site's ``max-epsilon`` then bounds ε_central (its guarantee when the
         server learns only the sum of K − t honest sites' releases) rather
         than ε_local (its own share's, its guarantee against any server).
+    deviating_server : bool, default=False
+        The operator trusts no more than that at most t sites collude with the
+        server, which may deviate from the protocol: ``max-epsilon`` then
+        bounds the deviating certificate (the K − 2t honest shares such a
+        server can leave in a sum), between the two.
     """
 
     identity: SiteIdentity
     clients: int
     colluders: int
     semi_honest_server: bool = False
+    deviating_server: bool = False
 
     def __post_init__(self) -> None:
+        if self.semi_honest_server and self.deviating_server:
+            raise ValueError("semi-honest-server and deviating-server each say what max-epsilon bounds: set one.")
+        if self.deviating_server and self.clients <= 2 * self.colluders:
+            raise ValueError(f"deviating-server bounds what the K − 2t honest shares a deviating server can leave "
+                             f"guarantee; with K = {self.clients} and t = {self.colluders} it may leave none. Set "
+                             "distributed-colluders below K / 2, or bound epsilon_local (the default).")
         if not 0 <= self.colluders < self.clients:
             raise ValueError(f"distributed-colluders must be in [0, distributed-clients): got t = {self.colluders}, "
                              f"K = {self.clients}.")
@@ -147,7 +159,13 @@ class DistributedNoise:
         identity = SiteIdentity(name, load_signing_key(str(node["signing-key"])), roster)
         clients = int(node.get("distributed-clients", len(roster)))
         colluders = int(node.get("distributed-colluders", default_colluders(clients)))
-        return cls(identity, clients, colluders, str(node.get("semi-honest-server", "false")).lower() == "true")
+        return cls(identity, clients, colluders, str(node.get("semi-honest-server", "false")).lower() == "true",
+                   str(node.get("deviating-server", "false")).lower() == "true")
+
+    @property
+    def bounded(self) -> str:
+        """The certificate the site's ``max-epsilon`` bounds: ``"central"``, ``"deviating"`` or ``"local"``."""
+        return "central" if self.semi_honest_server else "deviating" if self.deviating_server else "local"
 
     def check(self, encoding: DistributedEncoding) -> None:
         """InvalidInstructionsError unless the round's K and t are the site's own."""
