@@ -447,6 +447,15 @@ def _parser(estimators: list[str]) -> argparse.ArgumentParser:
 
 def _check_arguments(args: argparse.Namespace) -> str | None:
     """The first flag whose value no run could take, in one line naming it; None when every flag is usable."""
+    for check in (_check_sizes, _check_numbers, _check_noise_flags, _check_failures, _check_settings):
+        refused = check(args)
+        if refused is not None:
+            return refused
+    return None
+
+
+def _check_sizes(args: argparse.Namespace) -> str | None:
+    """The counts of sites, records, features, subjects and rounds."""
     positive = {"--sites": args.sites, "--records": args.records, "--features": args.features,
                 "--subjects-per-site": args.subjects_per_site, "--rounds": args.rounds}
     for flag, value in positive.items():
@@ -459,6 +468,11 @@ def _check_arguments(args: argparse.Namespace) -> str | None:
     if args.privacy_unit == "subject" and not 2 <= args.subjects_per_site <= args.records:
         return (f"--subjects-per-site must be between 2 and --records ({args.records}) with --privacy-unit subject. "
                 f"Got {args.subjects_per_site}.")
+    return None
+
+
+def _check_numbers(args: argparse.Namespace) -> str | None:
+    """ε, the timeouts and the sites' budget."""
     if args.eps.lower() != "none":
         try:
             eps = float(args.eps)
@@ -470,24 +484,41 @@ def _check_arguments(args: argparse.Namespace) -> str | None:
                         ("--site-max-epsilon", args.site_max_epsilon)):
         if value is not None and not value > 0:
             return f"{flag} must be positive. Got {value}."
-    if args.noise == "distributed" and args.insecure:
+    if args.site_max_epsilon is not None and args.eps.lower() != "none" and args.site_max_epsilon < float(args.eps):
+        return (f"--site-max-epsilon {args.site_max_epsilon:g} is below the run's --eps {args.eps}: every site would "
+                "refuse every round.")
+    return None
+
+
+def _check_noise_flags(args: argparse.Namespace) -> str | None:
+    """Distributed noise and what the sites' budget bounds under it."""
+    if args.noise != "distributed":
+        bounds = {"--semi-honest-server": (args.semi_honest_server, "epsilon_central"),
+                  "--deviating-server": (args.deviating_server, "what a deviating server could learn from the shares")}
+        return next((f"{flag} bounds {what}, which only --noise distributed has: add it, or drop it."
+                     for flag, (given, what) in bounds.items() if given), None)
+    if args.insecure:
         return "--noise distributed signs every site's round keys with its SuperNode key: drop --insecure."
-    if args.noise == "distributed" and args.sites < 2:
+    if args.sites < 2:
         return (f"--noise distributed sums the releases of at least 2 sites under secure aggregation (one site's "
                 f"sum is its own release). Got --sites {args.sites}.")
-    if args.semi_honest_server and args.noise != "distributed":
-        return "--semi-honest-server bounds epsilon_central, which only --noise distributed has: add it, or drop it."
-    if args.deviating_server and args.noise != "distributed":
-        return ("--deviating-server bounds what a deviating server could learn from distributed noise's shares, "
-                "which only --noise distributed has: add it, or drop it.")
     if args.deviating_server and args.semi_honest_server:
         return "--semi-honest-server and --deviating-server each say what the sites' max-epsilon bounds: give one."
-    rounds = args.rounds
+    return None
+
+
+def _check_failures(args: argparse.Namespace) -> str | None:
+    """The rounds after which a site or the server is killed or restarted."""
     for flag, value in (("--kill-site-after-round", args.kill_site_after_round),
                         ("--restart-site-after-round", args.restart_site_after_round),
                         ("--kill-server-after-round", args.kill_server_after_round)):
-        if value is not None and not 1 <= value < rounds:
+        if value is not None and not 1 <= value < args.rounds:
             return f"{flag} must name a round after which another runs (1 to --rounds − 1). Got {value}."
+    return None
+
+
+def _check_settings(args: argparse.Namespace) -> str | None:
+    """Every ``--set KEY=VALUE``: a TOML literal, for a key no flag owns."""
     for item in args.set:
         key, equals, value = item.partition("=")
         if not equals or not key.strip():
@@ -499,9 +530,6 @@ def _check_arguments(args: argparse.Namespace) -> str | None:
             tomllib.loads(f"value = {value}")
         except tomllib.TOMLDecodeError:
             return f"--set {key}: {value!r} is not a TOML literal (64, 1e-3, \"text\", true)."
-    if args.site_max_epsilon is not None and args.eps.lower() != "none" and args.site_max_epsilon < float(args.eps):
-        return (f"--site-max-epsilon {args.site_max_epsilon:g} is below the run's --eps {args.eps}: every site would "
-                "refuse every round.")
     return None
 
 

@@ -159,11 +159,7 @@ class PrivacyAccountant:
             return math.inf
         if self.discrete:
             return _discrete_epsilon(self, float(delta), float(discretization))
-        merged: dict[tuple, int] = {}
-        for e in self.history:
-            key = (e.mu0, e.sample_rate, e.sampling)
-            merged[key] = merged.get(key, 0) + e.steps
-        return _composed_epsilon(tuple(sorted(merged.items())), float(delta), float(discretization), self.group_size)
+        return _composed_epsilon(_gaussian_items(self.history), float(delta), float(discretization), self.group_size)
 
     @property
     def discrete(self) -> bool:
@@ -220,17 +216,22 @@ def _discrete_epsilon(ledger: PrivacyAccountant, delta: float, discretization: f
     if not gaussian:
         return discrete_epsilon(skellam, delta)
     group = max(e.group_size for e in gaussian)  # a Skellam step carries its group in its sensitivities
-    merged: dict[tuple, int] = {}
-    for e in gaussian:
-        key = (e.mu0, e.sample_rate, e.sampling)
-        merged[key] = merged.get(key, 0) + e.steps
-    items = tuple(sorted(merged.items()))
+    items = _gaussian_items(gaussian)
     bounds = [_composed_epsilon(items, share * delta, discretization, group)
               + discrete_epsilon(skellam, (1 - share) * delta)
               for share in MIXED_DELTA_SHARES if share * delta >= MIN_DELTA]  # the PLD is read only at δ it certifies
     if group == 1:  # Rényi DP composes a record's or a whole subject's steps, not a group's
         bounds.append(discrete_epsilon(_merged_steps(ledger.history), delta))
     return min(bounds, default=math.inf)  # a group at a δ too small to split: no bound here
+
+
+def _gaussian_items(entries) -> tuple:
+    """``((mu0, q, sampling), steps)`` of every kind of Gaussian step among ``entries``, sorted (a cache key)."""
+    merged: dict[tuple, int] = {}
+    for e in entries:
+        key = (e.mu0, e.sample_rate, e.sampling)
+        merged[key] = merged.get(key, 0) + e.steps
+    return tuple(sorted(merged.items()))
 
 
 def _merged_steps(entries) -> list[tuple[tuple, int]]:
