@@ -47,6 +47,7 @@ SMOKE_ARGS: dict[str, list[str] | str] = {
     "eegnet_real": "needs the EEGMMIDB files and minutes even at one seed",
     "moabb_physionet": "needs the EEGMMIDB files and minutes even for one subject",
     "eeg_study_physionet": "needs the EEGMMIDB files and hours; the runner it calls is smoke-tested by tests/experiments",
+    "recentring_gain": "needs the EEGMMIDB files (the 24 real subjects are its only data)",
     "tangent_offset": ["--no-real"],
     "tangent_reference": ["--seeds", "1", "--eps", "10", "--rounds", "2"],
 }
