@@ -302,7 +302,8 @@ class FederatedEstimatorMixin(_EstimatorParameters):
                           "data, start a new fit from it (init=) instead.")
             prior = TrainingState(0, {}, self.ledger_.state_dict(), self.history_,
                                   local_ledger=getattr(self, "local_ledger_", self.ledger_).state_dict(),
-                                  deviating_ledger=getattr(self, "deviating_ledger_", self.ledger_).state_dict())
+                                  deviating_ledger=getattr(self, "deviating_ledger_",  # else ε_local's bounds it
+                                                           getattr(self, "local_ledger_", self.ledger_)).state_dict())
         else:
             generator = torch.Generator().manual_seed(int(seeds.init.generate_state(1)[0]))
             module, loss_fn = self.make_model(input_shape, classes, generator=generator)
@@ -632,9 +633,10 @@ def _after(prior: TrainingState | None, spent: PrivacyAccountant, spent_local: P
         ledger.extend(release)
         return ledger.state_dict()
 
+    local = prior and prior.local_ledger
     return TrainingState(0, {}, continued(None, spent), [] if prior is None else prior.history,
-                         local_ledger=continued(prior and prior.local_ledger, spent_local),
-                         deviating_ledger=continued(prior and prior.deviating_ledger, spent_deviating))
+                         local_ledger=continued(local, spent_local),
+                         deviating_ledger=continued(prior and (prior.deviating_ledger or local), spent_deviating))
 
 
 @dataclass(frozen=True)

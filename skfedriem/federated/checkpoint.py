@@ -48,7 +48,7 @@ class TrainingState:
     deviating_ledger : dict or None
         What the run guarantees against a server that deviates from the
         protocol with t colluding clients (distributed noise: the K − 2t honest
-        shares it can leave), as a ledger state; None: the same as ``ledger``.
+        shares it can leave), as a ledger state; None: the same as ``local_ledger`` (which bounds it).
     """
 
     round: int

@@ -355,8 +355,9 @@ class FederatedTrainer:
         self.accountant_ = PrivacyAccountant.from_state_dict(prior.ledger)
         # what each client's own release guarantees alone; an earlier run of local noise guarantees its ε alone
         self.local_accountant_ = PrivacyAccountant.from_state_dict(prior.local_ledger or prior.ledger)
-        # against a server that deviates with t colluders; an earlier run of local noise: its ledger
-        self.deviating_accountant_ = PrivacyAccountant.from_state_dict(prior.deviating_ledger or prior.ledger)
+        # against a server that deviates with t colluders; a checkpoint without one: ε_local's, which bounds it
+        self.deviating_accountant_ = PrivacyAccountant.from_state_dict(prior.deviating_ledger or prior.local_ledger
+                                                                       or prior.ledger)
         encoding = self.plan_.encoding
         if encoding is not None:
             planned = distributed_clients(len(client_sizes), self.settings)
@@ -470,8 +471,9 @@ class FederatedTrainer:
     @property
     def deviating_epsilon_(self) -> float:
         """What the run guarantees against a server that deviates from the protocol with t colluding clients (it may
-        declare t honest clients dropped out, so K − 2t honest shares carry the noise): with distributed noise
-        that ledger's ε (inf when K ≤ 2t), with local noise :attr:`epsilon_`."""
+        declare t honest clients dropped out, so K − 2t honest shares carry the noise, and at least the client's
+        own): with distributed noise that ledger's ε, between :attr:`epsilon_` and :attr:`local_epsilon_`; with
+        local noise :attr:`epsilon_`."""
         if not self._placement.reports_local_epsilon and self.deviating_accountant_.history == self.accountant_.history:
             return self.epsilon_
         return self.pricing.epsilon(self.deviating_accountant_)

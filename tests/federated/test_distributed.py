@@ -332,7 +332,7 @@ def test_a_deviating_server_is_certified_with_the_k_minus_2t_honest_shares_it_ca
     t = trainer(colluders=colluders).fit(clients(n=5))
     encoding = t.plan_.encoding
     l2, l1 = encoding.sensitivity(1.0)
-    honest = 5 - 2 * colluders
+    honest = max(5 - 2 * colluders, 1)
     variance = 2 * encoding.share * honest
     independent = discrete_epsilon([(("skellam", variance, l2, l1, t.plan_.sample_rate), 4)], 1e-5)
     assert t.deviating_epsilon_ == pytest.approx(independent)
@@ -345,9 +345,28 @@ def test_a_deviating_server_is_certified_with_the_k_minus_2t_honest_shares_it_ca
     assert attributes["deviating_ledger_"].state_dict() == t.deviating_accountant_.state_dict()
 
 
-def test_no_honest_share_is_sure_to_be_left_when_k_is_at_most_2t():
+def test_where_k_is_at_most_2t_the_deviating_server_leaves_the_clients_own_share():
     t = trainer(colluders=2, clients_per_round=None).fit(clients(n=4))
-    assert math.isfinite(t.epsilon_) and math.isinf(t.deviating_epsilon_)
+    assert t.epsilon_ < t.deviating_epsilon_ == t.local_epsilon_ < math.inf
+
+
+def test_a_checkpoint_without_a_deviating_ledger_resumes_it_from_epsilon_local():
+    """A checkpoint saved before the deviating ledger existed: its ε_local ledger bounds it (its ε_central ledger,
+    of K − t shares, would understate it)."""
+    import dataclasses
+
+    data = clients(n=5)
+    done, saved = trainer(), []
+    states = [ClientState.fresh(s) for s in done.client_seeds(len(data))]
+    done.serve(LocalTransport(done.client_recipe(simulated=True), data, states), [40] * 5, list(range(5)),
+               done.seed_sequence, on_round=saved.append)
+    legacy = dataclasses.replace(saved[-1], deviating_ledger=None)
+    assert saved[-1].deviating_ledger != done.local_accountant_.state_dict()
+    again = trainer()
+    states = [ClientState.fresh(s) for s in again.client_seeds(len(data))]
+    again.serve(LocalTransport(again.client_recipe(simulated=True), data, states), [40] * 5, list(range(5)),
+                again.seed_sequence, resume=legacy)
+    assert again.deviating_accountant_.state_dict() == done.local_accountant_.state_dict()
 
 
 def test_with_local_noise_every_certificate_is_epsilon():

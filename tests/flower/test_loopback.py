@@ -210,7 +210,6 @@ def test_a_distributed_deployment_certifies_the_in_process_epsilon_and_recovers_
     (["--semi-honest-server"], "--semi-honest-server bounds epsilon_central"),
     (["--deviating-server"], "--deviating-server bounds what a deviating server"),
     (["--noise", "distributed", "--deviating-server", "--semi-honest-server"], "give one"),
-    (["--noise", "distributed", "--deviating-server", "--sites", "2"], "may leave none"),
     (["--kill-site-after-round", "5"], "--kill-site-after-round must name a round"),
     (["--noise", "distributed", "--set", "colluders=99"], "'colluders' parameter must be below the 3 clients"),
     (["--estimator", "tangent", "--noise", "distributed", "--set", "local-steps=3"], "local_steps=3"),

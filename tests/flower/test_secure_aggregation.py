@@ -265,14 +265,12 @@ def test_a_site_bounds_the_certificate_its_operator_names(federation, bound, app
         assert len(bounded.fits) == applied and bounded.spent() <= 4.3
 
 
-def test_a_site_refuses_both_bounds_or_a_deviating_bound_no_honest_share_keeps(federation):
+def test_a_site_refuses_both_bounds(federation):
     folder, files, keys = federation
     name = SITES[0]
     node = {"noise": "distributed", "federation-keys": str(folder / "roster.txt"), "signing-key": keys[name]}
     with pytest.raises(ValueError, match="set one"):
         DistributedNoise.from_node_config({**node, "semi-honest-server": "true", "deviating-server": "true"}, name)
-    with pytest.raises(ValueError, match="may leave none"):
-        DistributedNoise.from_node_config({**node, "deviating-server": "true", "distributed-colluders": 3}, name)
     assert DistributedNoise.from_node_config({**node, "deviating-server": "true"}, name).bounded == "deviating"
 
 

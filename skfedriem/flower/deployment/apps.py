@@ -44,7 +44,7 @@ Node configuration of a SuperNode (``--node-config``):
   least 1) and ``semi-honest-server`` (``true``: ``max-epsilon`` bounds
   ε_central) or ``deviating-server`` (``true``: it bounds what a server that
   deviates from the protocol with t colluding sites could learn, from the
-  K − 2t honest shares it can leave; needs K > 2t); default: ε_local, what the
+  K − 2t honest shares it can leave, and at least the site's own); default: ε_local, what the
   site's own noise share guarantees against a server that breaks the protocol. Local noise is the default
   because it is the only setting whose guarantee holds against any server;
   a site's ledgers record all three ε's of every round

@@ -175,11 +175,12 @@ class SiteGuard:
             shutil.copyfile(self.ledger_path, path)
         return path
 
-    def _ledgers(self, plan: StepPlan) -> list[tuple[PrivacyBudget, PrivacyAccountant]]:
-        """Every ledger with what ``plan`` charges it, the bounded one first (a refusal leaves no trace)."""
-        ledgers = [(self.ledger(), "local", plan.local_release), (self.central_ledger(), "central", plan.release),
-                   (self.deviating_ledger(), "deviating", plan.deviating_release)]
-        return [(ledger, release()) for ledger, trust, release in sorted(ledgers, key=lambda row: row[1] != self.bounded)]
+    def _charges(self, plan: StepPlan) -> list[tuple[Callable[[], PrivacyBudget], Callable[[], PrivacyAccountant]]]:
+        """Every ledger (opened when called) with what ``plan`` charges it, the bounded one first (a refusal leaves
+        no trace)."""
+        charges = {"local": (self.ledger, plan.local_release), "central": (self.central_ledger, plan.release),
+                   "deviating": (self.deviating_ledger, plan.deviating_release)}
+        return [charges[trust] for trust in sorted(charges, key=lambda trust: trust != self.bounded)]
 
     def _budget(self, path: str, bounded: bool) -> PrivacyBudget:
         return PrivacyBudget(self.max_epsilon if bounded else math.inf, self.delta, path=path,
@@ -197,8 +198,8 @@ class SiteGuard:
     def check_budget(self, plan: StepPlan) -> None:
         """Refuse now what :meth:`charge` would refuse; nothing is recorded."""
         self._refuse_outright(plan)
-        enforced, release = self._ledgers(plan)[0]
-        enforced.check(release, label="a round", steps_per_round=plan.local_steps, n_rounds=1)
+        enforced, release = self._charges(plan)[0]
+        enforced().check(release(), label="a round", steps_per_round=plan.local_steps, n_rounds=1)
 
     def charge(self, plan: StepPlan, *, label: str) -> None:
         """Refuse a round no budget should take, else charge ``plan`` to every ledger (or refuse it).
@@ -206,8 +207,10 @@ class SiteGuard:
         The bounded ledger is charged first: a refusal leaves no trace in any.
         """
         self._refuse_outright(plan)
-        for ledger, release in self._ledgers(plan):
-            ledger.charge(release, label=label, steps_per_round=plan.local_steps, n_rounds=1)
+        # every ledger opened (a missing one started from ε_local's) before any is charged
+        opened = [(ledger(), release) for ledger, release in self._charges(plan)]
+        for ledger, release in opened:
+            ledger.charge(release(), label=label, steps_per_round=plan.local_steps, n_rounds=1)
 
     def _refuse_outright(self, plan: StepPlan) -> None:
         if plan.mechanism.secure_sum and self.distributed is None:

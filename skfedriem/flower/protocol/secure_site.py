@@ -133,10 +133,6 @@ class DistributedNoise:
     def __post_init__(self) -> None:
         if self.semi_honest_server and self.deviating_server:
             raise ValueError("semi-honest-server and deviating-server each say what max-epsilon bounds: set one.")
-        if self.deviating_server and self.clients <= 2 * self.colluders:
-            raise ValueError(f"deviating-server bounds what the K − 2t honest shares a deviating server can leave "
-                             f"guarantee; with K = {self.clients} and t = {self.colluders} it may leave none. Set "
-                             "distributed-colluders below K / 2, or bound epsilon_local (the default).")
         if not 0 <= self.colluders < self.clients:
             raise ValueError(f"distributed-colluders must be in [0, distributed-clients): got t = {self.colluders}, "
                              f"K = {self.clients}.")

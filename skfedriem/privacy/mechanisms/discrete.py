@@ -274,9 +274,10 @@ class DistributedEncoding:
 
     @property
     def deviating_variance(self) -> float:
-        """2λ (K − 2t): the honest shares a server that deviates, with t colluding clients, can leave in a sum (it
-        declares t honest clients dropped out, and t of the others are its own); 0 when K ≤ 2t."""
-        return 2 * self.share * max(self.clients - 2 * self.colluders, 0)
+        """2λ max(K − 2t, 1): the honest shares a server that deviates, with t colluding clients, can leave in a sum
+        (it declares t honest clients dropped out, and t of the others are its own), and at least the client's own
+        share, which goes wherever its release goes."""
+        return 2 * self.share * max(self.clients - 2 * self.colluders, 1)
 
     def bound(self, clip: float) -> float:
         """R for records clipped to ``clip``: :func:`rounding_bound` of s C; InvalidInstructionsError when s C + √n

@@ -201,9 +201,9 @@ class SkellamSteps(StepMechanism):
 
     def entry(self, plan: PlannedSteps, *, trust: str) -> PrivacyAccountant:
         """The Skellam mechanism of the honest shares' sum: the K − t of a server that runs the protocol
-        (``"central"``: ε against a server that sees only the sum), the K − 2t a deviating one can leave
-        (``"deviating"``; none left, K ≤ 2t: not private), or the client's own share (``"local"``); a unit of
-        k records at k times a record's sensitivity (:func:`~skfedriem.privacy.mechanisms.discrete.group_step`).
+        (``"central"``: ε against a server that sees only the sum), the K − 2t a deviating one can leave, and at
+        least the client's own (``"deviating"``), or the client's own share alone (``"local"``); a unit of k
+        records at k times a record's sensitivity (:func:`~skfedriem.privacy.mechanisms.discrete.group_step`).
 
         The central and deviating entries hold only if the round really has the
         encoding's K clients, at most t of them colluding: a client can check its
@@ -213,25 +213,16 @@ class SkellamSteps(StepMechanism):
                     "local": self.encoding.local_variance}[trust]
         rate, l2, l1 = self._charged(plan)
         ledger = PrivacyAccountant()
-        if variance == 0:  # no honest share is sure to be in the sum
-            ledger.step(mu0=math.inf, sample_rate=rate, num_steps=plan.local_steps, sampling=plan.sampling,
-                        unit=plan.unit.kind)
-            return ledger
         ledger.step(mu0=l2 / math.sqrt(variance), sample_rate=rate, num_steps=plan.local_steps,
                     sampling=plan.sampling, unit=plan.unit.kind, skellam=(variance, l2, l1))
         return ledger
 
     def envelope(self, plans: list[PlannedSteps], *, trust: str) -> PrivacyAccountant:
         """One Skellam step per sampling that dominates every client's: the smallest variance, the largest
-        sensitivities and rate (a step without an honest share: one step not private)."""
-        entries = [plan.mechanism.entry(plan, trust=trust) for plan in plans]
-        if not all(entry.private for entry in entries):
-            ledger = PrivacyAccountant()
-            ledger.step(mu0=math.inf, sample_rate=1.0, sampling=plans[0].sampling, unit="record")
-            return ledger
+        sensitivities and rate."""
         envelopes: dict[str, list] = {}
-        for plan, ledger in zip(plans, entries):
-            (entry,) = ledger.history
+        for plan in plans:
+            (entry,) = plan.mechanism.entry(plan, trust=trust).history
             (variance, l2, l1), rate = entry.skellam, entry.sample_rate
             known = envelopes.get(plan.sampling)
             envelopes[plan.sampling] = [variance, l2, l1, rate, entry.unit] if known is None else [
