@@ -272,6 +272,9 @@ def test_a_site_refuses_both_bounds(federation):
     with pytest.raises(ValueError, match="set one"):
         DistributedNoise.from_node_config({**node, "semi-honest-server": "true", "deviating-server": "true"}, name)
     assert DistributedNoise.from_node_config({**node, "deviating-server": "true"}, name).bounded == "deviating"
+    for flag in ("semi-honest-server", "deviating-server"):  # accepted and ignored by a site of local noise before
+        with pytest.raises(ValueError, match="this site's noise is 'local'"):
+            DistributedNoise.from_node_config({"noise": "local", flag: "true"}, name)
 
 
 def test_a_site_told_other_k_or_t_refuses_before_anything_is_charged(federation):

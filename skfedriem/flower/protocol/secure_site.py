@@ -146,6 +146,11 @@ class DistributedNoise:
         if noise not in ("local", "distributed"):
             raise ValueError(f"The node setting 'noise' must be 'local' or 'distributed'. Got {noise!r} instead.")
         if noise == "local":
+            given = [key for key in ("semi-honest-server", "deviating-server")
+                     if str(node.get(key, "false")).lower() == "true"]
+            if given:  # what max-epsilon bounds under distributed noise: with local noise, ε_local always
+                raise ValueError(f"The node settings {given} say what max-epsilon bounds under distributed noise; "
+                                 "this site's noise is 'local'. Set noise = 'distributed', or drop them.")
             return None
         missing = [key for key in ("federation-keys", "signing-key") if not str(node.get(key, ""))]
         if missing:
