@@ -48,7 +48,7 @@ __all__ = ["audit_distributed_rounds"]
 def _shares_from_seed(encoding) -> np.ndarray:
     """The share a client would draw from the round's public seed (what ``regenerate`` subtracts)."""
     rng = np.random.default_rng(encoding.rotation_seed)
-    return rng.poisson(encoding.share, encoding.padded) - rng.poisson(encoding.share, encoding.padded)
+    return rng.poisson(encoding.share, encoding.length) - rng.poisson(encoding.share, encoding.length)
 
 
 def _along_n(decoded: torch.Tensor) -> float:
@@ -74,7 +74,7 @@ def _run_score(side: int, encoding, seed: np.random.SeedSequence, answering: int
             [(reply, _)] = client_round.run_round(ClientRecipe(TwoBlocks(), _identity), _point(0), [(records,)],
                                                   [states[k]], instructions)
             releases.append(reply[ENCODED_RELEASE])
-        if server.apply(_point(0), releases, 2.0 * answering, round_encoding, 0.0) is not None:
+        if server.apply(_point(0), releases, 2.0 * answering, round_encoding, 0.0)[0] is not None:
             continue  # discarded: secure aggregation reveals nothing
         known = [r.numpy() for r in releases[1:colluders + 1]]  # the colluders' releases are their shares
         if regenerate:

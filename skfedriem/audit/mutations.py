@@ -302,11 +302,11 @@ def shares_from_a_public_seed() -> Iterator[None]:
     knows and can regenerate (the rounding still uses its secret randomness)."""
     honest = distributed_module.encode_clients
 
-    def seeded(rows, encoding, clip, randomness):
+    def seeded(rows, encoding, clip, randomness, counts=None):
         # the releases without a share (Poisson(1e-300) is 0), plus the share every client draws from the public seed
-        without = honest(rows, dataclasses.replace(encoding, share=1e-300), clip, randomness)
+        without = honest(rows, dataclasses.replace(encoding, share=1e-300), clip, randomness, counts)
         rng = np.random.default_rng(encoding.rotation_seed)
-        public = rng.poisson(encoding.share, encoding.padded) - rng.poisson(encoding.share, encoding.padded)
+        public = rng.poisson(encoding.share, encoding.length) - rng.poisson(encoding.share, encoding.length)
         return [np.mod(release + public, encoding.modulus) for release in without]
 
     with _patched((distributed_module, "encode_clients", seeded)):

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from ..manifolds import manifold_of, project_parameters_
-from ..privacy.mechanisms.discrete import DistributedEncoding, decode_sum, sum_releases
+from ..privacy.mechanisms.discrete import DistributedEncoding, decode_count, decode_sum, sum_releases
 from ..privacy.per_record.per_sample import trainable_parameters
 from .optimizers import make_optimizer
 
@@ -56,8 +56,9 @@ class DistributedServer:
         self.optimizer = make_optimizer(optimizer, list(self.params.values()), 0.0)
 
     def apply(self, theta: dict[str, torch.Tensor], releases: list[torch.Tensor], denominator: float,
-              encoding: DistributedEncoding, lr: float) -> str | None:
-        """One round's update from the releases that arrived; why it was discarded, or None.
+              encoding: DistributedEncoding, lr: float) -> tuple[str | None, float | None]:
+        """One round's update from the releases that arrived: why it was discarded (or None), and the sum's noisy
+        count of records within the clip (an encoding with a count, in a round applied; else None).
 
         Parameters
         ----------
@@ -74,17 +75,18 @@ class DistributedServer:
 
         Returns
         -------
-        str or None
+        discarded : str or None
+        count : float or None
         """
         if len(releases) < encoding.honest:
             return (f"{len(releases)} of the {encoding.clients} clients answered, fewer than the K − t = "
-                    f"{encoding.honest} whose shares the noise needs")
+                    f"{encoding.honest} whose shares the noise needs"), None
         total = sum_releases([r.numpy() for r in releases], encoding)
         decoded, wrapped = decode_sum(total, encoding)
         if wrapped:
-            return "the sum wrapped around the modulus"
+            return "the sum wrapped around the modulus", None
         self._step(theta, decoded / denominator, lr)
-        return None
+        return None, decode_count(total, encoding) if encoding.count_scale else None
 
     def _step(self, theta: dict[str, torch.Tensor], mean: torch.Tensor, lr: float) -> None:
         """θ ← Π(θ − η P_θ(mean)) with the server's optimiser, ``mean`` flattened over the blocks in order."""

@@ -29,7 +29,7 @@ from ..exceptions import OneByOneClientsWarning
 from ..privacy import PrivacyAccountant, PrivacyBudget
 from ..privacy.per_record.per_sample import LossFn, trainable_parameters
 from ..privacy.mechanisms.units import unit_count
-from .adaptive_clip import clip_after, clipped_fraction
+from .adaptive_clip import clip_after
 from .charging import RunCharge
 from .checkpoint import TrainingState
 from .client import ClientRecipe
@@ -408,7 +408,7 @@ class FederatedTrainer:
         if outcome.discarded is not None:
             self.history_[-1]["discarded"] = outcome.discarded
         if self.plan_.adaptive_clip:
-            self.history_[-1].update(clip=clip, clipped_fraction=clipped_fraction(sub for sub, _ in replies.values()))
+            self.history_[-1].update(clip=clip, clipped_fraction=outcome.clipped_fraction)
             clip = self._next_clip(self.history_[-1])
         if on_round is not None:
             on_round(self.state(t + 1, server_rng))

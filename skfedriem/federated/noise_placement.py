@@ -133,9 +133,6 @@ class DistributedNoise(NoisePlacement):
         if epochs is not None and float(epochs) != 1.0:
             out.append(f"local_epochs={epochs!r}: a round of distributed noise is one step of every client from θ_t, "
                        "whatever the epochs. Leave local_epochs at 1.")
-        if values.get("clip") == "auto":
-            out.append("clip='auto' releases a noisy count every step, which distributed noise does not release "
-                       "through the secure sum yet. Give a fixed clip.")
         backend = _given(values, "backend", "local")
         if backend not in (None, "local"):
             out.append(f"backend={backend!r}: distributed noise runs in this process (backend='local') or on "

@@ -11,7 +11,7 @@ from ..privacy.accounting.accounting_methods import RunAccounting, get_accountin
 from ..privacy.mechanisms.discrete import DistributedEncoding, group_step, plan_encoding
 from ..privacy.mechanisms.step_mechanism import sensitivity_factor
 from ..privacy.mechanisms.units import PrivacyUnit
-from .adaptive_clip import INITIAL_CLIP, split_mu0
+from .adaptive_clip import COUNT_SHARE, INITIAL_CLIP, split_mu0
 from .noise_placement import check_noise_placement
 from .settings import FederationSettings
 
@@ -124,8 +124,9 @@ class PrivacyPlan:
 
     @property
     def adaptive_clip(self) -> bool:
-        """Whether the clip follows a private quantile estimate (``clip="auto"``)."""
-        return self.count_noise_std > 0
+        """Whether the clip follows a private quantile estimate (``clip="auto"``): the steps release a count of
+        the records within the clip (with its own noise, or in the encoding's last coordinate)."""
+        return self.count_noise_std > 0 or (self.encoding is not None and self.encoding.count_scale > 0)
 
     @property
     def n_rounds(self) -> int:
@@ -377,12 +378,14 @@ def _distributed_plan(client_sizes: list[int], client_names: list, settings: Fed
         return method.calibrate_variance(settings.eps, settings.delta, sample_rate=rate, n_steps=settings.n_rounds,
                                          sampling=settings.sampling, l2=l2, l1=l1)
 
-    encoding = plan_encoding(dimension, settings.clip, total_batch, clients, colluders, calibrate)
-    l2 = encoding.charged_step(settings.clip, q, group)[1]
+    # clip="auto": the grid is planned at C_0 (each round's follows its clip) and the count takes its share of Δ2²
+    clip, count_share = (INITIAL_CLIP, COUNT_SHARE) if settings.clip == "auto" else (settings.clip, 0.0)
+    encoding = plan_encoding(dimension, clip, total_batch, clients, colluders, calibrate, count_share)
+    l2 = encoding.charged_step(clip, q, group)[1]
     return PrivacyPlan(batch_size=batch_size, local_steps=tuple(1 for _ in client_sizes), sample_rate=q,
                        steps_per_round=1, total_steps=settings.n_rounds, mu0=l2 / math.sqrt(encoding.central_variance),
                        noise_std=math.sqrt(encoding.central_variance) / (encoding.scale * mean_batch),
-                       clip=settings.clip, accounting=method.name, sampling=settings.sampling,
+                       clip=clip, accounting=method.name, sampling=settings.sampling,
                        batch_sizes=tuple(int(m) for m in client_sizes) if full_batch else None,
                        sensitivity=sensitivity_factor(diameter, settings.sampling), encoding=encoding)
 

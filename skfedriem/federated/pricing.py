@@ -93,7 +93,7 @@ class RoundPricing:
         self._charged: PrivacyPlan | None = None
         self.plan_: PrivacyPlan | None = None
         self.client_sizes: list[int] | None = None
-        self._rotation: tuple = (None, None)  # ((the plan's encoding, a round's seed), that encoding seeded)
+        self._rotation: tuple = (None, None)  # ((the plan's encoding, a round's seed, its clip), that encoding)
 
     @property
     def module(self) -> nn.Module:
@@ -149,7 +149,9 @@ class RoundPricing:
 
         ``clip`` (adaptive clipping): this round's C_t; the noise follows it,
         σ_t = σ_0 C_t / C_0, nudged up by 1e-12 so that rounding never makes a
-        step's μ0 exceed the planned one (what the ledger charges).
+        step's μ0 exceed the planned one (what the ledger charges); with
+        distributed noise the grid follows it instead
+        (:meth:`~skfedriem.privacy.mechanisms.discrete.DistributedEncoding.for_clip`).
         ``rotation_seed``: the round's public rotation (distributed noise).
         """
         plan = self.plan_
@@ -163,14 +165,15 @@ class RoundPricing:
                                  sampling=self.settings.sampling, aggregation=self.aggregation.name,
                                  count_noise_std=count_noise_std, privacy_unit=self.settings.privacy_unit,
                                  records_per_subject=self.settings.records_per_subject,
-                                 encoding=self._seeded(rotation_seed))
+                                 encoding=self._seeded(rotation_seed, clip))
 
-    def _seeded(self, rotation_seed: int):
-        """The plan's encoding with this round's rotation (made once a round, not once a client)."""
+    def _seeded(self, rotation_seed: int, clip: float):
+        """The plan's encoding with this round's rotation and grid (made once a round, not once a client)."""
         if self.plan_.encoding is None:
             return None
-        if self._rotation[0] != (self.plan_.encoding, rotation_seed):
-            self._rotation = ((self.plan_.encoding, rotation_seed), self.plan_.encoding.with_seed(rotation_seed))
+        key = (self.plan_.encoding, rotation_seed, clip)
+        if self._rotation[0] != key:
+            self._rotation = (key, self.plan_.encoding.with_seed(rotation_seed).for_clip(clip, self.plan_.clip))
         return self._rotation[1]
 
     def local_round_release(self, lr: float) -> PrivacyAccountant:
@@ -279,8 +282,17 @@ def model_dimension(module: nn.Module) -> int:
 
 
 def _dominates(planned: PrivacyAccountant, cost: PrivacyAccountant) -> bool:
-    """Whether ``planned`` charges at least what ``cost`` does, entry by entry (same rates, steps, groups, μ0 ≥)."""
+    """Whether ``planned`` charges at least what ``cost`` does, entry by entry (same rates, steps, groups, μ0 ≥; a
+    Skellam step's variance ≤ and sensitivities ≥)."""
     if len(planned.history) != len(cost.history):
         return False
     return all((p.sample_rate, p.sampling, p.steps, p.group_size) == (c.sample_rate, c.sampling, c.steps, c.group_size)
-               and p.mu0 >= c.mu0 for p, c in zip(planned.history, cost.history))
+               and p.mu0 >= c.mu0 and _skellam_dominates(p.skellam, c.skellam)
+               for p, c in zip(planned.history, cost.history))
+
+
+def _skellam_dominates(planned: tuple, cost: tuple) -> bool:
+    """Whether a Skellam step (V, Δ2, Δ1) charges at least another: both Gaussian (empty), or V ≤ and Δ2, Δ1 ≥."""
+    if not planned or not cost:
+        return not planned and not cost
+    return planned[0] <= cost[0] and planned[1] >= cost[1] and planned[2] >= cost[2]

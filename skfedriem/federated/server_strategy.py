@@ -12,7 +12,10 @@ strategy, since it decides what the replies are:
   or discards the round (too few honest shares, or a sum that wrapped).
 
 Each returns a :class:`RoundOutcome`: the seconds it took, why the round was
-discarded (None: applied) and what the server saw, for the transcript.
+discarded (None: applied), what the server saw, for the transcript, and the
+clients' noisy fraction of records within the clip that adaptive clipping
+steers by (the mean of the submissions' under local noise, the decoded count
+over the answering clients' batches under distributed noise).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from torch import nn
 from ..manifolds import manifold_of
 from ..privacy.mechanisms.discrete import sum_releases
 from ..privacy.per_record.per_sample import trainable_parameters
+from .adaptive_clip import FRACTION_RANGE, clipped_fraction
 from .aggregation import Aggregation
 from .distributed_server import DistributedServer
 from .instructions import ENCODED_RELEASE
@@ -47,11 +51,16 @@ class RoundOutcome:
         Why the model was left as it was (None: the round was applied).
     seen : dict
         What the server learnt (the transcript's entry, θ_t and the clients aside), when asked for.
+    clipped_fraction : float or None, default=None
+        b̄_t of adaptive clipping, clamped to ``FRACTION_RANGE``
+        (:mod:`~skfedriem.federated.adaptive_clip`); None without a count (or
+        from a discarded round).
     """
 
     seconds: float
     discarded: str | None
     seen: dict
+    clipped_fraction: float | None = None
 
 
 class ServerStrategy(ABC):
@@ -106,7 +115,8 @@ class AverageSubmissions(ServerStrategy):
             with torch.no_grad():
                 for name, p in self.params.items():
                     p.copy_(self.aggregation.output(manifold_of(p), theta[name], submissions[name].mean(0)))
-        return RoundOutcome(time.perf_counter() - started, None, {"submissions": submissions} if transcript else {})
+        return RoundOutcome(time.perf_counter() - started, None, {"submissions": submissions} if transcript else {},
+                            clipped_fraction(sub for sub, _ in replies.values()))
 
 
 class StepOnSum(ServerStrategy):
@@ -133,11 +143,12 @@ class StepOnSum(ServerStrategy):
         encoding = next(iter(instructions.values())).encoding  # the round's, the same for every client
         releases = [replies[i][0][ENCODED_RELEASE] for i in replied]
         denominator = sum(self.batch_size(i) for i in replied)
-        discarded = self.server.apply(theta, releases, denominator, encoding, lr)
+        discarded, count = self.server.apply(theta, releases, denominator, encoding, lr)
+        fraction = None if count is None else min(max(count / denominator, FRACTION_RANGE[0]), FRACTION_RANGE[1])
         seconds = time.perf_counter() - started
         if not transcript:
-            return RoundOutcome(seconds, discarded, {})
+            return RoundOutcome(seconds, discarded, {}, fraction)
         # the sum, what the server learns; secure aggregation with too few survivors reveals nothing
         total = None if len(releases) < encoding.honest else torch.from_numpy(
             sum_releases([r.numpy() for r in releases], encoding))
-        return RoundOutcome(seconds, discarded, {"sum": total})
+        return RoundOutcome(seconds, discarded, {"sum": total}, fraction)

@@ -1,5 +1,6 @@
 """Rounds of distributed noise (noise="distributed"): one step, encoded releases, their sum decoded at the server."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -122,7 +123,7 @@ def test_a_round_with_k_minus_t_shares_is_applied():
 
 
 @pytest.mark.parametrize("options, message", [
-    ({"local_steps": 2}, "local_steps=2: a round of distributed noise is one step"), ({"clip": "auto"}, "fixed clip"),
+    ({"local_steps": 2}, "local_steps=2: a round of distributed noise is one step"),
     ({"colluders": 4}, "colluders"), ({"local_epochs": 2.0}, "local_epochs=2.0"),
     ({"aggregation": "rlavg"}, "aggregation='rlavg'"), ({"aggregation": "retavg"}, "aggregation='retavg'"),
     ({"client_timings": True}, "client_timings=True"), ({"backend": "flower"}, "backend='flower'"),
@@ -408,3 +409,92 @@ def test_a_budget_shares_its_epsilon_between_distributed_fits_by_their_compositi
     clf = FederatedTangentSpaceClassifier(eps="budget", noise="distributed", n_rounds=20, privacy_budget=budget)
     clf.fit(X, y, groups=groups)
     assert 6.0 / 3 * 1.05 < clf.epsilon_ < 6.0
+
+
+def test_adaptive_clipping_releases_its_count_through_the_secure_sum_and_is_charged_for_it():
+    """clip='auto': the count of records within the clip rides in the release's last coordinate at s_b, so one
+    Skellam step covers (sum, count) at (√((2R)² + s_b²), 2R min(√n, R) + s_b); the certificate equals that
+    mechanism's, recomputed here (a charge that left the count out would be below it), and the clip moves."""
+    from skfedriem.federated.adaptive_clip import COUNT_SHARE
+    from skfedriem.privacy.mechanisms.discrete import rounding_bound
+
+    t = trainer(clip="auto", n_rounds=6).fit(clients())
+    encoding = t.plan_.encoding
+    radius = rounding_bound(encoding.scale * 1.0, encoding.padded)
+    s_b = encoding.count_scale
+    assert s_b ** 2 / ((2 * radius) ** 2 + s_b ** 2) == pytest.approx(COUNT_SHARE, rel=0.05)
+    l2, l1 = math.hypot(2 * radius, s_b), 2 * radius * min(math.sqrt(encoding.padded), radius) + s_b
+    (entry,) = t.accountant_.history
+    assert entry.skellam == pytest.approx((encoding.central_variance, l2, l1))
+    independent = discrete_epsilon([(("skellam", encoding.central_variance, l2, l1, 0.25), 6)], 1e-5)
+    assert t.epsilon_ == pytest.approx(independent) and t.epsilon_ <= 5.0
+    without_count = discrete_epsilon([(("skellam", encoding.central_variance, 2 * radius,
+                                        2 * radius * min(math.sqrt(encoding.padded), radius), 0.25), 6)], 1e-5)
+    assert without_count < t.epsilon_
+    clips = [row["clip"] for row in t.history_]
+    assert clips[0] == 1.0 and len(set(clips)) == len(clips)
+    assert all(row["clipped_fraction"] is not None for row in t.history_)
+
+
+def test_the_servers_fraction_is_the_decoded_count_of_the_sum_it_learnt():
+    """The server's b̄_t is the sum's last coordinate over s_b, divided by the answering clients' batches: what
+    secure aggregation revealed, nothing else."""
+    from skfedriem.federated.adaptive_clip import FRACTION_RANGE
+    from skfedriem.privacy.mechanisms.discrete import decode_count
+
+    t = FederatedTrainer(StiefelNet(seed=0), cross_entropy,
+                         FederationSettings(n_rounds=3, batch_size=10, eps=5.0, noise="distributed", clip="auto"),
+                         seed_sequence=np.random.SeedSequence(0), record_transcript=True).fit(clients())
+    for row, seen in zip(t.history_, t.transcript_):
+        encoding = t.plan_.encoding
+        fraction = decode_count(seen["sum"].numpy(), encoding) / 40
+        assert row["clipped_fraction"] == pytest.approx(min(max(fraction, FRACTION_RANGE[0]), FRACTION_RANGE[1]))
+
+
+def test_the_count_coordinate_carries_the_records_within_the_clip_and_one_record_moves_it_by_s_b():
+    from skfedriem.privacy.mechanisms.discrete import decode_count, encode_records, sum_releases
+    from skfedriem.privacy.mechanisms.randomness import SeededRandomness
+
+    t = trainer(clip="auto")
+    t.pricing.plan([40] * 4, list(range(4)))
+    encoding = dataclasses.replace(t.plan_.encoding, share=1e-300)  # no noise: the sum itself
+    rows = torch.zeros(5, encoding.dimension, dtype=torch.float64)
+
+    def release(count):
+        return encode_records(rows, encoding, 1.0, SeededRandomness(np.random.SeedSequence(0)), count)
+
+    assert release(3).shape == (encoding.padded + 1,)
+    assert decode_count(sum_releases([release(3), release(2)], encoding), encoding) == 5.0
+    assert int(release(3)[-1] - release(2)[-1]) == encoding.count_scale
+    with pytest.raises(ValueError, match="count"):
+        encode_records(rows, encoding, 1.0, SeededRandomness(np.random.SeedSequence(0)))
+
+
+def test_an_adaptive_round_at_another_clip_keeps_the_planned_grid_and_charge():
+    """The grid follows the round's clip (s C_t never above the planned s C_0), so every round costs its plan; a
+    client sent a larger count scale charges the larger sensitivity it runs."""
+    from skfedriem.federated.instructions import step_plan
+
+    t = trainer(clip="auto")
+    t.pricing.plan([40] * 4, list(range(4)))
+    planned = t.pricing.round_release(0.1)
+    for clip in (0.25, 3.0):
+        instructions = t.pricing.client_instructions(0, 0.1, clip)
+        assert instructions.encoding.scale * clip <= t.plan_.encoding.scale * t.plan_.clip
+        assert t.pricing.round_release(0.1, clip).state_dict() == planned.state_dict()
+    good = t.pricing.client_instructions(0, 0.1)
+    louder = dataclasses.replace(good.encoding, count_scale=10 * good.encoding.count_scale)
+    (honest,) = step_plan(good, 40, t.module).release().history
+    (charged,) = step_plan(RoundInstructions(**{**good.__dict__, "encoding": louder}), 40, t.module).release().history
+    assert charged.skellam[1] > honest.skellam[1] and charged.skellam[2] > honest.skellam[2]
+
+
+@pytest.mark.parametrize("estimator", ["tangent", "spdnet"])
+def test_classifiers_fit_with_adaptive_clipping_and_distributed_noise(estimator):
+    from skfedriem import FederatedSPDNetClassifier
+
+    X, y, groups = make_spd_classification(4, 40, 4, random_state=0)
+    cls = FederatedTangentSpaceClassifier if estimator == "tangent" else FederatedSPDNetClassifier
+    clf = cls(eps=8.0, noise="distributed", clip="auto", n_rounds=6).fit(X, y, groups=groups)
+    assert clf.epsilon_ <= 8.0 and clf.local_epsilon_ > clf.epsilon_
+    assert all("clipped_fraction" in row for row in clf.history_)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import pickle
 import uuid
 
 import numpy as np
@@ -61,12 +62,13 @@ def federation(tmp_path):
 class SecureGrid(SitesGrid):
     """The sites consent to distributed noise; ``drop`` = {(round, stage): site} loses a site at that stage."""
 
-    def __init__(self, folder, files, keys, node=None, drop=None, per_site=None, restart=None, crash=(), **settings):
+    def __init__(self, folder, files, keys, node=None, drop=None, per_site=None, restart=None, crash=(), kind="pca",
+                 **settings):
         self.folder, self.keys, self.node, self.drop = folder, keys, node or {}, dict(drop or {})
         self.per_site, self.restart, self.files, self.crash = per_site or {}, dict(restart or {}), files, set(crash)
-        config = {"n-clients": len(files), "output": str(folder / "out"), "round-timeout": 5.0, **SETTINGS,
-                  **settings}
-        super().__init__("pca", files, config)
+        config = {"n-clients": len(files), "output": str(folder / "out"), "round-timeout": 5.0,
+                  **(SETTINGS if kind == "pca" else {}), **settings}
+        super().__init__(kind, files, config)
 
     def _join(self, name, path):
         self.node_config = {"noise": "distributed", "federation-keys": str(self.folder / "roster.txt"),
@@ -92,8 +94,8 @@ class SecureGrid(SitesGrid):
         return super().push_messages(messages)
 
     def serve(self) -> dict:
-        apps._serve("pca", self, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
-                                         run_config=self.run_config))
+        apps._serve(self.kind, self, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
+                                             run_config=self.run_config))
         return json.loads((self.folder / "out" / "result.json").read_text())
 
 
@@ -344,3 +346,37 @@ def test_a_release_of_distributed_noise_never_leaves_unmasked_and_a_batch_runs_o
         "stage": "round", "instance": "b2/1", "from": [], "ciphertext": [], "active": SITES, "dropped": []})})
     assert stranger.has_error()  # an instance it never made: nothing revealed
     assert ledgers(files["site-0"])[0].fits == []
+
+
+def test_deployed_sites_clip_adaptively_through_the_secure_sum_and_charge_the_count(tmp_path):
+    """clip='auto' on deployed tangent sites under secure aggregation: each site's release carries its count in the
+    last coordinate, the server steers the clip by the summed count, and every site's ledgers hold the in-process
+    certificate (the Skellam step of the sum and the count)."""
+    from skfedriem.datasets import make_spd_classification
+
+    X, y, groups = make_spd_classification(5, 30, 4, random_state=0)
+    lines, keys, files = [], {}, {}
+    for i, name in enumerate(SITES):
+        private, public = make_supernode_keys(tmp_path / "keys", name)
+        keys[name], files[name] = str(private), str(tmp_path / f"{name}.npz")
+        lines.append(f"{name} {public.read_text().strip()}")
+        np.savez(files[name], X=X[groups == i], y=y[groups == i])
+    (tmp_path / "roster.txt").write_text("\n".join(lines) + "\n")
+    settings = {"n-rounds": 3, "eps": 4.0, "classes": "0,1", "batch-size": 10, "noise": "distributed",
+                "clip": "auto", "local-steps": 1}
+    result = SecureGrid(tmp_path, files, keys, kind="tangent", node={"semi-honest-server": "true"},
+                        **settings).serve()
+    assert result["epsilon"] <= 4.0
+    history = result["history"]
+    assert all(h["replied"] == [0, 1, 2, 3, 4] and "discarded" not in h for h in history)
+    assert history[0]["clip"] == 1.0 and len({h["clip"] for h in history}) == 3
+    assert all(h["clipped_fraction"] is not None for h in history)
+    with (tmp_path / "out" / "estimator.pkl").open("rb") as f:
+        encoding = pickle.load(f).plan_.privacy.encoding
+    assert encoding.count_scale > 0
+    for name in SITES:  # each site charged every round the sum's and the count's sensitivity, at the planned grid
+        own, central, _ = ledgers(files[name])
+        assert central.spent() == pytest.approx(result["epsilon"], rel=1e-6) and own.spent() > central.spent()
+        for fit in central.fits:
+            (step,) = fit["steps"]
+            assert step["skellam"][1:] == pytest.approx(encoding.sensitivity(1.0), rel=1e-9)

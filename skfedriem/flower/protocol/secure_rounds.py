@@ -176,7 +176,7 @@ class SecureAggregation:
         for i, round_ in enumerate(rounds):
             try:
                 session = ServerSession(instance_of(batch, round_), encoding.clients, encoding.colluders,
-                                        encoding.bits, encoding.padded, roster)
+                                        encoding.bits, encoding.length, roster)
                 session.advertised({site: keys[i] for site, (_, keys) in answers.items()})
             except ValueError as error:  # no threshold for that roster: nothing can be unmasked
                 raise RoundAbandoned(str(error)) from None

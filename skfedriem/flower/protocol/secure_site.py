@@ -236,7 +236,7 @@ def _make_keys(client, msg: Message, run: str, record: ConfigRecord) -> RecordDi
     for round_ in rounds:
         instance = instance_of(batch, round_)
         binding = Binding(run, str(round_), instance, encoding.clients, encoding.colluders, encoding.bits,
-                          encoding.padded, roster=len(client.guard.distributed.identity.roster))
+                          encoding.length, roster=len(client.guard.distributed.identity.roster))
         session = SiteSession(client.guard.distributed.identity, binding)
         kept = _SESSIONS.setdefault(client.name, OrderedDict())
         kept[(run, instance)] = session
@@ -284,7 +284,7 @@ def _round(client, msg: Message, run: str, record: ConfigRecord) -> RecordDict:
     instructions = decode_instructions(msg.content["instructions"])
     plan = _plan(client, instructions)
     b, encoding = session.binding, plan.encoding
-    if (encoding.clients, encoding.colluders, encoding.bits, encoding.padded) != (b.clients, b.colluders, b.bits,
+    if (encoding.clients, encoding.colluders, encoding.bits, encoding.length) != (b.clients, b.colluders, b.bits,
                                                                                     b.length):
         raise InvalidInstructionsError("The round's encoding is not the one its keys were made for.")
     senders, ciphertexts = _columns(record, "from", "ciphertext")

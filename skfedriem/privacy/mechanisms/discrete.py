@@ -22,6 +22,15 @@ ICML 2021) and TensorFlow Federated's ``DistributedDpSumFactory``:
 3. summed, plus the client's share Sk(λ, λ) = Poisson(λ) − Poisson(λ) per
    coordinate drawn from its secret randomness, reduced modulo 2^bits.
 
+With adaptive clipping (``clip="auto"``) the release has one more
+coordinate, not rotated: s_b times the client's count of records whose
+gradient norm is at most C (Andrew et al., 2021), with its share of the
+same noise. Substituting a record moves that count by at most 1, so the
+release's sensitivity is (√(Δ2² + s_b²), Δ1 + s_b) and one Skellam
+mechanism covers both (:meth:`DistributedEncoding.sensitivity`); s_b is
+chosen so that the count takes a fixed share of Δ2² (:func:`count_scale`),
+as local noise splits μ0².
+
 The Skellam mechanism (Agarwal, Kairouz & Liu, NeurIPS 2021) rather than the
 distributed discrete Gaussian: a sum of independent Skellams is exactly a
 Skellam, so the shares of any K − t honest clients add up to exactly the
@@ -41,6 +50,7 @@ it started).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -54,9 +64,9 @@ from scipy.linalg import hadamard
 from ...exceptions import InvalidInstructionsError
 from .randomness import SecretRandomness
 
-__all__ = ["MAX_BITS", "ROUNDING_BETA", "WRAP_PROBABILITY", "DistributedEncoding", "decode_sum", "encode_clients",
-           "encode_records", "group_step", "padded_dimension", "plan_encoding", "rotate", "rounding_bound", "sum_releases",
-           "unrotate"]
+__all__ = ["MAX_BITS", "ROUNDING_BETA", "WRAP_PROBABILITY", "DistributedEncoding", "count_scale", "decode_count",
+           "decode_sum", "encode_clients", "encode_records", "group_step", "padded_dimension", "plan_encoding", "rotate",
+           "rounding_bound", "sum_releases", "unrotate"]
 
 #: β of conditional rounding: a try is kept with probability at least 1 − β (TFF's e^{-1/2}).
 ROUNDING_BETA = math.exp(-0.5)
@@ -223,6 +233,9 @@ class DistributedEncoding:
         The round's public rotation seed.
     beta : float, default=ROUNDING_BETA
         Conditional rounding's β.
+    count_scale : int, default=0
+        s_b > 0: the release's last coordinate is s_b times the client's count
+        of records within the clip (adaptive clipping); 0: no count.
     """
 
     dimension: int
@@ -233,14 +246,16 @@ class DistributedEncoding:
     colluders: int
     rotation_seed: int = 0
     beta: float = ROUNDING_BETA
+    count_scale: int = 0
 
     def __post_init__(self) -> None:
-        _check_integers(self, ("dimension", "bits", "clients", "colluders", "rotation_seed"))
+        _check_integers(self, ("dimension", "bits", "clients", "colluders", "rotation_seed", "count_scale"))
         _check_positive(self, ("scale", "share", "beta"))
-        if self.rotation_seed < 0 or self.share > MAX_SHARE or self.beta >= 1:
-            raise InvalidInstructionsError(f"The encoding needs rotation_seed >= 0, share <= {MAX_SHARE:g} and beta "
-                                           f"< 1. Got rotation_seed={self.rotation_seed!r}, share={self.share!r}, "
-                                           f"beta={self.beta!r}.")
+        if self.rotation_seed < 0 or self.share > MAX_SHARE or self.beta >= 1 or not 0 <= self.count_scale < 2 ** 52:
+            raise InvalidInstructionsError(f"The encoding needs rotation_seed >= 0, share <= {MAX_SHARE:g}, beta < 1 "
+                                           f"and 0 <= count_scale < 2^52. Got rotation_seed={self.rotation_seed!r}, "
+                                           f"share={self.share!r}, beta={self.beta!r}, "
+                                           f"count_scale={self.count_scale!r}.")
         if not 1 <= self.bits <= MAX_BITS or self.dimension < 1 or not 0 <= self.colluders < self.clients:
             raise InvalidInstructionsError(
                 f"The encoding needs 1 <= bits <= {MAX_BITS}, dimension >= 1 and 0 <= colluders < clients. "
@@ -251,6 +266,11 @@ class DistributedEncoding:
     def padded(self) -> int:
         """n, the rotated vector's length."""
         return padded_dimension(self.dimension)
+
+    @property
+    def length(self) -> int:
+        """The release's length: n, and one more coordinate for the count of adaptive clipping."""
+        return self.padded + (1 if self.count_scale else 0)
 
     @property
     def modulus(self) -> int:
@@ -288,13 +308,15 @@ class DistributedEncoding:
         return rounding_bound(self.scale * clip, self.padded, self.beta)
 
     def sensitivity(self, clip: float, diameter: float = 2.0) -> tuple[float, float]:
-        """(Δ2, Δ1) of one client's integer sum when one record is substituted: (2R, 2R min(√n, R)).
+        """(Δ2, Δ1) of one client's integer release when one record is substituted: (2R, 2R min(√n, R)), and with a
+        count (√((2R)² + s_b²), 2R min(√n, R) + s_b): the count moves by at most 1.
 
         ``diameter`` < 2 is not used: two rounded records are each within R,
         so only 2R bounds their difference.
         """
         radius = self.bound(clip)
-        return 2 * radius, 2 * radius * min(math.sqrt(self.padded), radius)
+        return math.hypot(2 * radius, self.count_scale), 2 * radius * min(math.sqrt(self.padded), radius) + \
+            self.count_scale
 
     def charged_step(self, clip: float, sample_rate: float, group_size: int = 1) -> tuple[float, float, float]:
         """(q, Δ2, Δ1) a step is charged at for a unit owning ``group_size`` of its records (one of
@@ -303,8 +325,15 @@ class DistributedEncoding:
 
     def with_seed(self, seed: int) -> DistributedEncoding:
         """The same encoding with another round's rotation seed."""
-        return DistributedEncoding(self.dimension, self.scale, self.bits, self.share, self.clients, self.colluders,
-                                   int(seed), self.beta)
+        return dataclasses.replace(self, rotation_seed=int(seed))
+
+    def for_clip(self, clip: float, planned: float) -> DistributedEncoding:
+        """The encoding of a round clipped at ``clip`` instead of the ``planned`` clip (adaptive clipping): the grid
+        follows the clip, s ← s · planned / clip, nudged down by 1e-12 so that s C never exceeds the planned s C,
+        whose bound R (and so every charge) the plan calibrated."""
+        if clip == planned:
+            return self
+        return dataclasses.replace(self, scale=self.scale * (planned / clip) * (1 - 1e-12))
 
 
 def group_step(sample_rate: float, l2: float, l1: float, group_size: int) -> tuple[float, float, float]:
@@ -392,7 +421,7 @@ def _conditional_round(scaled: np.ndarray, bound: float, randomness: list[Secret
 
 
 def encode_clients(rows: torch.Tensor, encoding: DistributedEncoding, clip: float,
-                   randomness: list[SecretRandomness]) -> list[np.ndarray]:
+                   randomness: list[SecretRandomness], counts: list[int] | None = None) -> list[np.ndarray]:
     """Every client's release: Σ_z round(s · rotate(clip_C(g_z))) + Sk(λ, λ) per coordinate, modulo 2^bits.
 
     K clients at once (one rotation of all their records); client k's
@@ -409,24 +438,33 @@ def encode_clients(rows: torch.Tensor, encoding: DistributedEncoding, clip: floa
         C.
     randomness : list of SecretRandomness
         Client k's secret randomness: its rounding and its share.
+    counts : list of int, optional
+        Client k's count of records within the clip, which an encoding with
+        ``count_scale`` s_b > 0 releases as s_b times it in its last
+        coordinate (and needs).
 
     Returns
     -------
-    list of ndarray of int64, shape (n,)
+    list of ndarray of int64, shape (length,)
         In [0, 2^bits).
     """
+    if (counts is not None) != bool(encoding.count_scale):
+        raise ValueError(f"An encoding with count_scale={encoding.count_scale!r} releases a count exactly when it "
+                         f"has one: got counts={counts!r}.")
     scaled = _rotated(rows.detach().to("cpu", torch.float64).numpy(), encoding.rotation_seed, encoding.padded)
     scaled *= encoding.scale
     totals = _conditional_round(scaled, encoding.bound(clip), randomness).sum(1)
+    if counts is not None:
+        totals = np.concatenate([totals, encoding.count_scale * np.asarray(counts, dtype=np.int64)[:, None]], axis=1)
     releases = []
     for total, source in zip(totals, randomness):
-        share = source.poisson(encoding.share, encoding.padded) - source.poisson(encoding.share, encoding.padded)
+        share = source.poisson(encoding.share, encoding.length) - source.poisson(encoding.share, encoding.length)
         releases.append(np.mod(total + share, encoding.modulus))
     return releases
 
 
 def encode_records(rows: torch.Tensor, encoding: DistributedEncoding, clip: float,
-                   randomness: SecretRandomness) -> np.ndarray:
+                   randomness: SecretRandomness, count: int | None = None) -> np.ndarray:
     """One client's release (:func:`encode_clients` with K = 1).
 
     Parameters
@@ -438,13 +476,15 @@ def encode_records(rows: torch.Tensor, encoding: DistributedEncoding, clip: floa
         C.
     randomness : SecretRandomness
         The client's secret randomness: the rounding and the share.
+    count : int, optional
+        Its records within the clip (an encoding with a count needs it).
 
     Returns
     -------
-    ndarray of int64, shape (n,)
+    ndarray of int64, shape (length,)
         In [0, 2^bits).
     """
-    return encode_clients(rows.unsqueeze(0), encoding, clip, [randomness])[0]
+    return encode_clients(rows.unsqueeze(0), encoding, clip, [randomness], None if count is None else [count])[0]
 
 
 def sum_releases(releases: list[np.ndarray], encoding: DistributedEncoding) -> np.ndarray:
@@ -452,14 +492,14 @@ def sum_releases(releases: list[np.ndarray], encoding: DistributedEncoding) -> n
 
     Parameters
     ----------
-    releases : list of ndarray of int64, shape (n,)
+    releases : list of ndarray of int64, shape (length,)
     encoding : DistributedEncoding
 
     Returns
     -------
-    ndarray of int64, shape (n,)
+    ndarray of int64, shape (length,)
     """
-    total = np.zeros(encoding.padded, dtype=np.int64)
+    total = np.zeros(encoding.length, dtype=np.int64)
     for release in releases:
         total = np.mod(total + np.asarray(release, dtype=np.int64), encoding.modulus)
     return total
@@ -470,7 +510,7 @@ def decode_sum(total: np.ndarray, encoding: DistributedEncoding) -> tuple[torch.
 
     Parameters
     ----------
-    total : ndarray of int64, shape (n,)
+    total : ndarray of int64, shape (length,)
         The clients' releases summed modulo 2^bits.
     encoding : DistributedEncoding
 
@@ -478,25 +518,76 @@ def decode_sum(total: np.ndarray, encoding: DistributedEncoding) -> tuple[torch.
     -------
     decoded : torch.Tensor of shape (d,)
     wrapped : bool
-        Whether a coordinate lies beyond ±2^bits / 4, the band the modulus
-        was sized for: the round is then discarded.
+        Whether a coordinate (the count's too) lies beyond ±2^bits / 4, the
+        band the modulus was sized for: the round is then discarded.
     """
+    centred = _centred(total, encoding)
+    wrapped = bool(np.abs(centred).max(initial=0) > encoding.modulus // 4)
+    gradient = torch.from_numpy(centred[:encoding.padded].astype(np.float64)) / encoding.scale
+    return unrotate(gradient, encoding.rotation_seed)[:encoding.dimension], wrapped
+
+
+def decode_count(total: np.ndarray, encoding: DistributedEncoding) -> float:
+    """The summed release's noisy count of records within the clip (its last coordinate divided by s_b).
+
+    Parameters
+    ----------
+    total : ndarray of int64, shape (length,)
+        The clients' releases summed modulo 2^bits, from an encoding with a
+        count.
+    encoding : DistributedEncoding
+
+    Returns
+    -------
+    float
+    """
+    if not encoding.count_scale:
+        raise ValueError("The encoding releases no count (count_scale=0).")
+    return float(_centred(total, encoding)[encoding.padded]) / encoding.count_scale
+
+
+def _centred(total: np.ndarray, encoding: DistributedEncoding) -> np.ndarray:
+    """The sum's centred representatives in [−2^bits / 2, 2^bits / 2)."""
     m = encoding.modulus
-    centred = np.mod(np.asarray(total, dtype=np.int64) + m // 2, m) - m // 2
-    wrapped = bool(np.abs(centred).max(initial=0) > m // 4)
-    decoded = unrotate(torch.from_numpy(centred.astype(np.float64)) / encoding.scale, encoding.rotation_seed)
-    return decoded[:encoding.dimension], wrapped
+    return np.mod(np.asarray(total, dtype=np.int64) + m // 2, m) - m // 2
+
+
+def count_scale(radius: float, count_share: float) -> int:
+    """s_b: the count's scale on the grid, so that it takes ``count_share`` of the release's Δ2², rounded up.
+
+    s_b² / ((2R)² + s_b²) = share gives s_b = 2R √(share / (1 − share)).
+
+    Parameters
+    ----------
+    radius : float
+        R, a rounded record's bound.
+    count_share : float
+        In (0, 1).
+
+    Returns
+    -------
+    int
+
+    Examples
+    --------
+    >>> count_scale(100.0, 0.05)
+    46
+    """
+    if not 0 < count_share < 1:
+        raise ValueError(f"count_share must be in (0, 1). Got {count_share!r}.")
+    return max(1, math.ceil(2 * radius * math.sqrt(count_share / (1 - count_share))))
 
 
 def plan_encoding(dimension: int, clip: float, total_batch: float, clients: int, colluders: int,
-                  calibrate: Callable[[float, float], float]) -> DistributedEncoding:
+                  calibrate: Callable[[float, float], float], count_share: float = 0.0) -> DistributedEncoding:
     """The grid and modulus of a run: s from :data:`RESOLUTION`, bits from the sum's and the noise's spread.
 
     Every coordinate of the rotated true sum (at most B_total records of norm
     R, Hoeffding over the random signs) and of the K shares' noise stays
     within z times its scale but with probability :data:`WRAP_PROBABILITY`,
     z = √(2 ln(2n / p)); the modulus is 4 times that band (so a wrap lands
-    beyond ±2^bits / 4, where :func:`decode_sum` detects it).
+    beyond ±2^bits / 4, where :func:`decode_sum` detects it). A count
+    (``count_share`` > 0, adaptive clipping) lies within s_b B_total.
 
     Parameters
     ----------
@@ -511,6 +602,9 @@ def plan_encoding(dimension: int, clip: float, total_batch: float, clients: int,
     calibrate : callable
         ``calibrate(Δ2, Δ1) -> V``, the variance of the K − t honest shares'
         sum the budget needs for one record's sensitivity on this grid.
+    count_share : float, default=0.0
+        Adaptive clipping: the share of Δ2² the count of records within the
+        clip takes (:func:`count_scale`); 0: no count.
 
     Returns
     -------
@@ -520,12 +614,15 @@ def plan_encoding(dimension: int, clip: float, total_batch: float, clients: int,
     n = padded_dimension(dimension)
     scale = RESOLUTION * math.sqrt(n) / clip
     radius = rounding_bound(scale * clip, n)
-    central_variance = calibrate(2 * radius, 2 * radius * min(math.sqrt(n), radius))
-    z = math.sqrt(2 * math.log(2 * n / WRAP_PROBABILITY))
+    counted = count_scale(radius, count_share) if count_share else 0
+    central_variance = calibrate(math.hypot(2 * radius, counted), 2 * radius * min(math.sqrt(n), radius) + counted)
+    z = math.sqrt(2 * math.log(2 * (n + (1 if counted else 0)) / WRAP_PROBABILITY))  # every coordinate in its band
     share = central_variance / (2 * (clients - colluders))
-    band = z * (total_batch * radius / math.sqrt(n) + math.sqrt(2 * share * clients))
+    noise = z * math.sqrt(2 * share * clients)
+    band = max(z * total_batch * radius / math.sqrt(n), counted * total_batch) + noise
     bits = math.ceil(math.log2(4 * band + 1))
     if bits > MAX_BITS:
         raise ValueError(f"A round of {total_batch:g} records and noise variance {central_variance:.3g} needs a "
                          f"modulus of 2^{bits}, beyond 2^{MAX_BITS}: use smaller batches or fewer clients a round.")
-    return DistributedEncoding(int(dimension), scale, max(bits, 2), share, int(clients), int(colluders))
+    return DistributedEncoding(int(dimension), scale, max(bits, 2), share, int(clients), int(colluders),
+                               count_scale=counted)

@@ -17,7 +17,7 @@ import torch
 from ..per_record.apart import check_records_apart
 from ..per_record.copies import ClientCopies
 from .discrete import DistributedEncoding, encode_clients
-from .mechanism import Pass, check_record_dtypes, clipped_records, full_precision
+from .mechanism import Pass, check_record_dtypes, clipped_records, full_precision, real_records
 from ..per_record.per_sample import LossFn
 from .randomness import SecretRandomness
 
@@ -51,26 +51,34 @@ def distributed_release(copies: ClientCopies, loss_fn: LossFn, passes: list[Pass
     Returns
     -------
     list of ndarray of int64
-        Client k's release, ``(n,)``, in [0, 2^bits).
+        Client k's release, ``(length,)``, in [0, 2^bits); with the
+        encoding's count (adaptive clipping), its last coordinate carries
+        the client's count of records whose norm is at most C.
     """
     check_record_dtypes(passes[0][0])
     kept: list[list[torch.Tensor]] = [[] for _ in range(copies.n_clients)]  # each client's real records
+    counts = [0] * copies.n_clients  # each client's real records within the clip (a norm that is not finite is not)
     with full_precision():
         check_records_apart(copies, loss_fn, passes[0][0])
         for batch, real in passes:
-            clipped = _clipped_rows(copies, loss_fn, batch, clip, segments)
+            clipped, norms = _clipped_rows(copies, loss_fn, batch, clip, segments)
+            for k, own_norms in enumerate(real_records(norms, real)):
+                counts[k] += int((torch.isfinite(own_norms) & (own_norms <= clip)).sum())
             for k in range(copies.n_clients):  # padding left out: a client rounds (and draws for) its own records
                 kept[k].append(clipped[k] if real is None else clipped[k][real[k].to(clipped.device)])
     own = [torch.cat(rows) for rows in kept]
+    counted = counts if encoding.count_scale else None
     if len({rows.shape[0] for rows in own}) == 1:  # equal batches: every client's records rotated at once
-        return encode_clients(torch.stack(own), encoding, clip, randomness)
-    return [encode_clients(rows.unsqueeze(0), encoding, clip, [source])[0] for rows, source in zip(own, randomness)]
+        return encode_clients(torch.stack(own), encoding, clip, randomness, counted)
+    return [encode_clients(rows.unsqueeze(0), encoding, clip, [source], None if counted is None else [counted[k]])[0]
+            for k, (rows, source) in enumerate(zip(own, randomness))]
 
 
 def _clipped_rows(copies: ClientCopies, loss_fn: LossFn, batch: tuple[torch.Tensor, ...], clip: float,
-                  segments: torch.Tensor | None) -> torch.Tensor:
+                  segments: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     """A pass's clipped records (or subjects' means), flattened over the blocks in order: ``(K, W, d)`` float64,
-    each of norm at most C (scaled in its blocks' dtype, as the local noise's sums are)."""
-    gradients, _, factors = clipped_records(copies, loss_fn, batch, clip, segments)
+    each of norm at most C (scaled in its blocks' dtype, as the local noise's sums are), and their norms before
+    clipping ``(K, W)``."""
+    gradients, norms, factors = clipped_records(copies, loss_fn, batch, clip, segments)
     rows = gradients.scaled(factors)
-    return torch.cat([rows[name].flatten(2) for name in copies.blocks], dim=2).double()
+    return torch.cat([rows[name].flatten(2) for name in copies.blocks], dim=2).double(), norms
