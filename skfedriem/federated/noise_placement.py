@@ -133,11 +133,6 @@ class DistributedNoise(NoisePlacement):
         if epochs is not None and float(epochs) != 1.0:
             out.append(f"local_epochs={epochs!r}: a round of distributed noise is one step of every client from θ_t, "
                        "whatever the epochs. Leave local_epochs at 1.")
-        backend = _given(values, "backend", "local")
-        if backend not in (None, "local"):
-            out.append(f"backend={backend!r}: distributed noise runs in this process (backend='local') or on "
-                       "deployed Flower sites under secure aggregation (their node setting noise = "
-                       "'distributed'); the Flower simulation runs no secure aggregation.")
         if values.get("client_timings"):
             out.append("client_timings=True times each client's work on its records, which distributed noise keeps "
                        "from the server (it learns only the sum). Leave client_timings False.")

@@ -5,12 +5,20 @@ process, so it trains the estimator's module in place); each client is a
 virtual SuperNode whose ClientApp runs in a Ray worker process. Each client's
 records go to a private temporary file read only by that client's ClientApp,
 so messages carry θ_t and submissions only.
+
+With distributed noise the virtual clients are sites of the deployed protocol:
+each gets a fresh signing key and the roster of the others' public keys, its
+own ledgers in the temporary folder (no budget: the caller's trainer certifies
+the run) and consents to rounds of the plan's K and t, and every round runs the
+deployed secure aggregation (keys and shares, masked releases, unmasking) over
+Flower's messages. Nothing of it outlives the run.
 """
 
 from __future__ import annotations
 
 import copy
 import logging
+import math
 import os
 import tempfile
 import warnings
@@ -26,19 +34,61 @@ try:
     import ray  # noqa: F401 - Flower's simulation engine runs the virtual clients on Ray
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError('backend="flower" needs Flower\'s simulation engine: pip install "skfedriem[flower]".') from exc
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 from flwr.simulation import run_simulation
 from ..federated.client import ClientRecipe
 from ..federated.fixed_features import on_fixed_features
 from ..federated.progress import verbosity
-from .protocol.client_app import ClientSetup, make_client_app
+from ..privacy.mechanisms.units import unit_count
+from ..secure_aggregation import SiteIdentity
+from .protocol.client_app import ClientSetup, SiteGuard, make_client_app
 from .protocol.messages import FlowerTransport, NodeDirectory
+from .protocol.secure_site import DistributedNoise
 
 __all__ = ["run_trainer_in_simulation"]
 
 # Per Ray worker process: records and working copies already loaded, by file.
 _LOADED: dict[str, ClientSetup] = {}
+
+
+@dataclass(frozen=True)
+class _SecureSites:
+    """What the virtual sites of a run of distributed noise share: the round's K and t, and the roster (each site
+    reads its own signing key from the run's temporary folder)."""
+
+    clients: int
+    colluders: int
+    roster: dict[str, bytes]  # name -> public key, PEM
+
+    @classmethod
+    def make(cls, folder: str, names: list[str], clients: int, colluders: int) -> _SecureSites:
+        """A fresh P-384 key pair per site (the private key in ``folder``, readable by this account alone)."""
+        roster = {}
+        for name in names:
+            key = ec.generate_private_key(ec.SECP384R1())
+            path = Path(folder) / f"{_safe(name)}.key"
+            path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                               serialization.NoEncryption()))
+            path.chmod(0o600)
+            roster[name] = key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                         serialization.PublicFormat.SubjectPublicKeyInfo)
+        return cls(clients, colluders, roster)
+
+    def guard(self, folder: str, name: str, delta: float) -> SiteGuard:
+        """Site ``name``'s guard: its ledgers in ``folder``, no budget of its own, consent to the run's K and t."""
+        signing = serialization.load_pem_private_key((Path(folder) / f"{_safe(name)}.key").read_bytes(), None)
+        roster = {site: serialization.load_pem_public_key(pem) for site, pem in self.roster.items()}
+        consent = DistributedNoise(SiteIdentity(name, signing, roster), self.clients, self.colluders)
+        return SiteGuard(ledger_path=str(Path(folder) / f"{_safe(name)}.ledger.json"), max_epsilon=math.inf,
+                         delta=delta, distributed=consent)
+
+
+def _safe(name: str) -> str:
+    """A file name for a client's name (its index in the hex of its UTF-8)."""
+    return name.encode().hex()
 
 
 @dataclass
@@ -51,6 +101,8 @@ class _SimulationClients:
     secure_mode: bool
     timings: bool
     recipe: ClientRecipe
+    secure: _SecureSites | None = None
+    delta: float = 1e-5
 
     def __call__(self, context: Context) -> ClientSetup:
         i = int(context.node_config["partition-id"])
@@ -58,8 +110,9 @@ class _SimulationClients:
         if path not in _LOADED:
             torch.set_num_threads(1)  # one core per virtual client
             recipe, (data,) = on_fixed_features(copy.deepcopy(self.recipe), [tuple(torch.load(path, weights_only=True))])
+            guard = None if self.secure is None else self.secure.guard(self.folder, self.names[i], self.delta)
             _LOADED[path] = ClientSetup(self.names[i], data, recipe, seed=self.seeds[i],
-                                        secure_mode=self.secure_mode, timings=self.timings)
+                                        secure_mode=self.secure_mode, timings=self.timings, guard=guard)
         return _LOADED[path]
 
 
@@ -110,8 +163,13 @@ def run_trainer_in_simulation(trainer, clients: Sequence[tuple[torch.Tensor, ...
     with tempfile.TemporaryDirectory(prefix="skfedriem-flower-") as folder:
         for i, data in enumerate(clients):
             torch.save(tuple(x.contiguous() for x in data), Path(folder) / f"client-{i}.pt")
-        setup = _SimulationClients(folder, str_names, list(client_seeds), trainer.settings.secure_mode, trainer.settings.client_timings,
-                                   trainer.client_recipe())
+        # the plan of these clients (the server's, made again from the same sizes when it serves): its encoding
+        encoding = trainer.pricing.plan([unit_count(c, trainer.settings.unit) for c in clients], list(names)).encoding
+        secure = None if encoding is None else _SecureSites.make(folder, str_names, encoding.clients,
+                                                                encoding.colluders)
+        setup = _SimulationClients(folder, str_names, list(client_seeds), trainer.settings.secure_mode,
+                                   trainer.settings.client_timings, trainer.client_recipe(), secure,
+                                   trainer.settings.delta)
         server = ServerApp()
 
         @server.main()
@@ -127,10 +185,14 @@ def run_trainer_in_simulation(trainer, clients: Sequence[tuple[torch.Tensor, ...
         level = verbosity(trainer.settings.verbose)
         with _quiet_flower(level), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Tip: In future versions of Ray", category=FutureWarning)
+            # a site keeps its secure-aggregation sessions in its process's memory, as a deployed SuperNode does,
+            # and Flower's simulation does not pin a virtual node to a Ray worker: a run of distributed noise has
+            # one worker, whose sites take turns
+            workers = {} if secure is None else {"num_cpus": cpus_per_client}
             try:
                 run_simulation(server, make_client_app(setup), num_supernodes=len(clients),
                                backend_config={"client_resources": {"num_cpus": cpus_per_client, "num_gpus": 0.0},
-                                               "init_args": {"log_to_driver": level > 1}})
+                                               "init_args": {"log_to_driver": level > 1, **workers}})
             except BaseException:
                 if not failure:
                     raise

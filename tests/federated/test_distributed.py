@@ -126,7 +126,7 @@ def test_a_round_with_k_minus_t_shares_is_applied():
     ({"local_steps": 2}, "local_steps=2: a round of distributed noise is one step"),
     ({"colluders": 4}, "colluders"), ({"local_epochs": 2.0}, "local_epochs=2.0"),
     ({"aggregation": "rlavg"}, "aggregation='rlavg'"), ({"aggregation": "retavg"}, "aggregation='retavg'"),
-    ({"client_timings": True}, "client_timings=True"), ({"backend": "flower"}, "backend='flower'"),
+    ({"client_timings": True}, "client_timings=True"),
     ({"accounting": "prirfed", "sampling": "poisson"}, "does not account distributed noise"),
     ({"noise": "local", "colluders": 2}, "colluders=2 sizes the noise shares"),
 ])
@@ -160,9 +160,9 @@ def test_an_estimator_refuses_what_its_noise_cannot_honour_before_any_release(op
         est.fit(X, y, groups=groups)
 
 
-def test_flower_carries_an_encoding_but_the_simulation_runs_no_secure_aggregation():
+def test_flower_carries_an_encoding_field_by_field():
     """An encoding travels field by field (deployed sites run it under secure aggregation:
-    tests/flower/test_secure_aggregation.py); the in-process Flower simulation refuses distributed noise."""
+    tests/flower/test_secure_aggregation.py, and so do the simulation's: tests/flower/test_simulation.py)."""
     from skfedriem.flower.protocol.messages import decode_instructions
 
     t = trainer()
@@ -170,8 +170,11 @@ def test_flower_carries_an_encoding_but_the_simulation_runs_no_secure_aggregatio
     instructions = t.pricing.client_instructions(0, 0.1)
     assert instructions.encoding is not None
     assert decode_instructions(encode_instructions(instructions)) == instructions
-    with pytest.raises(ValueError, match="backend='local'"):
-        trainer(backend="flower").fit(clients())
+    counted = trainer(clip="auto")
+    counted.pricing.plan([40] * 4, list(range(4)))
+    instructions = counted.pricing.client_instructions(0, 0.1, 0.5)
+    assert instructions.encoding.count_scale > 0
+    assert decode_instructions(encode_instructions(instructions)) == instructions
 
 
 def test_a_client_refuses_an_encoding_for_another_model_or_several_steps():

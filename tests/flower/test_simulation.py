@@ -7,7 +7,7 @@ pytest.importorskip("flwr")
 pytest.importorskip("ray")
 
 from skfedriem import FederatedPCA
-from skfedriem.classification import FederatedSPDNetClassifier
+from skfedriem.classification import FederatedSPDNetClassifier, FederatedTangentSpaceClassifier
 from skfedriem.datasets import make_federated_pca, make_spd_classification
 
 
@@ -72,3 +72,19 @@ def test_covariance_solver_on_flower_simulation_is_the_local_fit():
     flower = FederatedPCA(**settings, backend="flower").fit(X, groups=groups)
     np.testing.assert_allclose(flower.components_, local.components_, rtol=0, atol=1e-12)  # the same noise
     assert flower.epsilon_ == local.epsilon_ <= 2.0 and flower.ledger_.steps == 1
+
+
+@pytest.mark.slow  # three fits, two of them on Ray (80 s)
+def test_distributed_noise_runs_the_deployed_secure_aggregation_on_the_simulation():
+    """backend='flower' with noise='distributed': the virtual sites run the deployed protocol (a site never sends a
+    release of distributed noise unmasked: without it every round would be refused), certify what the in-process
+    run certifies, and a seeded run is reproducible."""
+    X, y, groups = make_spd_classification(n_clients=4, n_matrices_per_client=30, n_channels=4, random_state=0)
+    settings = dict(eps=8.0, noise="distributed", n_rounds=3, random_state=0)
+    local = FederatedTangentSpaceClassifier(**settings).fit(X, y, groups=groups)
+    flower = FederatedTangentSpaceClassifier(**settings, backend="flower").fit(X, y, groups=groups)
+    again = FederatedTangentSpaceClassifier(**settings, backend="flower").fit(X, y, groups=groups)
+    assert flower.epsilon_ == local.epsilon_ <= 8.0 and flower.local_epsilon_ == local.local_epsilon_
+    assert [h["replied"] for h in flower.history_] == [[0, 1, 2, 3]] * len(flower.history_)
+    assert not any("discarded" in h for h in flower.history_)
+    np.testing.assert_array_equal(flower.predict_proba(X), again.predict_proba(X))
