@@ -134,7 +134,7 @@ def main() -> None:
     print(f"{'runs':<40} {'q':>4} {'steps':>5} {'eps cert':>9} {'lower bd':>9} {'any-mech':>9} {'n/side':>7} "
           f"{'FPR':>6} {'FNR':>6} {'s':>6}  verdict")
     for r in rows:
-        verdict = "VIOLATED" if r["violated"] else "ok"
+        verdict = f"VIOLATED ({r['verdict_bound']})" if r["violated"] else "ok"
         print(f"{r['label']:<40} {r['sample_rate']:>4.2g} {r['steps']:>5d} {r['epsilon_certified']:>9.3f} "
               f"{r['epsilon_lower_bound']:>9.3f} {r['epsilon_lower_bound_any']:>9.3f} {r['n_runs']:>7d} "
               f"{r['false_positive_rate']:>6.3f} {r['false_negative_rate']:>6.3f} {r['seconds']:>6.0f}  {verdict}")

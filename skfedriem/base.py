@@ -590,6 +590,10 @@ class FederatedEstimatorMixin(_EstimatorParameters):
             raise ValueError(f"warm_start=True continues a fit that protected each {unit!r}; got privacy_unit="
                              f"{self.privacy_unit!r}. Its ledger counts {unit}-level losses, which do not compose with "
                              f"{self.privacy_unit}-level ones: set privacy_unit={unit!r}, or warm_start=False.")
+        self._check_same_model()
+
+    def _check_same_model(self) -> None:
+        """ValueError when a setting of the model itself changed since the fit a warm start continues."""
         fitted = getattr(self, "_fitted_model_parameters", {})
         changed = [n for n in self._model_parameters if n in fitted and not _same(getattr(self, n), fitted[n])]
         if changed:

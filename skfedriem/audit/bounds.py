@@ -224,9 +224,19 @@ class AuditResult:
         """Whether the runs refute the certificate (the lower bound exceeds the certified ε)."""
         return self.epsilon_lower_bound > self.epsilon_certified
 
+    @property
+    def verdict_bound(self) -> str | None:
+        """The bound a violation rests on: ``"distribution-free"`` when the assumption-free lower bound
+        (:attr:`epsilon_lower_bound_any`) exceeds the certified ε, a refutation of any mechanism at that ε;
+        ``"certified family"`` when only the lower bound within the certified (Gaussian-tradeoff) family does, a
+        refutation of the runs as the family the accountant charges; None without a violation."""
+        if self.epsilon_lower_bound_any > self.epsilon_certified:
+            return "distribution-free"
+        return "certified family" if self.violated else None
+
     def to_dict(self) -> dict:
         """Plain values (for a JSON line)."""
-        return {**asdict(self), "violated": self.violated}
+        return {**asdict(self), "violated": self.violated, "verdict_bound": self.verdict_bound}
 
 
 def audit_scores(scores_d, scores_d_prime, *, mu0: float, sample_rate: float, steps: int, sampling: str,

@@ -288,8 +288,8 @@ def shares_sized_by_clients() -> Iterator[None]:
     K − t honest shares with V: with t colluders the honest noise falls to (K − t) / K of what is charged."""
     honest = discrete_module.plan_encoding
 
-    def by_clients(dimension, clip, total_batch, clients, colluders, calibrate):
-        encoding = honest(dimension, clip, total_batch, clients, colluders, calibrate)
+    def by_clients(dimension, clip, total_batch, clients, colluders, calibrate, count_share=0.0):
+        encoding = honest(dimension, clip, total_batch, clients, colluders, calibrate, count_share)
         return dataclasses.replace(encoding, share=encoding.share * (clients - colluders) / clients)
 
     with _patched((discrete_module, "plan_encoding", by_clients)):

@@ -252,16 +252,7 @@ class FederatedPCA(FederatedEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Tra
         options = {"n_rounds": plan.n_rounds, "local_steps": plan.local_steps, "batch_size": plan.batch_size,
                    "lr": plan.lr}
         if plan.solver == "covariance":
-            if self._warm():
-                raise ValueError("warm_start=True cannot continue solver='covariance': a second release would "
-                                 "add to the first moment rather than refine it. Fit afresh (warm_start=False).")
-            defaults = {f.name: f.default for f in dataclasses.fields(self)}
-            ignored = {name: getattr(self, name) for name in _RIEMANNIAN_ONLY
-                       if not _same(getattr(self, name), defaults[name])}
-            if ignored:
-                warn_user(f"solver={self.solver!r} releases each client's second moment once ({plan.reason}); it "
-                          f"ignores {', '.join(f'{k}={v!r}' for k, v in ignored.items())}. Set solver='riemannian' "
-                          "to use them.")
+            self._check_one_release(plan.reason)
             # the plan's one plain SGD step of rate 1 from A = 0 on every client's whole records: A_i = its
             # noisy moment
             options.update(clients_per_round=None, aggregation="projavg", optimizer="sgd")
@@ -270,6 +261,20 @@ class FederatedPCA(FederatedEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Tra
             raise ValueError("warm_start=True cannot continue a solver='covariance' fit with Riemannian rounds: "
                              "pass its subspace as a public start instead, init=fitted.components_.")
         return self._planned_settings(eps, options, client_sizes), None
+
+    def _check_one_release(self, reason: str) -> None:
+        """solver='covariance' releases each client's moment once: ValueError for a warm start, a warning naming
+        the Riemannian solver's settings it ignores."""
+        if self._warm():
+            raise ValueError("warm_start=True cannot continue solver='covariance': a second release would "
+                             "add to the first moment rather than refine it. Fit afresh (warm_start=False).")
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        ignored = {name: getattr(self, name) for name in _RIEMANNIAN_ONLY
+                   if not _same(getattr(self, name), defaults[name])}
+        if ignored:
+            warn_user(f"solver={self.solver!r} releases each client's second moment once ({reason}); it "
+                      f"ignores {', '.join(f'{k}={v!r}' for k, v in ignored.items())}. Set solver='riemannian' "
+                      "to use them.")
 
     def _planned_settings(self, eps, options: dict, client_sizes: list[int]) -> FederationSettings:
         """The run's settings with the planned ``options``; a subject-level plan's reason says so."""

@@ -51,6 +51,9 @@ class NoisePlacement(ABC):
     recharges_resent_rounds: bool = False
     #: Each client's own release guarantees less than the run's ε: ``history_`` reports ``local_epsilon`` too.
     reports_local_epsilon: bool = False
+    #: A client's release reaches the server only inside a secure sum of the round's clients (a share of the noise
+    #: protects nothing alone): a deployment runs its rounds under secure aggregation.
+    secure_sum: bool = False
 
     @abstractmethod
     def server_strategy(self, module: nn.Module, aggregation: Aggregation, optimizer,
@@ -113,6 +116,7 @@ class DistributedNoise(NoisePlacement):
     rotates = True
     recharges_resent_rounds = True  # fresh noise under fresh masks
     reports_local_epsilon = True
+    secure_sum = True
 
     def server_strategy(self, module, aggregation, optimizer, batch_size) -> ServerStrategy:
         return StepOnSum(module, optimizer, batch_size)

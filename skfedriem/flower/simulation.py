@@ -11,7 +11,9 @@ each gets a fresh signing key and the roster of the others' public keys, its
 own ledgers in the temporary folder (no budget: the caller's trainer certifies
 the run) and consents to rounds of the plan's K and t, and every round runs the
 deployed secure aggregation (keys and shares, masked releases, unmasking) over
-Flower's messages. Nothing of it outlives the run.
+Flower's messages, every release from fresh OS entropy as a deployed site's (so
+such a run is not reproducible, whatever its seeds). Nothing of it outlives the
+run.
 """
 
 from __future__ import annotations
@@ -131,6 +133,18 @@ def _quiet_flower(verbose: int):
             lg.setLevel(level)
 
 
+def _clients_in(folder: str, trainer, clients: Sequence[tuple[torch.Tensor, ...]], names: list[str],
+                client_seeds: list[np.random.SeedSequence | None]) -> _SimulationClients:
+    """The virtual clients' setup: each one's records in ``folder`` and, with distributed noise, the sites' keys."""
+    for i, data in enumerate(clients):
+        torch.save(tuple(x.contiguous() for x in data), Path(folder) / f"client-{i}.pt")
+    # the plan of these clients (the server's, made again from the same sizes when it serves): its encoding
+    encoding = trainer.pricing.plan([unit_count(c, trainer.settings.unit) for c in clients], list(names)).encoding
+    secure = None if encoding is None else _SecureSites.make(folder, names, encoding.clients, encoding.colluders)
+    return _SimulationClients(folder, names, list(client_seeds), trainer.settings.secure_mode,
+                              trainer.settings.client_timings, trainer.client_recipe(), secure, trainer.settings.delta)
+
+
 def run_trainer_in_simulation(trainer, clients: Sequence[tuple[torch.Tensor, ...]], names: list,
                               client_seeds: list[np.random.SeedSequence | None],
                               server_seq: np.random.SeedSequence, *, cpus_per_client: float = 1.0) -> None:
@@ -161,15 +175,7 @@ def run_trainer_in_simulation(trainer, clients: Sequence[tuple[torch.Tensor, ...
         raise ValueError(f"Client names must be distinct as strings for the Flower backend. Got {names!r}.")
     failure: list[BaseException] = []
     with tempfile.TemporaryDirectory(prefix="skfedriem-flower-") as folder:
-        for i, data in enumerate(clients):
-            torch.save(tuple(x.contiguous() for x in data), Path(folder) / f"client-{i}.pt")
-        # the plan of these clients (the server's, made again from the same sizes when it serves): its encoding
-        encoding = trainer.pricing.plan([unit_count(c, trainer.settings.unit) for c in clients], list(names)).encoding
-        secure = None if encoding is None else _SecureSites.make(folder, str_names, encoding.clients,
-                                                                encoding.colluders)
-        setup = _SimulationClients(folder, str_names, list(client_seeds), trainer.settings.secure_mode,
-                                   trainer.settings.client_timings, trainer.client_recipe(), secure,
-                                   trainer.settings.delta)
+        setup = _clients_in(folder, trainer, clients, str_names, client_seeds)
         server = ServerApp()
 
         @server.main()
@@ -188,7 +194,7 @@ def run_trainer_in_simulation(trainer, clients: Sequence[tuple[torch.Tensor, ...
             # a site keeps its secure-aggregation sessions in its process's memory, as a deployed SuperNode does,
             # and Flower's simulation does not pin a virtual node to a Ray worker: a run of distributed noise has
             # one worker, whose sites take turns
-            workers = {} if secure is None else {"num_cpus": cpus_per_client}
+            workers = {} if setup.secure is None else {"num_cpus": cpus_per_client}
             try:
                 run_simulation(server, make_client_app(setup), num_supernodes=len(clients),
                                backend_config={"client_resources": {"num_cpus": cpus_per_client, "num_gpus": 0.0},

@@ -208,7 +208,12 @@ class SiteSession:
         if len(set(publics)) != len(publics):
             _refuse("a round key appears twice in the server's list.")
         self._check_signatures(keys)
-        for peer, signed in keys.items():  # a low-order key would fail only when masking, after the charge
+        self._check_agreement(keys)
+
+    def _check_agreement(self, keys: dict[str, SignedKeys]) -> None:
+        """Every peer's masking key agrees on a secret with this site's (a low-order key would fail only when
+        masking, after the charge)."""
+        for peer, signed in keys.items():
             if peer != self.name:
                 try:
                     agree(self._masking, signed.masking, b"check")

@@ -39,6 +39,14 @@ def test_scores_of_a_gaussian_mechanism_give_bounds_below_its_epsilon_and_above_
     claimed = audit_scores(d, d_prime, mu0=1.0, sample_rate=1.0, steps=1, sampling="fixed", delta=1e-5,
                            epsilon_certified=gdp_epsilon(1.0, 1e-5), threshold=0.0)
     assert claimed.violated  # a claim of 1-GDP for a 2-GDP mechanism is caught
+    assert honest.verdict_bound is None and honest.to_dict()["verdict_bound"] is None
+    # which bound the verdict rests on: the family's alone here (the distribution-free bound, 1.5, stays below the
+    # claimed 4.4: 4000 runs cannot refute it for every mechanism)
+    assert claimed.epsilon_lower_bound_any < claimed.epsilon_certified < claimed.epsilon_lower_bound
+    assert claimed.verdict_bound == "certified family"
+    nothing = audit_scores(d, d_prime, mu0=0.05, sample_rate=1.0, steps=1, sampling="fixed", delta=1e-5,
+                           epsilon_certified=0.01, threshold=0.0)  # a claim no mechanism this loud could meet
+    assert nothing.epsilon_lower_bound_any > 0.01 and nothing.verdict_bound == "distribution-free"
     split = audit_scores(d, d_prime, mu0=mu, sample_rate=1.0, steps=1, sampling="fixed", delta=1e-5,
                          epsilon_certified=gdp_epsilon(mu, 1e-5))
     assert split.n_runs == 2000 and abs(split.threshold) < 0.2  # chosen on one half, counted on the other

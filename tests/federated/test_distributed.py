@@ -454,6 +454,26 @@ def test_the_servers_fraction_is_the_decoded_count_of_the_sum_it_learnt():
         assert row["clipped_fraction"] == pytest.approx(min(max(fraction, FRACTION_RANGE[0]), FRACTION_RANGE[1]))
 
 
+@pytest.mark.parametrize("clip, expected", [(1e-6, 0), (1e6, 10)])
+def test_a_clients_count_is_its_batchs_records_within_the_clip(clip, expected):
+    """Without noise (a share of 1e-300) the release's last coordinate is s_b times the records of the batch of 10
+    whose gradient norm is at most C: none at a clip below every norm, all ten above them (a doubled, constant or
+    unconditional count fails one of the two)."""
+    from skfedriem.federated.client_round import run_round
+
+    t = trainer(clip="auto")
+    t.pricing.plan([40] * 4, list(range(4)))
+    instructions = t.pricing.client_instructions(0, 0.1, clip)
+    quiet = RoundInstructions(**{**instructions.__dict__,
+                                 "encoding": dataclasses.replace(instructions.encoding, share=1e-300)})
+    theta = {n: p.detach().clone() for n, p in t.module.named_parameters()}
+    [(reply, _)] = run_round(t.client_recipe(simulated=True), theta, [clients()[0]],
+                             [ClientState.fresh(np.random.SeedSequence(1))], quiet)
+    release = reply[ENCODED_RELEASE].numpy()
+    assert release.shape == (quiet.encoding.padded + 1,)
+    assert int(release[-1]) == expected * quiet.encoding.count_scale
+
+
 def test_the_count_coordinate_carries_the_records_within_the_clip_and_one_record_moves_it_by_s_b():
     from skfedriem.privacy.mechanisms.discrete import decode_count, encode_records, sum_releases
     from skfedriem.privacy.mechanisms.randomness import SeededRandomness
@@ -480,11 +500,14 @@ def test_an_adaptive_round_at_another_clip_keeps_the_planned_grid_and_charge():
 
     t = trainer(clip="auto")
     t.pricing.plan([40] * 4, list(range(4)))
-    planned = t.pricing.round_release(0.1)
-    for clip in (0.25, 3.0):
+    (planned,) = t.pricing.round_release(0.1).history
+    for clip in (0.25, 3.0, 1.0 + 1e-15):
         instructions = t.pricing.client_instructions(0, 0.1, clip)
         assert instructions.encoding.scale * clip <= t.plan_.encoding.scale * t.plan_.clip
-        assert t.pricing.round_release(0.1, clip).state_dict() == planned.state_dict()
+        (runs,) = step_plan(instructions, 40, t.module).release().history  # what the client charges itself
+        assert runs.skellam[0] == planned.skellam[0] and runs.skellam[1] <= planned.skellam[1]
+        assert runs.skellam[2] <= planned.skellam[2]
+        t.pricing.round_release(0.1, clip)  # no RuntimeError: the plan dominates the round
     good = t.pricing.client_instructions(0, 0.1)
     louder = dataclasses.replace(good.encoding, count_scale=10 * good.encoding.count_scale)
     (honest,) = step_plan(good, 40, t.module).release().history
@@ -501,3 +524,34 @@ def test_classifiers_fit_with_adaptive_clipping_and_distributed_noise(estimator)
     clf = cls(eps=8.0, noise="distributed", clip="auto", n_rounds=6).fit(X, y, groups=groups)
     assert clf.epsilon_ <= 8.0 and clf.local_epsilon_ > clf.epsilon_
     assert all("clipped_fraction" in row for row in clf.history_)
+
+
+def test_substituting_one_record_moves_the_release_count_included_within_its_charged_sensitivity():
+    """Neighbouring clients (record j replaced by one 50 times louder, or by zeros), the same secret randomness and
+    no noise: the count coordinate moves by at most s_b and the whole release by at most the charged (Δ2, Δ1)."""
+    from skfedriem.federated.client_round import run_round
+
+    t = trainer(clip="auto", batch_size=None)
+    t.pricing.plan([40] * 4, list(range(4)))
+    instructions = t.pricing.client_instructions(0, 0.1)
+    encoding = dataclasses.replace(instructions.encoding, share=1e-300)
+    quiet = RoundInstructions(**{**instructions.__dict__, "encoding": encoding})
+    theta = {n: p.detach().clone() for n, p in t.module.named_parameters()}
+    X, y = clients()[0]
+
+    def release(records):
+        [(reply, _)] = run_round(t.client_recipe(simulated=True), theta, [(records, y)],
+                                 [ClientState.fresh(np.random.SeedSequence(1))], quiet)
+        return reply[ENCODED_RELEASE].numpy()
+
+    m, (l2, l1) = encoding.modulus, encoding.sensitivity(quiet.clip)
+    counts_moved = 0
+    for j in range(6):
+        for factor in (50.0, 0.0):
+            neighbour = X.clone()
+            neighbour[j] *= factor
+            moved = np.mod(release(neighbour) - release(X) + m // 2, m) - m // 2
+            assert abs(int(moved[-1])) in (0, encoding.count_scale)
+            assert np.linalg.norm(moved) <= l2 and np.abs(moved).sum() <= l1
+            counts_moved += moved[-1] != 0
+    assert counts_moved > 0  # some substitutions moved a record across the clip

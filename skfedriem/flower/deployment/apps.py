@@ -113,6 +113,23 @@ def _classes(est, config) -> np.ndarray | None:
     return classes_from_run_config(config) if is_classifier(est) else None
 
 
+def _loaded_site(kind: str, node, config, path: str) -> tuple:
+    """A site's records as its model reads them, its recipe, their digest and one record's shape."""
+    est = estimator_from_run_config(kind, config)
+    _check_unit(node, est.privacy_unit)
+    classes = _classes(est, config)
+    X, y = load_site_records(path, targets=is_classifier(est))
+    records = est.prepare_records(X, y, classes=classes, site=True)
+    if est.privacy_unit == "subject":
+        records = (*records, torch.from_numpy(_site_subjects(node, path, len(X))))
+    module, loss_fn = est.make_model(X.shape[1:], classes)
+    digest = _records_digest(records)
+    recipe = ClientRecipe(module, loss_fn, est.client_optimizer(),
+                          unit=PrivacyUnit(est.privacy_unit, est.records_per_subject))
+    recipe, (records,) = on_fixed_features(recipe, [records])
+    return records, recipe, digest, X.shape[1:]
+
+
 def site_setup(kind: str, context: Context) -> ClientSetup:
     """A site's ClientSetup from its node configuration and the run configuration.
 
@@ -138,19 +155,7 @@ def site_setup(kind: str, context: Context) -> ClientSetup:
     subjects = (str(node.get("subject-key", "")), _flag(node, "one-subject"))
     key = (kind, path, tuple(sorted(dict(config).items())), subjects)
     if key not in _SITES:
-        est = estimator_from_run_config(kind, config)
-        _check_unit(node, est.privacy_unit)
-        classes = _classes(est, config)
-        X, y = load_site_records(path, targets=is_classifier(est))
-        records = est.prepare_records(X, y, classes=classes, site=True)
-        if est.privacy_unit == "subject":
-            records = (*records, torch.from_numpy(_site_subjects(node, path, len(X))))
-        module, loss_fn = est.make_model(X.shape[1:], classes)
-        digest = _records_digest(records)
-        recipe = ClientRecipe(module, loss_fn, est.client_optimizer(),
-                              unit=PrivacyUnit(est.privacy_unit, est.records_per_subject))
-        recipe, (records,) = on_fixed_features(recipe, [records])
-        _SITES[key] = records, recipe, digest, X.shape[1:]
+        _SITES[key] = _loaded_site(kind, node, config, path)
         while len(_SITES) > _SITES_KEPT:
             del _SITES[next(iter(_SITES))]
     _SITES[key] = _SITES.pop(key)  # the most recently used last

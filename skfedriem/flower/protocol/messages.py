@@ -20,12 +20,14 @@ import dataclasses
 import math
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from flwr.app import Message, RecordDict
 
 from ...federated.instructions import RoundInstructions
+from ...federated.noise_placement import placement_of
 from .records import decode_arrays, decode_instructions, encode_arrays, encode_instructions
 from .secure_rounds import SecureAggregation
 
@@ -196,10 +198,15 @@ def _send_and_receive(grid, messages: list[Message], timeout: float | None) -> l
         if time.monotonic() - looked > ONLINE_INTERVAL:
             online, looked = set(grid.get_node_ids()), time.monotonic()
             waiting = {m for m in waiting if node_of[m] in online}  # a node that is gone will not answer
-        if not waiting or (deadline is not None and time.monotonic() >= deadline):
+        if not waiting or _past(deadline):
             break
         time.sleep(PULL_INTERVAL)
     return replies
+
+
+def _past(deadline: float | None) -> bool:
+    """Whether ``deadline`` (monotonic seconds; None: none) has passed."""
+    return deadline is not None and time.monotonic() >= deadline
 
 
 class FlowerTransport:
@@ -255,10 +262,15 @@ class FlowerTransport:
         resized = self._resized(selected)
         reachable = [i for i in selected if nodes[i] in online and i not in resized]
         failures = self._not_sent(selected, reachable, resized)
-        secure = any(instructions[i].encoding is not None for i in selected)
-        out = (self._secure_round if secure else self._local_round)(t, theta, instructions, reachable, nodes, failures)
+        out = self._round_for(instructions, selected)(t, theta, instructions, reachable, nodes, failures)
         self._report(t, failures)
         return out
+
+    def _round_for(self, instructions: dict[int, RoundInstructions], selected: list[int]) -> Callable:
+        """How the round runs: under secure aggregation where the run's noise placement releases into a secure sum
+        (:attr:`~skfedriem.federated.noise_placement.NoisePlacement.secure_sum`), else a message each."""
+        secure = any(placement_of(instructions[i].encoding).secure_sum for i in selected)
+        return self._secure_round if secure else self._local_round
 
     def _local_round(self, t: int, theta: dict[str, torch.Tensor], instructions: dict[int, RoundInstructions],
                      clients: list[int], nodes: dict[int, int], failures: dict[int, str]) -> dict[int, tuple]:

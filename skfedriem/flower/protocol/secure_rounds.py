@@ -185,20 +185,10 @@ class SecureAggregation:
     def _shares(self, batch: str, rounds: list[int], sites: dict[str, int], failures: dict[str, str]) -> set[str]:
         """Stage ``shares``: every site's keys relayed, the encrypted shares routed; the participants."""
         keyed = sorted(self.sessions[rounds[0]].keys)
-        relay = {"stage": "shares", "batch": batch, "rounds": rounds, "sites": [s for s in keyed for _ in rounds],
-                 **{key: [getattr(self.sessions[r].keys[s], key) for s in keyed for r in rounds]
-                    for key in ("cipher", "masking", "signature")}}
+        relay = _relay(batch, rounds, keyed, self.sessions)
         replies = _stage(self.send, {site: _message(sites[site], str(rounds[0]), relay) for site in keyed}, failures)
-        def read(reply: Message) -> list[tuple[int, str, bytes]]:
-            record = reply.content["secagg"]
-            rows = [(int(r), str(p), bytes(c)) for p, c, r in zip(record["to"], record["ciphertext"], record["round"],
-                                                                  strict=True)]
-            if any(r not in self.sessions for r, _, _ in rows):
-                raise ValueError("a share for a round outside the batch")
-            return rows
-
         outgoing: dict[int, dict[str, dict[str, bytes]]] = {r: {} for r in rounds}
-        answers = _parsed(replies, read, failures)
+        answers = _parsed(replies, lambda reply: _share_rows(reply, self.sessions), failures)
         for site, rows in answers.items():
             for round_, peer, ciphertext in rows:
                 outgoing[round_].setdefault(site, {})[peer] = ciphertext
@@ -257,3 +247,20 @@ def _seconds(reply: Message) -> float:
         return float("nan") if metrics is None else float(metrics["submission_seconds"])
     except (KeyError, TypeError, ValueError):
         return float("nan")
+
+
+def _share_rows(reply: Message, sessions: dict) -> list[tuple[int, str, bytes]]:
+    """A site's encrypted shares, (round, recipient, ciphertext) each; ValueError for a round outside the batch."""
+    record = reply.content["secagg"]
+    rows = [(int(r), str(p), bytes(c)) for p, c, r in zip(record["to"], record["ciphertext"], record["round"],
+                                                          strict=True)]
+    if any(r not in sessions for r, _, _ in rows):
+        raise ValueError("a share for a round outside the batch")
+    return rows
+
+
+def _relay(batch: str, rounds: list[int], keyed: list[str], sessions: dict) -> dict:
+    """Stage ``shares``' message: every keyed site's signed keys of every round of the batch."""
+    return {"stage": "shares", "batch": batch, "rounds": rounds, "sites": [s for s in keyed for _ in rounds],
+            **{key: [getattr(sessions[r].keys[s], key) for s in keyed for r in rounds]
+               for key in ("cipher", "masking", "signature")}}

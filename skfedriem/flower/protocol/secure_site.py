@@ -41,7 +41,6 @@ import os
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 
-import numpy as np
 import torch
 from flwr.app import ConfigRecord, Message, RecordDict
 
@@ -64,8 +63,6 @@ KEPT_SESSIONS = 4 * BATCH_ROUNDS
 
 # site -> (run, instance) -> SiteSession (the secrets: in this process's memory only)
 _SESSIONS: dict[str, OrderedDict[tuple[str, str], SiteSession]] = {}
-#: By (run, client): the releases a seeded client made (the Flower simulation's), which number its next one's seed.
-_SEEDED_RELEASES: dict[tuple[str, str], int] = {}
 
 
 def default_colluders(clients: int) -> int:
@@ -295,7 +292,9 @@ def _round(client, msg: Message, run: str, record: ConfigRecord) -> RecordDict:
     session.receive({str(s): bytes(c) for s, c in zip(senders, ciphertexts)})
     signature = session.sign_lists(active, dropped)
     client.guard.charge(plan, label=f"run {run} round {b.round} secure aggregation {b.instance}")
-    state = _release_state(client, run)
+    # fresh OS entropy for every release, seeded client or not (the Flower simulation's): a seed's stream could be
+    # restarted in another process and replay a release's noise, which two sums would then cancel
+    state = ClientState.fresh(secure_mode=client.secure_mode)
     [(submission, _)] = client_round.run_round(client.recipe, theta, [client.data], [state], instructions)
     masked = session.masked(submission[ENCODED_RELEASE].numpy(), round_digest(theta, instructions))
     content = RecordDict({"masked": encode_arrays({"y": torch.from_numpy(masked)}),
@@ -326,17 +325,6 @@ def _unmask(client, run: str, record: ConfigRecord) -> RecordDict:
     signers, signatures = _columns(record, "signers", "signatures")
     shares = _unmasked(client, run, session, active, dropped, {str(s): bytes(g) for s, g in zip(signers, signatures)})
     return RecordDict({"secagg": ConfigRecord(shares)})
-
-
-def _release_state(client, run: str) -> ClientState:
-    """The secret randomness of a site's next release: fresh OS entropy (every deployed site), never a cached
-    release. A seeded client (the Flower simulation's: reproducible, and documented as not private against whoever
-    knows its seed) draws its n-th release of a run from its seed's n-th child, so a round sent again draws anew."""
-    if client.seed is None:
-        return ClientState.fresh(secure_mode=client.secure_mode)
-    n = _SEEDED_RELEASES.get((run, client.name), 0)
-    _SEEDED_RELEASES[(run, client.name)] = n + 1
-    return ClientState.fresh(np.random.SeedSequence(client.seed.entropy, spawn_key=(*client.seed.spawn_key, n)))
 
 
 def answer_stage(client, msg: Message) -> RecordDict:

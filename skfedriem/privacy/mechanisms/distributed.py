@@ -56,22 +56,28 @@ def distributed_release(copies: ClientCopies, loss_fn: LossFn, passes: list[Pass
         the client's count of records whose norm is at most C.
     """
     check_record_dtypes(passes[0][0])
-    kept: list[list[torch.Tensor]] = [[] for _ in range(copies.n_clients)]  # each client's real records
-    counts = [0] * copies.n_clients  # each client's real records within the clip (a norm that is not finite is not)
     with full_precision():
         check_records_apart(copies, loss_fn, passes[0][0])
-        for batch, real in passes:
-            clipped, norms = _clipped_rows(copies, loss_fn, batch, clip, segments)
-            for k, own_norms in enumerate(real_records(norms, real)):
-                counts[k] += int((torch.isfinite(own_norms) & (own_norms <= clip)).sum())
-            for k in range(copies.n_clients):  # padding left out: a client rounds (and draws for) its own records
-                kept[k].append(clipped[k] if real is None else clipped[k][real[k].to(clipped.device)])
-    own = [torch.cat(rows) for rows in kept]
+        own, counts = _own_records(copies, loss_fn, passes, clip, segments)
     counted = counts if encoding.count_scale else None
     if len({rows.shape[0] for rows in own}) == 1:  # equal batches: every client's records rotated at once
         return encode_clients(torch.stack(own), encoding, clip, randomness, counted)
     return [encode_clients(rows.unsqueeze(0), encoding, clip, [source], None if counted is None else [counted[k]])[0]
             for k, (rows, source) in enumerate(zip(own, randomness))]
+
+
+def _own_records(copies: ClientCopies, loss_fn: LossFn, passes: list[Pass], clip: float,
+                 segments: torch.Tensor | None) -> tuple[list[torch.Tensor], list[int]]:
+    """Each client's clipped real records ``(B_k, d)`` (padding left out: a client rounds, and draws for, its own
+    records alone) and its count of them within the clip (a norm that is not finite is not)."""
+    kept: list[list[torch.Tensor]] = [[] for _ in range(copies.n_clients)]
+    counts = [0] * copies.n_clients
+    for batch, real in passes:
+        clipped, norms = _clipped_rows(copies, loss_fn, batch, clip, segments)
+        for k, own_norms in enumerate(real_records(norms, real)):
+            counts[k] += int((torch.isfinite(own_norms) & (own_norms <= clip)).sum())
+            kept[k].append(clipped[k] if real is None else clipped[k][real[k].to(clipped.device)])
+    return [torch.cat(rows) for rows in kept], counts
 
 
 def _clipped_rows(copies: ClientCopies, loss_fn: LossFn, batch: tuple[torch.Tensor, ...], clip: float,

@@ -159,8 +159,7 @@ def check_records_apart(copies: ClientCopies, loss_fn: LossFn, batch: tuple[torc
         ``(K, B, ...)`` records the copies are about to step on.
     """
     lone = isinstance(copies, LoneClient)
-    if copies._apart is loss_fn or (lone and _PASSED.get(copies.module) == _passing(copies.module, loss_fn)) \
-            or batch[0].shape[1] < 2:
+    if _checked(copies, loss_fn, lone) or batch[0].shape[1] < 2:
         return
     outputs = _check_deterministic(copies, batch[0])
     record = _coupled_output(copies, batch[0], outputs)
@@ -191,6 +190,11 @@ def check_records_apart(copies: ClientCopies, loss_fn: LossFn, batch: tuple[torc
     copies._apart = loss_fn
     if lone:
         _PASSED[copies.module] = _passing(copies.module, loss_fn)
+
+
+def _checked(copies: ClientCopies, loss_fn: LossFn, lone: bool) -> bool:
+    """Whether these copies (or, for a lone client, its model as it is now) passed the check with ``loss_fn``."""
+    return copies._apart is loss_fn or (lone and _PASSED.get(copies.module) == _passing(copies.module, loss_fn))
 
 
 def _passing(module: torch.nn.Module, loss_fn: LossFn) -> tuple:
