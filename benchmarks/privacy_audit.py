@@ -54,6 +54,17 @@ MUTATIONS = {"noise": noise_scaled, "old_step": noise_projected_alone, "restart"
              "public_seed": shares_from_a_public_seed, "missing_share": missing_share_counted}
 
 
+#: The runs a side each distributed mutation needs to be caught, by (mutation, μ0): the smallest of 30, 40, 60, 80
+#: and 120 that caught it in a seeded audit (by_clients 60 / 80, public_seed 30 / 30, missing_share 30 / 60 at
+#: μ0 = 1.0 / 1.4), times 1.5 for the runs' own randomness; shares sized by K only halves the honest noise's
+#: variance: an unseeded audit at 90 runs missed it at μ0 = 1.0 (lower bound 4.0 against 7.09) and one at 120
+#: caught it at 1.4 by a hair (10.88 against 10.68), so it takes 300 and 240 (caught at 300 and 200: 8.3 against
+#: 7.09, 10.95 against 10.68).
+#: A smaller --runs (the smoke run's) still takes them.
+MUTATION_RUNS = {("by_clients", 1.0): 300, ("by_clients", 1.4): 240, ("public_seed", 1.0): 45,
+                 ("public_seed", 1.4): 45, ("missing_share", 1.0): 45, ("missing_share", 1.4): 90}
+
+
 def _task(task: dict) -> dict:
     torch.set_num_threads(1)
     kind, label = task.pop("kind"), task.pop("label")
@@ -101,17 +112,20 @@ def tasks(runs: int, runs_subsampled: int, runs_fits: int) -> list[dict]:
     out.append(dict(kind="subject", label="BROKEN: 5 records charged as one", eps=4.0, records_per_subject=5,
                     mutation=("as_records",), n_runs=runs))
     for mu0 in (1.0, 1.4):
+        def needed(name: str) -> int:
+            return max(runs, MUTATION_RUNS[(name, mu0)])
+
         out.append(dict(kind="distributed", label="distributed, K=6 t=3 colluding", mu0=mu0, n_runs=runs))
         out.append(dict(kind="distributed", label="BROKEN: shares sized by K", mu0=mu0, mutation=("by_clients",),
-                        n_runs=runs))
+                        n_runs=needed("by_clients")))
         out.append(dict(kind="distributed", label="distributed, server regenerates", mu0=mu0, regenerate=True,
                         n_runs=runs))
         out.append(dict(kind="distributed", label="BROKEN: shares from the public seed", mu0=mu0, regenerate=True,
-                        mutation=("public_seed",), n_runs=runs))
+                        mutation=("public_seed",), n_runs=needed("public_seed")))
         out.append(dict(kind="distributed", label="distributed, 4 of K=6 t=1 dropped", mu0=mu0, colluders=1,
                         dropped=4, n_runs=runs))
         out.append(dict(kind="distributed", label="BROKEN: missing shares counted", mu0=mu0, colluders=1, dropped=4,
-                        mutation=("missing_share",), n_runs=runs))
+                        mutation=("missing_share",), n_runs=needed("missing_share")))
     out.append(dict(kind="server", label="off-manifold server, current step", n_runs=runs))
     out.append(dict(kind="server", label="BROKEN: off-manifold server, old step", mutation=("old_step",),
                     n_runs=runs))

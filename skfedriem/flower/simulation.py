@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 try:
-    import ray  # noqa: F401 - Flower's simulation engine runs the virtual clients on Ray
+    import ray  # Flower's simulation engine runs the virtual clients on Ray
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError('backend="flower" needs Flower\'s simulation engine: pip install "skfedriem[flower]".') from exc
 from cryptography.hazmat.primitives import serialization
@@ -176,6 +176,10 @@ def run_trainer_in_simulation(trainer, clients: Sequence[tuple[torch.Tensor, ...
     failure: list[BaseException] = []
     with tempfile.TemporaryDirectory(prefix="skfedriem-flower-") as folder:
         setup = _clients_in(folder, trainer, clients, str_names, client_seeds)
+        if setup.secure is not None and ray.is_initialized():  # Flower would fill its workers, ignoring ours
+            raise RuntimeError("Distributed noise on Flower's simulation runs its sites in one Ray worker of its own "
+                               "(their secure-aggregation sessions live in its memory), and Ray is already running "
+                               "in this process: call ray.shutdown() first.")
         server = ServerApp()
 
         @server.main()

@@ -89,3 +89,15 @@ def test_distributed_noise_runs_the_deployed_secure_aggregation_on_the_simulatio
     assert [h["replied"] for h in flower.history_] == [[0, 1, 2, 3]] * len(flower.history_)
     assert not any("discarded" in h for h in flower.history_)
     assert not np.allclose(flower.predict_proba(X), again.predict_proba(X), rtol=0, atol=1e-9)
+
+
+def test_distributed_noise_on_the_simulation_refuses_a_ray_already_running(monkeypatch):
+    """Flower would fill a running Ray's workers (ignoring the one it is asked for), and a site's secure-aggregation
+    sessions would then be spread over processes: refused by name before any site starts."""
+    import ray
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: True)
+    X, y, groups = make_spd_classification(n_clients=4, n_matrices_per_client=20, n_channels=3, random_state=0)
+    with pytest.raises(RuntimeError, match="ray.shutdown"):
+        FederatedTangentSpaceClassifier(eps=8.0, noise="distributed", n_rounds=2,
+                                        backend="flower").fit(X, y, groups=groups)
