@@ -14,6 +14,12 @@ clipping), at record level inside every client's private steps:
   releases, like θ. The noise of the gradient follows the clip,
   σ_t = σ_0 C_t / C_0, so every step's cost is the same.
 
+Under distributed noise the count goes through the secure sum instead, in
+one more coordinate of each client's release
+(:mod:`~skfedriem.privacy.mechanisms.discrete`), and b̄_t is the summed count
+over the answering clients' batches (:func:`summed_fraction`); the grid
+follows the clip instead of the noise.
+
 **Charged as one Gaussian mechanism per step.** Replacing one record moves
 the step's mean gradient by at most Δ C_t / B and its centred count by at
 most 1 (the count's ±½ per record); with independent Gaussian noise on both,
@@ -35,7 +41,7 @@ import numpy as np
 from .instructions import CLIPPED_FRACTION
 
 __all__ = ["CLIP_LR", "CLIP_RANGE", "COUNT_SHARE", "FRACTION_RANGE", "INITIAL_CLIP", "clip_after", "clipped_fraction",
-           "next_clip", "split_mu0"]
+           "next_clip", "split_mu0", "summed_fraction"]
 
 INITIAL_CLIP = 1.0
 """C_0, the clip of the first round."""
@@ -112,11 +118,33 @@ def clipped_fraction(submissions) -> float | None:
     float or None
         None when no submission holds a finite fraction.
     """
-    low, high = FRACTION_RANGE
     values = [float(sub[CLIPPED_FRACTION].reshape(-1)[0]) for sub in submissions
               if CLIPPED_FRACTION in sub and sub[CLIPPED_FRACTION].numel() == 1]
-    values = [min(max(v, low), high) for v in values if math.isfinite(v)]
+    values = [_clamped(v) for v in values if math.isfinite(v)]
     return float(np.mean(values)) if values else None
+
+
+def summed_fraction(count: float, batch: float) -> float:
+    """b̄_t under distributed noise: the secure sum's noisy count of records within the clip over the answering
+    clients' public total batch, clamped to ``FRACTION_RANGE`` (the clients' counts arrive only as that sum).
+
+    Parameters
+    ----------
+    count : float
+        The decoded count (:func:`~skfedriem.privacy.mechanisms.discrete.decode_count`).
+    batch : float
+        B_total of the clients in the sum.
+
+    Returns
+    -------
+    float
+    """
+    return _clamped(count / batch)
+
+
+def _clamped(fraction: float) -> float:
+    low, high = FRACTION_RANGE
+    return min(max(fraction, low), high)
 
 
 def clip_after(row: dict | None, initial: float, quantile: float) -> float:

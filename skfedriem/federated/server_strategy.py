@@ -31,7 +31,7 @@ from torch import nn
 from ..manifolds import manifold_of
 from ..privacy.mechanisms.discrete import sum_releases
 from ..privacy.per_record.per_sample import trainable_parameters
-from .adaptive_clip import FRACTION_RANGE, clipped_fraction
+from .adaptive_clip import clipped_fraction, summed_fraction
 from .aggregation import Aggregation
 from .distributed_server import DistributedServer
 from .instructions import ENCODED_RELEASE
@@ -144,7 +144,7 @@ class StepOnSum(ServerStrategy):
         releases = [replies[i][0][ENCODED_RELEASE] for i in replied]
         denominator = sum(self.batch_size(i) for i in replied)
         discarded, count = self.server.apply(theta, releases, denominator, encoding, lr)
-        fraction = None if count is None else min(max(count / denominator, FRACTION_RANGE[0]), FRACTION_RANGE[1])
+        fraction = None if count is None else summed_fraction(count, denominator)
         seconds = time.perf_counter() - started
         if not transcript:
             return RoundOutcome(seconds, discarded, {}, fraction)

@@ -89,7 +89,7 @@ class _SecureSites:
 
 
 def _safe(name: str) -> str:
-    """A file name for a client's name (its index in the hex of its UTF-8)."""
+    """A file name for a client's name: the hex of its UTF-8 (any name, never a path)."""
     return name.encode().hex()
 
 
