@@ -87,9 +87,7 @@ def _release_noise_std(release: FederatedTrainer) -> float:
     """
     plan = release.plan_
     std = mean_step_noise(plan, release.clients_per_round(len(plan.local_steps)))
-    if plan.encoding is not None and plan.encoding.clients > plan.encoding.colluders:
-        std *= math.sqrt(plan.encoding.clients / (plan.encoding.clients - plan.encoding.colluders))
-    return std
+    return std * plan.placement.released_noise_factor(plan)
 
 
 def _own_losses(losses: torch.Tensor, *targets: torch.Tensor) -> torch.Tensor:

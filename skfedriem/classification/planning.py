@@ -75,6 +75,7 @@ from .._utils.user_warnings import warn_user
 from ..exceptions import NoiseSwampsSignalWarning, SaturatingStepWarning
 from ..federated.plan import (LEARNABLE_SIGNAL_TO_NOISE, PrivacyPlan, mean_step_noise, plan_run,
                               signal_to_noise)
+from ..federated.noise_placement import running_placement
 from ..federated.settings import FederationSettings
 from ..privacy.mechanisms.units import subject_reason
 
@@ -370,7 +371,8 @@ def plan_classifier_run(model: str | ClassifierSchedule, params: Mapping, client
     auto = {name for name in PLANNED if _is_auto(params.get(name))}
     private = params.get("eps") is not None
     chosen = planned_optimizer(schedule, params["optimizer"], private=private)
-    distributed = private and params.get("noise") == "distributed"
+    # a placement whose round is one step of every client's whole records plans T and B its own way
+    distributed = running_placement(params).one_step_a_round
     planned = {"n_rounds": DISTRIBUTED_ROUNDS if distributed else DEFAULT_ROUNDS,
                "batch_size": None if distributed else _planned_batch_size(schedule, client_sizes, params),
                "local_epochs": 1.0, "optimizer": chosen, "lr_schedule": "constant" if chosen == "sgd" else "cosine"}
@@ -416,7 +418,7 @@ def warn_if_unlearnable(plan: ClassifierPlan, dimension: int) -> None:
         return
     # one client (a site's own records, a within-session fold): no sum to pay the noise on once, no other client
     alone = len(plan.privacy.local_steps) == 1
-    placement = ("" if settings.noise == "distributed" or alone else
+    placement = ("" if running_placement(settings).secure_sum or alone else
                  "noise='distributed' (the noise paid once on the clients' sum: 4.7x the signal-to-noise of 24 "
                  "one-subject clients, 0.50 -> 0.64 on the motor channels at eps=10); ")
     more = "or more records" if alone else "or more clients a round"
@@ -563,7 +565,7 @@ def _noise_walk_lr(schedule: ClassifierSchedule, privacy: PrivacyPlan, k: int, r
 def _fixed_sgd_lr(schedule: ClassifierSchedule, privacy: PrivacyPlan, spread: float) -> tuple[float, str] | None:
     """The model's fixed SGD step for this noise placement and why, or None (the rule plans it: always with no
     fixed step, and in a private fit with local noise for a model with a floor)."""
-    if privacy.encoding is not None:
+    if privacy.placement.one_step_a_round:
         lr = schedule.distributed_sgd_lr
         return None if lr is None else (lr, f"η = {lr:g} (distributed noise): {schedule.distributed_sgd_lr_reason}")
     lr = schedule.sgd_lr

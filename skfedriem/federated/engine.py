@@ -37,7 +37,7 @@ from .devices import resolve_device
 from .lockstep import lockstep_eligible, stacking_obstacle
 from .optimizers import resolve_optimizer
 from .parallel import effective_n_jobs, thread_budget
-from .noise_placement import check_noise_placement, placement_of
+from .noise_placement import check_noise_placement
 from .plan import PrivacyPlan, check_client_sizes, distributed_clients, warn_if_noise_swamps
 from .pricing import RoundPricing
 from .progress import round_progress
@@ -358,8 +358,10 @@ class FederatedTrainer:
         # against a server that deviates with t colluders; a checkpoint without one: ε_local's, which bounds it
         self.deviating_accountant_ = PrivacyAccountant.from_state_dict(prior.deviating_ledger or prior.local_ledger
                                                                        or prior.ledger)
-        _check_shares(self.plan_.encoding, k, len(client_sizes), self.settings)
-        self._placement = placement_of(self.plan_.encoding)
+        self._placement = self.plan_.placement
+        # the certificate counts the shares the plan sized for K clients a round and t colluders
+        self._placement.check_shares(self.plan_.encoding, k, distributed_clients(len(client_sizes),
+                                                                                 self.settings)[1])
         self._strategy = self._placement.server_strategy(self.module, self.aggregation, self.settings.optimizer,
                                                          self.plan_.client_batch_size)
         self._epsilon_so_far = self.pricing.running_epsilon(self.accountant_)
@@ -485,14 +487,3 @@ class FederatedTrainer:
     def epsilon_(self) -> float:
         """Certified ε of every round in the ledger (earlier runs included) on the fine grid; inf when non-private."""
         return self.pricing.epsilon(self.accountant_)
-
-
-def _check_shares(encoding, k: int, n_clients: int, settings: FederationSettings) -> None:
-    """ValueError unless a plan of distributed noise (``encoding``; None: local noise) sized its shares for this
-    run's K clients a round and t colluders: the certificate counts those shares."""
-    if encoding is None:
-        return
-    colluders = distributed_clients(n_clients, settings)[1]
-    if (encoding.clients, encoding.colluders) != (k, colluders):
-        raise ValueError(f"The plan's encoding is for K = {encoding.clients} clients, t = {encoding.colluders}; "
-                         f"this run selects {k} a round with t = {colluders}.")

@@ -20,6 +20,7 @@ checked once planned) and the plan checks the settings it plans from.
 from __future__ import annotations
 
 import dataclasses
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -30,7 +31,7 @@ from .aggregation import Aggregation
 from .server_strategy import AverageSubmissions, ServerStrategy, StepOnSum
 
 __all__ = ["DistributedNoise", "LocalNoise", "NOISE_PLACEMENTS", "NoisePlacement", "check_noise_placement",
-           "placement_of"]
+           "placement_of", "running_placement"]
 
 
 def _given(values: Mapping[str, Any], name: str, default: Any) -> Any:
@@ -54,6 +55,94 @@ class NoisePlacement(ABC):
     #: A client's release reaches the server only inside a secure sum of the round's clients (a share of the noise
     #: protects nothing alone): a deployment runs its rounds under secure aggregation.
     secure_sum: bool = False
+    #: A round is one step of every selected client from θ_t (so a round's steps and epochs are not the planner's to
+    #: choose, and a client's batch is its whole share of the round).
+    one_step_a_round: bool = False
+
+    @abstractmethod
+    def client_noise_std(self, plan, client: int) -> float:
+        """σ_i, the Gaussian noise std client i adds to each step of a planned run (0 when it adds none).
+
+        Parameters
+        ----------
+        plan : PrivacyPlan
+        client : int
+
+        Returns
+        -------
+        float
+        """
+
+    @abstractmethod
+    def mean_step_noise(self, plan, clients_per_round: int) -> float:
+        """σ̄, the noise std per coordinate of the server's mean of k clients' steps, as the plan certifies it.
+
+        Parameters
+        ----------
+        plan : PrivacyPlan
+        clients_per_round : int
+            k.
+
+        Returns
+        -------
+        float
+        """
+
+    def released_noise_factor(self, plan) -> float:
+        """How much more noise std the server's mean really carries than :meth:`mean_step_noise` (1: none more).
+
+        Parameters
+        ----------
+        plan : PrivacyPlan
+
+        Returns
+        -------
+        float
+        """
+        return 1.0
+
+    def planning_dimension(self, dimension: int) -> int:
+        """What of the model's d trainable coordinates shapes a plan (0: nothing, the plan is the same for any d).
+
+        Parameters
+        ----------
+        dimension : int
+
+        Returns
+        -------
+        int
+        """
+        return 0
+
+    def round_encoding(self, encoding, rotation_seed: int, clip: float, planned_clip: float):
+        """The plan's ``encoding`` with one round's public rotation and its clip's grid (None: the round has none).
+
+        Parameters
+        ----------
+        encoding : DistributedEncoding or None
+        rotation_seed : int
+        clip : float
+            The round's C_t.
+        planned_clip : float
+            The C the encoding was planned at.
+
+        Returns
+        -------
+        DistributedEncoding or None
+        """
+        return None
+
+    def check_shares(self, encoding, clients: int, colluders: int) -> None:
+        """ValueError unless the plan's ``encoding`` sized its noise shares for a round of K ``clients`` with t
+        ``colluders`` (nothing to check where no shares are drawn).
+
+        Parameters
+        ----------
+        encoding : DistributedEncoding or None
+        clients : int
+        colluders : int
+        """
+        return None
 
     @abstractmethod
     def server_strategy(self, module: nn.Module, aggregation: Aggregation, optimizer,
@@ -98,6 +187,18 @@ class LocalNoise(NoisePlacement):
 
     name = "local"
 
+    def client_noise_std(self, plan, client: int) -> float:
+        """``noise_std``, or in a full-batch run Δ C / (B_i μ_g) at client i's own B_i (0 without privacy)."""
+        if plan.batch_sizes is None or plan.mu0 is None:
+            return plan.noise_std
+        mu_g = plan.mu0 if plan.gradient_mu0 is None else plan.gradient_mu0
+        return plan.sensitivity * plan.clip / (plan.batch_sizes[client] * mu_g)
+
+    def mean_step_noise(self, plan, clients_per_round: int) -> float:
+        """√(mean of σ_i² / k): the clients' own noises, averaged."""
+        sigmas = [self.client_noise_std(plan, i) for i in range(len(plan.local_steps))]
+        return math.sqrt(sum(s * s for s in sigmas) / len(sigmas) / clients_per_round)
+
     def server_strategy(self, module, aggregation, optimizer, batch_size) -> ServerStrategy:
         return AverageSubmissions(module, aggregation)
 
@@ -117,6 +218,33 @@ class DistributedNoise(NoisePlacement):
     recharges_resent_rounds = True  # fresh noise under fresh masks
     reports_local_epsilon = True
     secure_sum = True
+    one_step_a_round = True
+
+    def client_noise_std(self, plan, client: int) -> float:
+        """0: a client adds no Gaussian noise, only its integer share of the Skellam noise."""
+        return 0.0
+
+    def mean_step_noise(self, plan, clients_per_round: int) -> float:
+        """The decoded mean step's, the plan's ``noise_std`` (the K − t honest shares' noise)."""
+        return plan.noise_std
+
+    def released_noise_factor(self, plan) -> float:
+        """√(K / (K − t)): every one of the K clients adds a share sized so that K − t of them carry the certified
+        noise (the rounding's variance left out)."""
+        encoding = plan.encoding
+        return math.sqrt(encoding.clients / (encoding.clients - encoding.colluders))
+
+    def planning_dimension(self, dimension: int) -> int:
+        """d: the grid has one coordinate per trainable coordinate."""
+        return int(dimension)
+
+    def round_encoding(self, encoding, rotation_seed: int, clip: float, planned_clip: float):
+        return encoding.with_seed(rotation_seed).for_clip(clip, planned_clip)
+
+    def check_shares(self, encoding, clients: int, colluders: int) -> None:
+        if (encoding.clients, encoding.colluders) != (clients, colluders):
+            raise ValueError(f"The plan's encoding is for K = {encoding.clients} clients, t = {encoding.colluders}; "
+                             f"this run selects {clients} a round with t = {colluders}.")
 
     def server_strategy(self, module, aggregation, optimizer, batch_size) -> ServerStrategy:
         return StepOnSum(module, optimizer, batch_size)
@@ -147,8 +275,36 @@ class DistributedNoise(NoisePlacement):
 NOISE_PLACEMENTS: dict[str, NoisePlacement] = {p.name: p for p in (LocalNoise(), DistributedNoise())}
 
 
+def _as_mapping(values: Mapping[str, Any] | Any) -> Mapping[str, Any]:
+    if dataclasses.is_dataclass(values):
+        return {f.name: getattr(values, f.name) for f in dataclasses.fields(values)}
+    return values
+
+
+def running_placement(values: Mapping[str, Any] | Any) -> NoisePlacement:
+    """The placement a run of these settings runs under: the one ``values["noise"]`` names, and local noise where
+    there is no privacy (``eps`` None: no noise is added anywhere). ValueError for an unknown name.
+
+    Parameters
+    ----------
+    values : mapping of str to object, or FederationSettings
+        Settings by name.
+
+    Returns
+    -------
+    NoisePlacement
+    """
+    values = _as_mapping(values)
+    name = values.get("noise", "local")
+    placement = NOISE_PLACEMENTS.get(name)
+    if placement is None:
+        raise ValueError(f"The 'noise' parameter must be one of {sorted(NOISE_PLACEMENTS)}. Got {name!r} instead.")
+    return placement if values.get("eps", None) is not None else NOISE_PLACEMENTS["local"]
+
+
 def check_noise_placement(values: Mapping[str, Any] | Any, owner: str) -> NoisePlacement:
-    """The placement ``values["noise"]`` names; ValueError naming every setting it cannot honour.
+    """The placement the run runs under (:func:`running_placement`); ValueError naming every setting it cannot
+    honour.
 
     Without privacy (``eps`` None) no noise is added anywhere: nothing is refused.
 
@@ -172,15 +328,11 @@ def check_noise_placement(values: Mapping[str, Any] | Any, owner: str) -> NoiseP
     ...
     ValueError: run cannot honour with noise='distributed': aggregation='rlavg' combines ...
     """
-    if dataclasses.is_dataclass(values):
-        values = {f.name: getattr(values, f.name) for f in dataclasses.fields(values)}
-    name = values.get("noise", "local")
-    placement = NOISE_PLACEMENTS.get(name)
-    if placement is None:
-        raise ValueError(f"The 'noise' parameter must be one of {sorted(NOISE_PLACEMENTS)}. Got {name!r} instead.")
+    values = _as_mapping(values)
+    placement = running_placement(values)
     refused = placement.refusals(values) if values.get("eps", None) is not None else []
     if refused:
-        raise ValueError(f"{owner} cannot honour with noise={name!r}: " + " ".join(refused))
+        raise ValueError(f"{owner} cannot honour with noise={placement.name!r}: " + " ".join(refused))
     return placement
 
 

@@ -12,7 +12,7 @@ from ..privacy.mechanisms.discrete import DistributedEncoding, group_step, plan_
 from ..privacy.mechanisms.step_mechanism import sensitivity_factor
 from ..privacy.mechanisms.units import PrivacyUnit
 from .adaptive_clip import COUNT_SHARE, INITIAL_CLIP, split_mu0
-from .noise_placement import check_noise_placement
+from .noise_placement import NoisePlacement, check_noise_placement, placement_of, running_placement
 from .settings import FederationSettings
 
 __all__ = ["LEARNABLE_SIGNAL_TO_NOISE", "PLANNED_FROM", "PrivacyPlan", "check_client_sizes", "distributed_clients",
@@ -112,21 +112,21 @@ class PrivacyPlan:
         """B_i: ``batch_size``, or client i's whole size in a full-batch run."""
         return self.batch_size if self.batch_sizes is None else self.batch_sizes[client]
 
+    @property
+    def placement(self) -> NoisePlacement:
+        """Where the planned noise is added (:func:`~skfedriem.federated.noise_placement.placement_of`)."""
+        return placement_of(self.encoding)
+
     def client_noise_std(self, client: int) -> float:
         """σ_i = Δ C / (B_i μ_g): ``noise_std`` unless the run is full-batch (0 for a non-private run, and with
         distributed noise, whose clients add no Gaussian noise)."""
-        if self.encoding is not None:
-            return 0.0
-        if self.batch_sizes is None or self.mu0 is None:
-            return self.noise_std
-        mu_g = self.mu0 if self.gradient_mu0 is None else self.gradient_mu0
-        return self.sensitivity * self.clip / (self.batch_sizes[client] * mu_g)
+        return self.placement.client_noise_std(self, client)
 
     @property
     def adaptive_clip(self) -> bool:
         """Whether the clip follows a private quantile estimate (``clip="auto"``): the steps release a count of
         the records within the clip (with its own noise, or in the encoding's last coordinate)."""
-        return self.count_noise_std > 0 or (self.encoding is not None and self.encoding.count_scale > 0)
+        return self.count_noise_std > 0 or getattr(self.encoding, "count_scale", 0) > 0
 
     @property
     def n_rounds(self) -> int:
@@ -181,10 +181,7 @@ def mean_step_noise(plan: PrivacyPlan, clients_per_round: int) -> float:
     -------
     float
     """
-    if plan.encoding is not None:  # noise_std is already that of the server's mean step
-        return plan.noise_std
-    sigmas = [plan.client_noise_std(i) for i in range(len(plan.local_steps))]
-    return math.sqrt(sum(s * s for s in sigmas) / len(sigmas) / clients_per_round)
+    return plan.placement.mean_step_noise(plan, clients_per_round)
 
 
 def signal_to_noise(plan: PrivacyPlan, clients_per_round: int, dimension: int) -> float:
@@ -276,8 +273,7 @@ def plan_basis(client_sizes: list[int], settings: FederationSettings, accounting
     -------
     tuple
     """
-    # d shapes only a plan of distributed noise (its grid)
-    dimension = int(dimension) if settings.noise == "distributed" else 0
+    dimension = running_placement(settings).planning_dimension(dimension)
     return (tuple(int(m) for m in client_sizes), get_accounting(accounting), float(diameter), dimension,
             *(getattr(settings, name) for name in PLANNED_FROM))
 
@@ -334,8 +330,7 @@ def plan_run(
     (0.1, 250)
     """
     method = get_accounting(settings.accounting if accounting is None else accounting)
-    check_noise_placement(settings, "The run")
-    if settings.noise == "distributed" and settings.eps is not None:  # without noise, nowhere to add it
+    if check_noise_placement(settings, "The run").secure_sum:
         plan = _distributed_plan(client_sizes, client_names, settings, method, diameter, dimension)
         object.__setattr__(plan, "basis", plan_basis(client_sizes, settings, method, diameter, dimension))
         return plan

@@ -169,11 +169,10 @@ class RoundPricing:
 
     def _seeded(self, rotation_seed: int, clip: float):
         """The plan's encoding with this round's rotation and grid (made once a round, not once a client)."""
-        if self.plan_.encoding is None:
-            return None
         key = (self.plan_.encoding, rotation_seed, clip)
         if self._rotation[0] != key:
-            self._rotation = (key, self.plan_.encoding.with_seed(rotation_seed).for_clip(clip, self.plan_.clip))
+            self._rotation = (key, self.plan_.placement.round_encoding(self.plan_.encoding, rotation_seed, clip,
+                                                                       self.plan_.clip))
         return self._rotation[1]
 
     def local_round_release(self, lr: float) -> PrivacyAccountant:

@@ -138,9 +138,10 @@ def _clients_in(folder: str, trainer, clients: Sequence[tuple[torch.Tensor, ...]
     """The virtual clients' setup: each one's records in ``folder`` and, with distributed noise, the sites' keys."""
     for i, data in enumerate(clients):
         torch.save(tuple(x.contiguous() for x in data), Path(folder) / f"client-{i}.pt")
-    # the plan of these clients (the server's, made again from the same sizes when it serves): its encoding
-    encoding = trainer.pricing.plan([unit_count(c, trainer.settings.unit) for c in clients], list(names)).encoding
-    secure = None if encoding is None else _SecureSites.make(folder, names, encoding.clients, encoding.colluders)
+    # the plan of these clients (the server's, made again from the same sizes when it serves): its placement
+    plan = trainer.pricing.plan([unit_count(c, trainer.settings.unit) for c in clients], list(names))
+    secure = (_SecureSites.make(folder, names, plan.encoding.clients, plan.encoding.colluders)
+              if plan.placement.secure_sum else None)
     return _SimulationClients(folder, names, list(client_seeds), trainer.settings.secure_mode,
                               trainer.settings.client_timings, trainer.client_recipe(), secure, trainer.settings.delta)
 

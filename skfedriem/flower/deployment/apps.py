@@ -161,10 +161,6 @@ def site_setup(kind: str, context: Context) -> ClientSetup:
     _SITES[key] = _SITES.pop(key)  # the most recently used last
     records, recipe, digest, input_shape = _SITES[key]
     name = str(node.get("name", Path(path).stem))
-    if str(node.get("noise", "local")) == "distributed" and _flag(node, "client-timings"):
-        raise ValueError("The site's node config sets noise = 'distributed' and client-timings = true: timings of a "
-                         "site's work on its records would reach the server, which distributed noise keeps to the "
-                         "sum of the releases. Drop client-timings.")
     distributed = DistributedNoise.from_node_config(node, name)
     guard = SiteGuard(ledger_path=default_ledger_path(node),
                       max_epsilon=float(node.get("max-epsilon", DEFAULT_MAX_EPSILON)),

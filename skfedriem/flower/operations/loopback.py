@@ -363,6 +363,8 @@ def site_files(estimator: str, out: Path, *, sites: int, records: int, features:
     ``.npz`` also holds each record's subject (array ``subject``, that many a site)."""
     from ...datasets import make_federated_pca, make_spd_classification
 
+    one_step = noise == "distributed"  # distributed noise: the plan's one step a round of full batches
+
     suffix = "records.npy" if estimator == "pca" and not subjects else "records.npz"
     paths = [out / f"site-{i}" / suffix for i in range(sites)]
     for path in paths:
@@ -380,7 +382,7 @@ def site_files(estimator: str, out: Path, *, sites: int, records: int, features:
     if estimator in ("spdnet", "tangent"):
         X, y, groups = make_spd_classification(n_clients=sites + 1, n_matrices_per_client=records,
                                                n_channels=features, random_state=0)
-        settings = {} if noise == "distributed" else {"batch-size": 16, "local-steps": 3}
+        settings = {} if one_step else {"batch-size": 16, "local-steps": 3}
         if estimator == "spdnet":
             settings["dims"] = str(max(2, features // 2))
     else:
@@ -392,7 +394,7 @@ def site_files(estimator: str, out: Path, *, sites: int, records: int, features:
         X *= 1e-5
         groups = np.repeat(np.arange(sites + 1), records)
         settings = {"f1": 2, "d": 1, "f2": 2, "kernel-length": 16}
-        if noise != "distributed":  # distributed noise: the plan's one step a round of full batches
+        if not one_step:
             settings.update({"batch-size": 16, "local-steps": 3, "lr": 3e-2})
     for i, g in enumerate(np.unique(groups)[:sites]):
         np.savez(paths[i], X=X[groups == g], y=y[groups == g], **subject)
@@ -588,6 +590,7 @@ def _sites_and_run_config(args: argparse.Namespace, out: Path) -> tuple[list[Pat
     paths, settings = site_files(args.estimator, out, sites=args.sites, records=args.records,
                                  features=args.features, subjects=subjects, noise=args.noise)
     non_private = args.eps.lower() == "none"
+    distributed = args.noise == "distributed"
     sites = []
     for i, path in enumerate(paths):
         site = {"data-path": str(path), "name": f"site-{i}", "ledger-path": str(path.with_name("ledger.json"))}
@@ -597,7 +600,7 @@ def _sites_and_run_config(args: argparse.Namespace, out: Path) -> tuple[list[Pat
             site.update({"non-private": True, "max-epsilon": "inf"})
         if args.site_max_epsilon is not None:
             site["max-epsilon"] = args.site_max_epsilon
-        if args.noise == "distributed":  # the federation's roster and each site's key: LoopbackFederation.add_site
+        if distributed:  # the federation's roster and each site's key: LoopbackFederation.add_site
             site.update({"noise": "distributed", "semi-honest-server": args.semi_honest_server,
                          "deviating-server": args.deviating_server})
         sites.append(site)
@@ -610,7 +613,7 @@ def _sites_and_run_config(args: argparse.Namespace, out: Path) -> tuple[list[Pat
     for item in args.set:
         key, _, value = item.partition("=")
         run_config[key.strip()] = tomllib.loads(f"value = {value}")["value"]
-    if args.noise == "distributed":  # the sites check each round's K and t against their own node settings
+    if distributed:  # the sites check each round's K and t against their own node settings
         given = {k.replace("_", "-").lower(): v for k, v in run_config.items()}
         for key, node_key in (("colluders", "distributed-colluders"), ("clients-per-round", "distributed-clients")):
             if given.get(key) not in (None, "", 0):

@@ -41,8 +41,7 @@ def encode_instructions(instructions: RoundInstructions) -> ConfigRecord:
     fields = asdict(instructions)
     encoding = fields.pop("encoding")
     record = {k: 0 if k in _NONE_AS_ZERO and v is None else v for k, v in fields.items()}
-    if encoding is not None:
-        record.update({_ENCODING + k: v for k, v in encoding.items()})
+    record.update({_ENCODING + k: v for k, v in (encoding or {}).items()})  # a round without one: no field
     return ConfigRecord(record)
 
 

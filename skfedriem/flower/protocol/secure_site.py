@@ -152,6 +152,10 @@ class DistributedNoise:
                 raise ValueError(f"The node settings {given} say what max-epsilon bounds under distributed noise; "
                                  "this site's noise is 'local'. Set noise = 'distributed', or drop them.")
             return None
+        if str(node.get("client-timings", "false")).lower() == "true":
+            raise ValueError("The site's node config sets noise = 'distributed' and client-timings = true: timings of "
+                             "a site's work on its records would reach the server, which distributed noise keeps to "
+                             "the sum of the releases. Drop client-timings.")
         missing = [key for key in ("federation-keys", "signing-key") if not str(node.get(key, ""))]
         if missing:
             raise ValueError(f"noise = 'distributed' needs the node settings {missing}: the federation's roster of "
