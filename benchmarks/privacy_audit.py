@@ -3,25 +3,23 @@
     python benchmarks/privacy_audit.py [--runs 2000] [--runs-subsampled 1000] [--runs-fits 1000] [--jobs 2]
                                        [--kinds subject client ...]
 
-Rows: whole FederatedPCA runs of the Riemannian solver at ε ∈ {1, 4, 10}, both
-sampling modes, full batches (q = 1, where the audit is tight) and subsampled
-(q = 0.2), plus secure mode; the one-shot release of the default solver; whole
-FederatedSPDNetClassifier fits; a client's rounds on a two-block model against
-a static and an adaptive server (θ and clip changed between rounds); FederatedPCA
-fits whose neighbours differ in a whole subject of 5 trials, subject-level (must
-hold, from each subject's clipped mean or from 5 records of each subject charged by
-group privacy) and RECORD-LEVEL at the same ε (must fail the subject-level claim). Then the
-broken mechanisms an audit must catch: no noise, half the noise the accountant
-charges, the one-shot release calibrated to C instead of its √2 C, per-block
-clipping, a noise stream restarted every round, the old step against a server
-off the manifold, a subject's trials clipped one by one, a subject's 5 records
-charged as one. Distributed noise (``--kinds distributed``): K = 6 clients' one-step
-rounds, the auditor holding the decoded sum and t colluders' shares, honest and with
-shares sized by K, shares drawn from the round's public seed (the auditor regenerates
-them), and a sum decoded short of K − t answers. Every fit draws fresh OS entropy (random_state=None) except the
-classifier's, seeded per fit so that the auditor can rebuild its public initial
-network. Prints a table and one JSON line; the baseline of each row is
-the certified ε of the same runs.
+Rows: whole FederatedPCA runs of the Riemannian solver at ε ∈ {1, 4, 10}, both sampling modes, full
+batches (q = 1, where the audit is tight) and subsampled (q = 0.2), plus secure mode; the one-shot
+release of the default solver; whole FederatedSPDNetClassifier fits; a client's rounds on a two-
+block model against a static and an adaptive server (θ and clip changed between rounds);
+FederatedPCA fits whose neighbours differ in a whole subject of 5 trials, subject-level (must hold,
+from each subject's clipped mean or from 5 records of each subject charged by group privacy) and
+RECORD-LEVEL at the same ε (must fail the subject-level claim). Then the broken mechanisms an audit
+must catch: no noise, half the noise the accountant charges, the one-shot release calibrated to C
+instead of its √2 C, per-block clipping, a noise stream restarted every round, the old step against
+a server off the manifold, a subject's trials clipped one by one, a subject's 5 records charged as
+one. A client's release of its own mean (``recentre="client"``): honest at ε ∈ {1, 4, 10}, and at
+half its noise. Distributed noise (``--kinds distributed``): K = 6 clients' one-step rounds, the
+auditor holding the decoded sum and t colluders' shares, honest and with shares sized by K, shares
+drawn from the round's public seed (the auditor regenerates them), and a sum decoded short of K − t
+answers. Every fit draws fresh OS entropy (random_state=None) except the classifier's, seeded per
+fit so that the auditor can rebuild its public initial network. Prints a table and one JSON line;
+the baseline of each row is the certified ε of the same runs.
 """
 
 from __future__ import annotations
@@ -38,20 +36,21 @@ import math
 from contextlib import nullcontext
 
 from skfedriem.audit import (audit_client_rounds, audit_covariance_release, audit_distributed_rounds,
-                             audit_federated_pca, audit_off_manifold_server, audit_spdnet_classifier,
-                             audit_subject_level)
+                             audit_federated_pca, audit_off_manifold_server, audit_personal_release,
+                             audit_spdnet_classifier, audit_subject_level)
 from skfedriem.audit.mutations import (missing_share_counted, noise_projected_alone, noise_scaled,
-                                       noise_stream_restarted, per_block_clipping, shares_from_a_public_seed,
+                                       noise_stream_restarted, personal_noise_scaled, per_block_clipping, shares_from_a_public_seed,
                                        shares_sized_by_clients, subjects_charged_as_records,
                                        subjects_clipped_by_record)
 
 AUDITS = {"pca": audit_federated_pca, "covariance": audit_covariance_release, "spdnet": audit_spdnet_classifier,
           "client": audit_client_rounds, "server": audit_off_manifold_server, "subject": audit_subject_level,
-          "distributed": audit_distributed_rounds}
+          "distributed": audit_distributed_rounds, "personal": audit_personal_release}
 MUTATIONS = {"noise": noise_scaled, "old_step": noise_projected_alone, "restart": noise_stream_restarted,
              "per_block": per_block_clipping, "by_record": subjects_clipped_by_record,
              "as_records": subjects_charged_as_records, "by_clients": shares_sized_by_clients,
-             "public_seed": shares_from_a_public_seed, "missing_share": missing_share_counted}
+             "public_seed": shares_from_a_public_seed, "missing_share": missing_share_counted,
+             "personal_noise": personal_noise_scaled}
 
 
 #: The runs a side each distributed mutation needs to be caught, by (mutation, μ0): the smallest of 30, 40, 60, 80
@@ -126,6 +125,11 @@ def tasks(runs: int, runs_subsampled: int, runs_fits: int) -> list[dict]:
                         dropped=4, n_runs=runs))
         out.append(dict(kind="distributed", label="BROKEN: missing shares counted", mu0=mu0, colluders=1, dropped=4,
                         mutation=("missing_share",), n_runs=needed("missing_share")))
+    for eps in (1.0, 4.0, 10.0):
+        out.append(dict(kind="personal", label="a client's own mean (recentre)", eps=eps, n_runs=runs))
+    # caught at 500 runs a side (lower bound 6.07 against 4; honest 2.48): a smaller --runs still takes them
+    out.append(dict(kind="personal", label="BROKEN: own mean's noise x0.5", eps=4.0,
+                    mutation=("personal_noise", 0.5), n_runs=max(runs, 500)))
     out.append(dict(kind="server", label="off-manifold server, current step", n_runs=runs))
     out.append(dict(kind="server", label="BROKEN: off-manifold server, old step", mutation=("old_step",),
                     n_runs=runs))

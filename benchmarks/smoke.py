@@ -32,6 +32,7 @@ SMOKE_ARGS: dict[str, list[str] | str] = {
     "pca_solvers": ["--seeds", "1", "--epsilons", "1", "--sweep-epsilons", "1", "--dims", "16", "--components", "5",
                     "--rounds", "5", "--planner-grid", "--grid-rounds", "5", "--grid-lrs", "0.5",
                     "--figure", "{tmp}/pca_solvers.png"],
+    "personalised": ["--no-real", "--seeds", "1", "--synthetic", "3", "--private", "distributed:10"],
     "physionet_real": "needs the EEGMMIDB files and several minutes even at one seed",
     "real_planning": ["--federations", "small-clients", "--eps", "10", "--lrs", "0.3", "--rounds", "2", "--seeds", "1"],
     "poisson_lockstep": ["--clients", "8", "--rounds", "2", "--busy-clients", "8"],

@@ -15,6 +15,9 @@ The 24 PhysioNet subjects with all three imagery runs (imagined left vs right ha
   at the clients' mean, released privately before the rounds (its share of ε charged with them);
 * the same at the identity (``reference=None``), where real EEG's features sit far from the
   origin and a private logistic regression stays near chance;
+* personalised inputs (``recentre="client"``, distributed noise, one client a training subject):
+  every training subject re-centred on its own privately released mean, and every held-out subject
+  on the mean of its own trials when it is scored (MOABB scores each alone, without ``groups``);
 * pyRiemann's ``TangentSpace() → LogisticRegression()`` on the pooled training subjects, without
   privacy: the trusted curator's reference.
 
@@ -68,6 +71,8 @@ pipelines = {
     "private, clients' mean (default)": make_pipeline(Covariances("oas"), FederatedTangentSpaceClassifier(**federated)),
     "private, identity": make_pipeline(Covariances("oas"), FederatedTangentSpaceClassifier(reference=None,
                                                                                           **federated)),
+    "private, each subject re-centred": make_pipeline(Covariances("oas"), FederatedTangentSpaceClassifier(
+        eps=10.0, recentre="client", noise="distributed")),
     "pyRiemann TS + LR, pooled, no privacy": make_pipeline(Covariances("oas"), TangentSpace(),
                                                            LogisticRegression(max_iter=1000)),
 }

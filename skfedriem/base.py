@@ -535,23 +535,24 @@ class FederatedEstimatorMixin(_EstimatorParameters):
                       "privacy_unit='subject' to protect each subject, or leave groups out for clients of whole "
                       "subjects.")
         release = None if self._warm() else self._release_trainer(input_shape, sizes, seeds)
-        spent = None if release is None else release.pricing.planned_release(sizes, names)
-        spent_local, spent_deviating = (None, None) if release is None else (
-            release.pricing.planned_release(sizes, names, trust=trust) for trust in ("local", "deviating"))
+        personal = None if self._warm() else self._personal_plan(input_shape, sizes)
+        spent = _spent_before(release, personal, sizes, names)
         trainer = self.make_trainer(input_shape, classes=classes, held_out=held_out, seeds=seeds,
-                                    client_sizes=sizes, client_names=names, spent=spent, spent_local=spent_local,
-                                    spent_deviating=spent_deviating)
-        if release is not None:
+                                    client_sizes=sizes, client_names=names, **spent)
+        if spent:
             trainer.check(clients, names)  # a run the rounds would refuse is refused before anything is charged
-            # the whole fit accounted and charged (one fit of the budget) before the release runs
-            trainer.charge.charge_plan(sizes, names, released=spent)
+            # the whole fit accounted and charged (one fit of the budget) before the releases run
+            trainer.charge.charge_plan(sizes, names, released=spent["spent"])
+        if release is not None:
             with warnings.catch_warnings():  # its advice is for the rounds, which serve checks on their own
                 warnings.simplefilter("ignore", NoiseSwampsSignalWarning)
                 release.fit(clients, client_names=names)
-            if not _same_ledger(release.accountant_, spent):
+            if not _same_ledger(release.accountant_, release.pricing.planned_release(sizes, names)):
                 raise RuntimeError("The release before the rounds ran other steps than it planned; nothing was "
                                    "trained on it.")
             self._use_release(release, trainer)
+        if personal is not None:
+            clients = self._personalised(clients, names, trainer, seeds, planned=personal)
         trainer.fit(clients, client_names=names)
         return self.set_fitted(trainer, input_shape=input_shape, classes=classes)
 
@@ -575,6 +576,18 @@ class FederatedEstimatorMixin(_EstimatorParameters):
 
     def _use_release(self, release: FederatedTrainer, trainer: FederatedTrainer) -> None:
         """Put what :meth:`_release_trainer`'s run released into the rounds' model (post-processing)."""
+        raise NotImplementedError
+
+    def _personal_plan(self, input_shape, client_sizes: list[int]) -> PrivacyAccountant | None:
+        """What the clients' own releases before the rounds will charge (each client releasing for itself; none
+        here, the covariance classifiers' ``recentre="client"``), as a ledger of their planned steps (empty: they
+        release nothing private); None: no such releases."""
+        return None
+
+    def _personalised(self, clients: list[tuple[torch.Tensor, ...]], names: list, trainer: FederatedTrainer,
+                      seeds: RunSeeds, *, planned: PrivacyAccountant) -> list[tuple[torch.Tensor, ...]]:
+        """Run every client's own release (what :meth:`_personal_plan` planned) and return its records as its
+        rounds read them."""
         raise NotImplementedError
 
     def _check_warm_start(self, input_shape: tuple[int, ...], classes) -> None:
@@ -649,6 +662,23 @@ class _Clients:
 
     sizes: list[int] | None
     names: list | None
+
+
+def _spent_before(release: FederatedTrainer | None, personal: PrivacyAccountant | None, sizes: list[int],
+                  names: list) -> dict:
+    """What the releases before the rounds charge, as :meth:`FederatedEstimatorMixin.make_trainer`'s ``spent``,
+    ``spent_local`` and ``spent_deviating`` (empty: nothing): the run's release of the clients' mean, then every
+    client's own releases (its own noise: the same against anyone)."""
+    if release is None and not (personal and personal.history):
+        return {}
+    spent = {}
+    for key, trust in (("spent", "central"), ("spent_local", "local"), ("spent_deviating", "deviating")):
+        ledger = PrivacyAccountant() if release is None else release.pricing.planned_release(sizes, names,
+                                                                                              trust=trust)
+        if personal is not None:
+            ledger.extend(personal)
+        spent[key] = ledger
+    return spent
 
 
 def _same_ledger(a: PrivacyAccountant, b: PrivacyAccountant) -> bool:

@@ -13,6 +13,8 @@
 * :func:`audit_distributed_rounds`: K clients' rounds of distributed noise,
   the server's decoded sum and t colluders' shares (shares sized by K, shares
   from a public seed and a sum decoded short of K − t shares are caught).
+* :func:`audit_personal_release`: a client's release of its own mean
+  (``recentre="client"``), with a near-worst-case pair of canary trials.
 * :func:`audit_scores`: the bounds (Clopper–Pearson, then the certified
   family and the assumption-free (ε, δ) bound) for any distinguisher's scores.
 * :func:`subject_pair_epsilon`: what one concrete pair of federations shows a
@@ -24,6 +26,7 @@ from .bounds import AuditResult, audit_scores, clopper_pearson_upper, family_tra
 from .classifier import audit_spdnet_classifier, canary_trials
 from .client_rounds import TwoBlocks, audit_client_rounds
 from .distributed import audit_distributed_rounds
+from .personal import audit_personal_release
 from .pca import (audit_covariance_release, audit_federated_pca, audit_off_manifold_server, audit_subject_level,
                   canary_federation)
 from .subject_pair import subject_pair_epsilon
@@ -36,6 +39,7 @@ __all__ = [
     "audit_distributed_rounds",
     "audit_federated_pca",
     "audit_off_manifold_server",
+    "audit_personal_release",
     "audit_scores",
     "audit_spdnet_classifier",
     "audit_subject_level",

@@ -34,7 +34,7 @@ from ..privacy.mechanisms.sampling import make_sampler
 from ..privacy.mechanisms.step_mechanism import GAUSSIAN_STEPS
 from ..privacy.mechanisms.units import RECORD
 
-__all__ = ["missing_share_counted", "noise_projected_alone", "noise_scaled", "noise_stream_restarted",
+__all__ = ["missing_share_counted", "noise_projected_alone", "personal_noise_scaled", "noise_scaled", "noise_stream_restarted",
            "per_block_clipping", "rounding_past_the_bound", "shares_from_a_public_seed", "shares_sized_by_clients",
            "site_charges_the_servers_numbers", "site_drops_invalid_records", "site_ignores_the_planned_size",
            "subjects_charged_as_records", "subjects_clipped_by_record"]
@@ -69,6 +69,30 @@ def noise_scaled(factor: float) -> Iterator[None]:
         return {name: factor * noise for name, noise in honest(randomness, points).items()}
 
     with _patched((mechanism_module, "draw_noise", miscalibrated)):
+        yield
+
+
+@contextmanager
+def personal_noise_scaled(factor: float) -> Iterator[None]:
+    """A client's release of its own mean (``recentre="client"``) adds ``factor`` × σ while it is charged at σ.
+
+    Parameters
+    ----------
+    factor : float
+        Multiplier of the release's noise std.
+
+    Yields
+    ------
+    None
+    """
+    from ..classification._recentring import PersonalMeans
+
+    honest = PersonalMeans.noise_std
+
+    def miscalibrated(self, units: int) -> float:
+        return factor * honest(self, units)
+
+    with _patched((PersonalMeans, "noise_std", miscalibrated)):
         yield
 
 

@@ -22,6 +22,7 @@ from numpy.typing import ArrayLike
 import torch
 import torch.nn.functional as F
 from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.metrics import accuracy_score
 from sklearn.preprocessing import LabelEncoder
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_array, check_is_fitted
@@ -160,6 +161,14 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
     #: model's class, which registers it under its name).
     schedule: ClassVar[ClassifierSchedule]
 
+    # groups= at prediction re-centres a client's trials (recentre="client"): a router passes it only where asked
+    # (set_predict_request(groups=True), ...), so cross_val_score(params={"groups": ...}) runs as before
+    __metadata_request__predict = {"groups": False}
+    __metadata_request__predict_proba = {"groups": False}
+    __metadata_request__predict_log_proba = {"groups": False}
+    __metadata_request__decision_function = {"groups": False}
+    __metadata_request__score = {"groups": False}
+
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
         schedule = cls.__dict__.get("schedule")
@@ -267,6 +276,8 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
         if unknown.size:
             raise ValueError(f"validation_data's y_valid holds labels outside the training classes "
                              f"{np.asarray(classes).tolist()}: {unknown.tolist()}.")
+        # read as the model reads a new subject's trials (re-centred on their own mean, with recentre="client")
+        X_valid = self._inputs_for(self._check_records(X_valid, name="X_valid"), None)
         return self.prepare_records(X_valid, y_valid, classes=classes)
 
     # hooks of FederatedEstimatorMixin
@@ -439,67 +450,99 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
         self.classes_ = np.asarray(classes)
         self.plan_ = self._plan
 
-    def _logits(self, X) -> np.ndarray:
+    def _logits(self, X, groups=None) -> np.ndarray:
         check_is_fitted(self)
         X = self._check_records(self._validate(X, allow_nd=True, reset=False))
         if X.shape[1:] != self._input_shape:
             raise ValueError(f"{type(self).__name__} was fitted on trials of shape {self._input_shape}; X has trials "
                              f"of shape {X.shape[1:]}. Resample or crop them to the fitted shape.")
+        X = self._inputs_for(X, groups)
         with _linear_algebra_in_words(self.dtype):
             return _forward_in_chunks(self.module_, torch.from_numpy(np.ascontiguousarray(X))).double().numpy()
 
-    def decision_function(self, X):
+    def _inputs_for(self, X: np.ndarray, groups) -> np.ndarray:
+        """The trials as the model reads them, for the clients ``groups`` names (only personalised inputs read it:
+        ValueError here, where it would not be used)."""
+        if groups is not None:
+            raise ValueError(f"{type(self).__name__}.predict got groups=, which only re-centred inputs read "
+                             "(recentre='client' of the covariance classifiers): it would not be used. Drop it.")
+        return X
+
+    def decision_function(self, X, groups=None):
         """Logits of each class.
 
         Parameters
         ----------
         X : array-like of shape (n_trials, ...)
+        groups : array-like of shape (n_trials,), optional
+            The client (or new subject) of each trial, with ``recentre="client"``.
 
         Returns
         -------
         scores : ndarray of shape (n_trials, n_classes), or (n_trials,) for two classes
             For two classes, the logit difference (positive means ``classes_[1]``).
         """
-        logits = self._logits(X)
+        logits = self._logits(X, groups)
         if len(self.classes_) == 2:
             return logits[:, 1] - logits[:, 0]
         return logits
 
-    def predict_proba(self, X):
+    def predict_proba(self, X, groups=None):
         """Class probabilities (softmax of the logits).
 
         Parameters
         ----------
         X : array-like of shape (n_trials, ...)
+        groups : array-like of shape (n_trials,), optional
+            The client (or new subject) of each trial, with ``recentre="client"``.
 
         Returns
         -------
         proba : ndarray of shape (n_trials, n_classes)
         """
-        logits = self._logits(X)
+        logits = self._logits(X, groups)
         logits -= logits.max(axis=1, keepdims=True)
         proba = np.exp(logits)
         return proba / proba.sum(axis=1, keepdims=True)
 
-    def predict_log_proba(self, X):
+    def predict_log_proba(self, X, groups=None):
         """Logarithm of :meth:`predict_proba`, computed stably."""
-        logits = self._logits(X)
+        logits = self._logits(X, groups)
         logits -= logits.max(axis=1, keepdims=True)
         return logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
 
-    def predict(self, X):
+    def predict(self, X, groups=None):
         """Most probable class of each trial.
 
         Parameters
         ----------
         X : array-like of shape (n_trials, ...)
+        groups : array-like of shape (n_trials,), optional
+            The client (or new subject) of each trial, with ``recentre="client"``.
 
         Returns
         -------
         y : ndarray of shape (n_trials,)
         """
-        logits = self._logits(X)
+        logits = self._logits(X, groups)
         return self.classes_[logits.argmax(axis=1)]
+
+    def score(self, X, y, sample_weight=None, groups=None):
+        """Mean accuracy of :meth:`predict` on ``X`` against ``y``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_trials, ...)
+        y : array-like of shape (n_trials,)
+        sample_weight : array-like of shape (n_trials,), optional
+        groups : array-like of shape (n_trials,), optional
+            The client (or new subject) of each trial, with ``recentre="client"``.
+
+        Returns
+        -------
+        float
+        """
+        return float(accuracy_score(y, self.predict(X, groups=groups), sample_weight=sample_weight))
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

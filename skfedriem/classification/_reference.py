@@ -25,10 +25,14 @@ from sklearn.utils.validation import check_array
 
 from .._utils.compat import StrOptions
 from .._utils.spd import check_spd
+from .._clients import check_labels
 from ..federated import FederatedTrainer
+from ..federated.client import ClientState
 from ..federated.plan import mean_step_noise
 from ..models import TangentMean, reference_from_mean
+from ..privacy import PrivacyAccountant
 from ._base import DTYPES, FederatedClassifier
+from ._recentring import PersonalMeans, recentred, riemannian_mean, trace_normalised
 
 __all__ = ["REFERENCE_CLIP", "REFERENCE_NOISE_LIMIT", "REFERENCE_SHARE", "CovarianceClassifier", "shrunk_mean"]
 
@@ -115,8 +119,10 @@ class CovarianceClassifier(FederatedClassifier):
     """
 
     reference: ArrayLike | str | None = "auto"
+    recentre: str | None = None
 
-    _parameter_constraints: dict = {"reference": ["array-like", StrOptions({"auto", "mean"}), None]}
+    _parameter_constraints: dict = {"reference": ["array-like", StrOptions({"auto", "mean"}), None],
+                                    "recentre": [StrOptions({"client"}), None]}
 
     def _check_inputs(self, X: np.ndarray, name: str = "X") -> np.ndarray:
         return check_spd(X, name=name, trace_normalised=True)
@@ -173,11 +179,79 @@ class CovarianceClassifier(FederatedClassifier):
         reference = reference_from_mean(shrunk_mean(mean, noise_std), n_channels)
         trainer.module.at_reference(torch.from_numpy(reference))
 
+    def _check_recentring(self, *, deployed: bool) -> None:
+        """ValueError for a trainer of ``recentre="client"`` that no release of the clients' own means precedes."""
+        if self.recentre is not None and (deployed or self._warm()):
+            raise ValueError(f"{type(self).__name__}(recentre='client') re-centres each client's trials on the mean "
+                             "it releases in fit, before the rounds; a deployed site or a warm start releases none "
+                             "(not supported yet). Set recentre=None.")
+
+    def _personal_means(self, n_channels: int) -> PersonalMeans:
+        return PersonalMeans.planned(self.eps, self.delta, n_channels, self.privacy_unit)
+
+    def _personal_plan(self, input_shape, client_sizes):
+        """``recentre="client"``: every client's release of its own mean (:mod:`._recentring`), planned."""
+        if self.recentre is None:
+            return None
+        name = type(self).__name__
+        if self.eps == "budget":
+            raise ValueError(f"{name}(recentre='client') with eps='budget' is not supported: the budget's share is "
+                             "planned for the rounds alone. Pass a number as eps, or recentre=None.")
+        if self.init is not None:
+            raise ValueError(f"{name}(recentre='client') with init= is not supported: the public start was trained "
+                             "on trials that were not re-centred. Drop init, or set recentre=None.")
+        personal = self._personal_means(int(input_shape[0]))
+        return personal.planned_ledger(list(client_sizes)) if personal.private else PrivacyAccountant()
+
+    def _personalised(self, clients, names, trainer, seeds, *, planned):
+        """Every client's mean released by the client (base point: the rounds' reference, the clients' released
+        mean or the public one), its records re-centred on it, and the rounds' model read at the identity."""
+        module = trainer.module
+        base = module.reference_point().detach().double().numpy()
+        personal = self._personal_means(base.shape[0])
+        releases, means, kept = [], [], {}
+        for i, (client, name) in enumerate(zip(clients, names)):
+            # each client's secret stream for its release, apart from the rounds' and the reference's
+            seed = None if seeds.clients is None else np.random.SeedSequence(
+                seeds.clients.entropy, spawn_key=(*seeds.clients.spawn_key, 2**32 - 2, i))
+            randomness = ClientState.fresh(seed, secure_mode=self.secure_mode).randomness
+            subjects = client[-1] if self.privacy_unit == "subject" else None
+            mean, sigma, units = personal.release(client[0], subjects, base, randomness)
+            releases.append((units, sigma))
+            means.append(mean)
+            if sigma > 0 or not personal.private:  # a mean within its unit was released to no one: not kept
+                kept[name] = mean
+        if personal.private and personal.ledger(releases).state_dict() != planned.state_dict():
+            raise RuntimeError("The clients' releases of their means ran other steps than planned; nothing was "
+                               "trained on them.")
+        module.at_reference(torch.eye(base.shape[0], dtype=module.reference_point().dtype))
+        self._released_personal_means = kept
+        return [(recentred(client[0], mean), *client[1:]) for client, mean in zip(clients, means)]
+
+    def _inputs_for(self, X: np.ndarray, groups) -> np.ndarray:
+        """``recentre="client"``: each group's trials re-centred on its client's released mean, or on their own
+        Riemannian mean (a subject never seen, a client whose mean was never released, or ``groups=None``: all of
+        X as one new subject's)."""
+        if self.recentre is None:
+            return super()._inputs_for(X, groups)
+        known = {} if groups is None else self.personal_means_
+        groups = np.zeros(len(X), dtype=np.int64) if groups is None else check_labels(groups, "groups", len(X))
+        trials = torch.from_numpy(np.ascontiguousarray(X))
+        out = torch.empty_like(trials)
+        for group in np.unique(groups):
+            rows = np.flatnonzero(groups == group)
+            mean = known.get(group)
+            if mean is None:
+                mean = riemannian_mean(trace_normalised(X[rows]))
+            out[rows] = recentred(trials[rows], mean)
+        return out.numpy()
+
     def make_trainer(self, input_shape, *, spent=None, **options):
         """:meth:`~skfedriem.base.FederatedEstimatorMixin.make_trainer`; with the clients' mean as reference
         (``reference="mean"``, or ``"auto"`` without privacy) only inside ``fit``, which releases it."""
         exact_or_asked = isinstance(self.reference, str) and (
             self.reference == "mean" or (self.reference == "auto" and self.eps is None and self.init is None))
+        self._check_recentring(deployed=bool(options.get("deployed")))
         if exact_or_asked and not self._warm() and spent is None:
             raise ValueError(f"{type(self).__name__}(reference={self.reference!r}, eps={self.eps!r}) takes the "
                              "clients' mean, which fit releases and charges before the rounds; a trainer made on "
@@ -208,6 +282,8 @@ class CovarianceClassifier(FederatedClassifier):
     def _set_model_attributes(self, module, classes) -> None:
         super()._set_model_attributes(module, classes)
         self.reference_ = module.reference_point().detach().double().numpy().copy()
+        if self.recentre is not None:
+            self.personal_means_ = self.__dict__.pop("_released_personal_means")
 
     def _build_checked(self, build, input_shape):
         """``build(reference)`` with the public reference (or None), its dtype check worded for this estimator."""

@@ -63,6 +63,12 @@ class FederatedSPDNetClassifier(CovarianceClassifier):
         whitening), and with ``init`` the public start's own point; an
         array, a public SPD matrix, charged nothing; None, no whitening (the
         paper's SPDNet).
+    recentre : {"client"} or None, default=None
+        ``"client"``: every client's trials re-centred on its own privately
+        released mean before the rounds, and at prediction (``groups=``), as
+        :class:`FederatedTangentSpaceClassifier`'s ``recentre`` (user guide,
+        "Personalised models"); the inputs then sit around the identity, where
+        the BiMap reads them.
     [federation parameters]
 
     Attributes
@@ -76,6 +82,10 @@ class FederatedSPDNetClassifier(CovarianceClassifier):
         The (trace-normalised) point the inputs are whitened by (the identity:
         none): with the clients' mean, post-processing of its release, which
         ``ledger_`` charges.
+    personal_means_ : dict
+        With ``recentre="client"``: each client's released mean
+        (trace-normalised; post-processing of its charged release), by client
+        label. A client whose mean lay within its unit is absent.
     [fitted privacy attributes]
 
     Examples
@@ -97,7 +107,7 @@ class FederatedSPDNetClassifier(CovarianceClassifier):
     }
     schedule = ClassifierSchedule(
         name="spdnet", batch_size=64, optimizer="sgd", optimizer_without_privacy="adam", adam_lr=1e-2)
-    _model_parameters = ("dims", "reeig_eps", "reference", "dtype", "classes")
+    _model_parameters = ("dims", "reeig_eps", "reference", "recentre", "dtype", "classes")
 
     def _build_module(self, input_shape, n_classes, generator, dtype):
         dims = (min(16, input_shape[0]),) if self.dims is None else _checked_dims(self.dims, input_shape[0])

@@ -89,6 +89,25 @@ class FederatedTangentSpaceClassifier(CovarianceClassifier):
         the public start's own reference point (nothing is released). An
         array: a public SPD matrix (trace-normalised like the trials),
         charged nothing. None: the identity.
+    recentre : {"client"} or None, default=None
+        ``"client"``: personalised inputs, pyRiemann's ``TLCenter`` made
+        private. Every client releases its own mean before the rounds (each
+        trial's tangent vector at the reference point clipped to
+        :data:`~skfedriem.classification.PERSONAL_CLIP` √n_channels, averaged,
+        Gaussian noise at a :data:`~skfedriem.classification.PERSONAL_SHARE`
+        of ``eps`` drawn by the client, shrunk by the noise it carries), and
+        its trials are re-centred on it, X ↦ M^{-1/2} X M^{-1/2}, so that
+        every client's trials sit around the identity, where the rounds then
+        read them; the release is charged and composed with the rounds in
+        ``epsilon_`` and ``local_epsilon_`` (under ``noise="distributed"``
+        too: it never leaves the client, and is charged as if it did). With
+        ``privacy_unit="subject"`` and one subject a client, the mean lies
+        within the unit: exact, charged nothing, kept by no one. At
+        prediction pass ``groups=``: a client's trials are re-centred on its
+        released mean (``personal_means_``), a subject never seen on the
+        Riemannian mean of its own trials (transductive, as pyRiemann's
+        transfer pipelines do; ``groups=None``: all of X as one new subject).
+        Not with ``eps="budget"``, ``init``, a warm start or in a deployment.
     [federation parameters]
 
     Attributes
@@ -102,6 +121,10 @@ class FederatedTangentSpaceClassifier(CovarianceClassifier):
         The (trace-normalised) reference point the features are taken at:
         with the clients' mean, post-processing of its release, which
         ``ledger_`` charges.
+    personal_means_ : dict
+        With ``recentre="client"``: each client's released mean
+        (trace-normalised; post-processing of its charged release), by client
+        label. A client whose mean lay within its unit is absent.
     [fitted privacy attributes]
 
     See Also
@@ -131,7 +154,7 @@ class FederatedTangentSpaceClassifier(CovarianceClassifier):
         distributed_sgd_lr_reason="with distributed noise and full batches, the best of 0.5, 1 and 2 on the 24 real "
                                   "PhysioNet subjects (one client each, ε = 10, 3 seeds: 0.64 at T = 300, against "
                                   "0.61 at 0.5 and 0.60 at 2)")
-    _model_parameters = ("reference", "dtype", "classes")
+    _model_parameters = ("reference", "recentre", "dtype", "classes")
 
     def _build_module(self, input_shape, n_classes, generator, dtype):
         # zero-initialised, like scikit-learn's LogisticRegression: the generator has nothing to draw; the reference is
