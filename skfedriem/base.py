@@ -354,7 +354,8 @@ class FederatedEstimatorMixin(_EstimatorParameters):
         except PrivacyBudgetExceeded:
             raise ValueError(f"{type(self).__name__}(eps={eps!r}, delta={self.delta!r}) leaves the rounds no ε after "
                              "what the clients release before them: raise eps, or pass a public reference (or "
-                             "reference=None for the identity).") from None
+                             "reference=None for the identity), or set recentre=None where the clients release their "
+                             "own means.") from None
 
     @property
     def _unit(self) -> PrivacyUnit:
@@ -535,7 +536,7 @@ class FederatedEstimatorMixin(_EstimatorParameters):
                       "privacy_unit='subject' to protect each subject, or leave groups out for clients of whole "
                       "subjects.")
         release = None if self._warm() else self._release_trainer(input_shape, sizes, seeds)
-        personal = None if self._warm() else self._personal_plan(input_shape, sizes)
+        personal = None if self._warm() else self._personal_plan(input_shape, clients)
         spent = _spent_before(release, personal, sizes, names)
         trainer = self.make_trainer(input_shape, classes=classes, held_out=held_out, seeds=seeds,
                                     client_sizes=sizes, client_names=names, **spent)
@@ -578,7 +579,7 @@ class FederatedEstimatorMixin(_EstimatorParameters):
         """Put what :meth:`_release_trainer`'s run released into the rounds' model (post-processing)."""
         raise NotImplementedError
 
-    def _personal_plan(self, input_shape, client_sizes: list[int]) -> PrivacyAccountant | None:
+    def _personal_plan(self, input_shape, clients: list[tuple[torch.Tensor, ...]]) -> PrivacyAccountant | None:
         """What the clients' own releases before the rounds will charge (each client releasing for itself; none
         here, the covariance classifiers' ``recentre="client"``), as a ledger of their planned steps (empty: they
         release nothing private); None: no such releases."""

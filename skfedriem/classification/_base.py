@@ -208,7 +208,9 @@ class FederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimato
         validation_data : tuple (X_valid, y_valid), optional
             Held-out trials the server holds; ``history_`` reports loss and
             accuracy on them after every round. Training trials passed here
-            would make ``history_`` a non-private diagnostic.
+            would make ``history_`` a non-private diagnostic. With
+            ``recentre="client"`` they are read as one new subject's
+            trials (re-centred on their own mean).
         subjects : array-like of shape (n_trials,), optional
             The person each trial comes from (MOABB's ``meta.subject``;
             requested under metadata routing, so MOABB's

@@ -44,6 +44,7 @@ from ..models.recentring import inverse_square_root
 from ..privacy.accounting.ledger import PrivacyAccountant
 from ..privacy.accounting.subsampled_gaussian import gdp_mu_for_epsilon
 from ..privacy.mechanisms.randomness import SecretRandomness
+from ._shrinkage import shrunk_mean
 
 __all__ = ["PERSONAL_CLIP", "PERSONAL_SHARE", "PersonalMeans", "recentred", "riemannian_mean", "trace_normalised"]
 
@@ -71,8 +72,19 @@ def _point(vector: np.ndarray, base: np.ndarray) -> np.ndarray:
     return untangent_space(vector[None], base, metric="riemann")[0]
 
 
+def _usable(X: np.ndarray) -> np.ndarray:
+    """Which matrices are finite and SPD as given (a valid trial can lose that once trace-normalised: an eigenvalue
+    1e-200 beside one of 1e200 underflows to 0)."""
+    finite = np.isfinite(X).all(axis=(1, 2))
+    usable = np.zeros(len(X), dtype=bool)
+    if finite.any():
+        usable[finite] = np.linalg.eigvalsh(X[finite])[:, 0] > 0
+    return usable
+
+
 def riemannian_mean(X: np.ndarray) -> np.ndarray:
-    """pyRiemann's Riemannian mean of SPD matrices (what ``TLCenter`` re-centres a domain on).
+    """pyRiemann's Riemannian mean of SPD matrices (what ``TLCenter`` re-centres a domain on), of those that are
+    usable (finite and SPD: one record never decides whether a mean can be taken); the identity if none is.
 
     Parameters
     ----------
@@ -84,7 +96,8 @@ def riemannian_mean(X: np.ndarray) -> np.ndarray:
     """
     from pyriemann.geometry.mean import mean_riemann
 
-    return mean_riemann(X)
+    usable = X[_usable(X)]
+    return mean_riemann(usable) if len(usable) else np.eye(X.shape[1])
 
 
 def trace_normalised(X: np.ndarray) -> np.ndarray:
@@ -103,8 +116,8 @@ def trace_normalised(X: np.ndarray) -> np.ndarray:
 
 
 def recentred(X: torch.Tensor, mean: np.ndarray) -> torch.Tensor:
-    """M^{-1/2} X M^{-1/2} of the trace-normalised trials: moved so that ``mean`` (trace-normalised too) sits at the
-    identity, in X's dtype.
+    """M^{-1/2} X M^{-1/2}: the trials moved so that ``mean`` sits at the identity, in X's dtype (each trial on its
+    own; the model divides it by its trace after, so M's scale does not matter).
 
     Parameters
     ----------
@@ -117,7 +130,7 @@ def recentred(X: torch.Tensor, mean: np.ndarray) -> torch.Tensor:
     torch.Tensor of shape (n_matrices, n, n)
     """
     whiten = inverse_square_root(torch.from_numpy(np.asarray(mean, dtype=np.float64)))
-    out = whiten @ torch.from_numpy(trace_normalised(X.double().numpy())) @ whiten
+    out = whiten @ X.double() @ whiten
     return ((out + out.mT) / 2).to(X.dtype)
 
 
@@ -194,6 +207,10 @@ class PersonalMeans:
             ledger.step(mu0=max(charged), sample_rate=1.0, num_steps=1, sampling="fixed", unit=self.unit)
         return ledger
 
+    def units(self, n_records: int, subjects: torch.Tensor | None) -> int:
+        """S, a client's protected units: its records, or (``unit="subject"``) its subjects' codes."""
+        return len(torch.unique(subjects)) if self.unit == "subject" else int(n_records)
+
     def planned_ledger(self, units: list[int]) -> PrivacyAccountant:
         """:meth:`ledger` of the releases this plan draws for clients of these numbers of units (S_i)."""
         return self.ledger([(s, self.noise_std(s)) for s in units])
@@ -205,7 +222,8 @@ class PersonalMeans:
         Parameters
         ----------
         X : torch.Tensor of shape (n_records, n, n)
-            The client's trials (trace-normalised here, as the model reads them).
+            The client's trials (trace-normalised here, as the model reads them; one that is no longer SPD
+            then counts as the base point).
         subjects : torch.Tensor of shape (n_records,) or None
             Each record's subject code (``unit="subject"``).
         base : ndarray of shape (n, n)
@@ -221,14 +239,15 @@ class PersonalMeans:
         units : int
             S, the client's protected units (records, or subjects).
         """
-        from ._reference import shrunk_mean
-
         matrices = trace_normalised(X.double().numpy())
         codes = np.zeros(len(matrices), dtype=np.int64) if subjects is None else subjects.numpy()
-        units = len(np.unique(codes)) if self.unit == "subject" else len(matrices)
+        units = self.units(len(matrices), subjects)
         if self.noise_std(units) == 0.0:
             return riemannian_mean(matrices), 0.0, units
-        vectors = _tangent_vectors(matrices, base)
+        usable = _usable(matrices)  # a record unusable once trace-normalised counts as the base point (vector 0)
+        vectors = np.zeros((len(matrices), base.shape[0] * (base.shape[0] + 1) // 2))
+        if usable.any():
+            vectors[usable] = _tangent_vectors(matrices[usable], base)
         norms = np.linalg.norm(vectors, axis=1)
         vectors = vectors * np.minimum(1.0, self.clip / np.maximum(norms, 1e-300))[:, None]
         if self.unit == "subject":  # every subject's own mean first: one subject moves the release by 2C / S

@@ -33,6 +33,7 @@ from ..models import TangentMean, reference_from_mean
 from ..privacy import PrivacyAccountant
 from ._base import DTYPES, FederatedClassifier
 from ._recentring import PersonalMeans, recentred, riemannian_mean, trace_normalised
+from ._shrinkage import shrunk_mean
 
 __all__ = ["REFERENCE_CLIP", "REFERENCE_NOISE_LIMIT", "REFERENCE_SHARE", "CovarianceClassifier", "shrunk_mean"]
 
@@ -49,38 +50,6 @@ REFERENCE_CLIP = 4.0
 #: release that can find it. Not tuned by a kept grid: its cells are in ``benchmarks/results/real_planning.json``
 #: (at ε = 1 every private fit there is skipped or at chance).
 REFERENCE_NOISE_LIMIT = 2.0
-
-
-def shrunk_mean(released: np.ndarray, noise_std: float) -> np.ndarray:
-    """The positive-part James–Stein estimate (1 − (d − 2) σ² / ‖m̂‖²)₊ m̂ of a mean released with noise std σ.
-
-    Post-processing of the release with its public σ per coordinate (the plan's,
-    :func:`~skfedriem.federated.plan.mean_step_noise`). In d ≥ 3 coordinates it is closer to the true mean than
-    m̂ itself, in expected squared error, whatever that mean is (James and Stein, 1961; the positive part
-    improves on it again). Where the noise's norm √d σ outweighs the mean (features already centred at the identity,
-    or a small ε), it shrinks the reference back to the identity, the private default's; where the mean stands
-    out (real EEG: 8.1 on 9 motor channels, against a spread of 2.1, ``benchmarks/tangent_offset.py``) it keeps it.
-
-    Parameters
-    ----------
-    released : ndarray of shape (d,)
-    noise_std : float
-
-    Returns
-    -------
-    ndarray of shape (d,)
-
-    Examples
-    --------
-    >>> shrunk_mean(np.array([3.0, 4.0, 0.0, 0.0]), 1.0)    # ‖m̂‖² = 25, (d − 2) σ² = 2
-    array([2.76, 3.68, 0.  , 0.  ])
-    >>> shrunk_mean(np.array([1.0, 0.5, 0.0, 0.0]), 1.0)    # ‖m̂‖² = 1.25 < 2: noise, as far as anyone can tell
-    array([0., 0., 0., 0.])
-    """
-    squared = float(released @ released)
-    if squared == 0.0:
-        return released
-    return max(0.0, 1.0 - (released.size - 2) * noise_std**2 / squared) * released
 
 
 def _release_noise_std(release: FederatedTrainer) -> float:
@@ -115,6 +84,11 @@ class CovarianceClassifier(FederatedClassifier):
         rounds' ``accounting`` is not ``"rfedproj"``, and with ``init`` the
         public start's own point. An array: a public SPD matrix, charged
         nothing. None: the identity.
+    recentre : {"client"} or None, default=None
+        ``"client"``: every client's trials re-centred on its own mean,
+        released and charged by the client before the rounds
+        (:class:`~skfedriem.classification.PersonalMeans`), and at
+        prediction on a client's released mean or a new subject's own.
     [federation parameters]
     """
 
@@ -189,7 +163,7 @@ class CovarianceClassifier(FederatedClassifier):
     def _personal_means(self, n_channels: int) -> PersonalMeans:
         return PersonalMeans.planned(self.eps, self.delta, n_channels, self.privacy_unit)
 
-    def _personal_plan(self, input_shape, client_sizes):
+    def _personal_plan(self, input_shape, clients):
         """``recentre="client"``: every client's release of its own mean (:mod:`._recentring`), planned."""
         if self.recentre is None:
             return None
@@ -200,8 +174,22 @@ class CovarianceClassifier(FederatedClassifier):
         if self.init is not None:
             raise ValueError(f"{name}(recentre='client') with init= is not supported: the public start was trained "
                              "on trials that were not re-centred. Drop init, or set recentre=None.")
+        if self.records_per_subject is not None:
+            raise ValueError(f"{name}(recentre='client') with records_per_subject={self.records_per_subject!r} is not "
+                             "supported: the ledger charges a whole composition at its largest group of records, so "
+                             "a subject's own release, already protected whole, would be charged k times over. Leave "
+                             "records_per_subject None (whole subjects), or set recentre=None.")
+        if self.eps is not None and self.accounting != "rfedproj":
+            raise ValueError(f"{name}(recentre='client') with accounting={self.accounting!r} is not supported: the "
+                             "clients' releases are Gaussian steps at rate 1 that only accounting='rfedproj' "
+                             "composes with the rounds. Set accounting='rfedproj', or recentre=None.")
         personal = self._personal_means(int(input_shape[0]))
-        return personal.planned_ledger(list(client_sizes)) if personal.private else PrivacyAccountant()
+        units = [personal.units(len(client[0]), self._subject_codes(client)) for client in clients]
+        return personal.planned_ledger(units) if personal.private else PrivacyAccountant()
+
+    def _subject_codes(self, client):
+        """A client's records' subject codes (the last of its tensors under subject-level privacy), else None."""
+        return client[-1] if self.privacy_unit == "subject" else None
 
     def _personalised(self, clients, names, trainer, seeds, *, planned):
         """Every client's mean released by the client (base point: the rounds' reference, the clients' released
@@ -215,8 +203,7 @@ class CovarianceClassifier(FederatedClassifier):
             seed = None if seeds.clients is None else np.random.SeedSequence(
                 seeds.clients.entropy, spawn_key=(*seeds.clients.spawn_key, 2**32 - 2, i))
             randomness = ClientState.fresh(seed, secure_mode=self.secure_mode).randomness
-            subjects = client[-1] if self.privacy_unit == "subject" else None
-            mean, sigma, units = personal.release(client[0], subjects, base, randomness)
+            mean, sigma, units = personal.release(client[0], self._subject_codes(client), base, randomness)
             releases.append((units, sigma))
             means.append(mean)
             if sigma > 0 or not personal.private:  # a mean within its unit was released to no one: not kept

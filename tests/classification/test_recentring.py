@@ -172,7 +172,7 @@ def test_both_covariance_classifiers_fit_re_centred_under_both_placements(shifte
     assert clf.predict(X, groups=groups).shape == y.shape
 
 
-@pytest.mark.parametrize("setting", ["budget", "init", "warm", "deployed"])
+@pytest.mark.parametrize("setting", ["budget", "init", "warm", "deployed", "records_per_subject", "accounting"])
 def test_what_re_centring_cannot_honour_is_refused_by_name(shifted_sites, setting):
     from skfedriem.privacy import PrivacyBudget
 
@@ -184,6 +184,10 @@ def test_what_re_centring_cannot_honour_is_refused_by_name(shifted_sites, settin
         clf.set_params(init=FederatedTangentSpaceClassifier(eps=None, **FAST).fit(X, y, groups=groups))
     elif setting == "warm":
         clf.fit(X, y, groups=groups).set_params(warm_start=True)
+    elif setting == "records_per_subject":
+        clf.set_params(privacy_unit="subject", records_per_subject=2)
+    elif setting == "accounting":
+        clf.set_params(accounting="prirfed", sampling="poisson")
     with pytest.raises(ValueError, match="recentre='client'"):
         if setting == "deployed":
             clf.make_trainer(X.shape[1:], classes=np.unique(y), deployed=True, client_sizes=[40] * 4)
@@ -214,3 +218,19 @@ def test_the_servers_validation_trials_are_read_as_a_new_subjects(shifted_sites)
     clf = FederatedTangentSpaceClassifier(eps=None, recentre="client", **FAST).fit(
         X[~last], y[~last], groups=groups[~last], validation_data=(X[last], y[last]))
     assert clf.history_[-1]["valid_accuracy"] == pytest.approx(clf.score(X[last], y[last]))
+
+
+def test_a_record_that_underflows_once_trace_normalised_decides_nothing(shifted_sites):
+    """diag(1e200, 1e-200, ...) passes the SPD check, then loses its smallest eigenvalue to underflow when divided by
+    its trace: it counts as the base point in its client's release (and is left out of an exact mean), so the fit
+    runs on D and on D' alike (it raised on D' only: one record decided whether fit completed)."""
+    X, y, groups = shifted_sites
+    changed = X.copy()
+    changed[0] = np.diag([1e200, 1e-200, 1.0, 1.0, 1.0])
+    for trials in (X, changed):
+        for unit in ("record", "subject"):  # a noisy release; an exact mean within the unit
+            clf = FederatedTangentSpaceClassifier(eps=4.0, recentre="client", privacy_unit=unit, dtype="float64",
+                                                  n_rounds=2, batch_size=16, random_state=0)
+            clf.fit(trials, y, groups=groups)
+            assert all(np.isfinite(m).all() for m in clf.personal_means_.values())
+            assert np.isfinite(clf.decision_function(trials[1:], groups=groups[1:])).all()  # the others
