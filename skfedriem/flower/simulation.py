@@ -24,7 +24,7 @@ import math
 import os
 import tempfile
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,6 +133,21 @@ def _quiet_flower(verbose: int):
             lg.setLevel(level)
 
 
+@contextmanager
+def _normal_priority_workers() -> Iterator[None]:
+    """Ray starts its workers at niceness 15: beside two busy processes on two cores a virtual site then got 4 % of
+    a core and did not describe itself within 300 s (the run failed). The workers run at the caller's priority, as
+    the in-process backend's threads do, unless ``RAY_worker_niceness`` is set already."""
+    if "RAY_worker_niceness" in os.environ:
+        yield
+        return
+    os.environ["RAY_worker_niceness"] = "0"
+    try:
+        yield
+    finally:
+        del os.environ["RAY_worker_niceness"]
+
+
 def _clients_in(folder: str, trainer, clients: Sequence[tuple[torch.Tensor, ...]], names: list[str],
                 client_seeds: list[np.random.SeedSequence | None]) -> _SimulationClients:
     """The virtual clients' setup: each one's records in ``folder`` and, with distributed noise, the sites' keys."""
@@ -201,9 +216,10 @@ def run_trainer_in_simulation(trainer, clients: Sequence[tuple[torch.Tensor, ...
             # one worker, whose sites take turns
             workers = {} if setup.secure is None else {"num_cpus": cpus_per_client}
             try:
-                run_simulation(server, make_client_app(setup), num_supernodes=len(clients),
-                               backend_config={"client_resources": {"num_cpus": cpus_per_client, "num_gpus": 0.0},
-                                               "init_args": {"log_to_driver": level > 1, **workers}})
+                with _normal_priority_workers():
+                    run_simulation(server, make_client_app(setup), num_supernodes=len(clients),
+                                   backend_config={"client_resources": {"num_cpus": cpus_per_client, "num_gpus": 0.0},
+                                                   "init_args": {"log_to_driver": level > 1, **workers}})
             except BaseException:
                 if not failure:
                     raise
