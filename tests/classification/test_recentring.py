@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from skfedriem import FederatedSPDNetClassifier, FederatedTangentSpaceClassifier
-from skfedriem.classification._recentring import PERSONAL_CLIP, PERSONAL_SHARE, PersonalMeans, recentred, riemannian_mean
+from skfedriem.classification._recentring import (PERSONAL_CLIP, PERSONAL_SHARE, PersonalMeans, recentred,
+                                                  riemannian_mean)
 from skfedriem.datasets import make_spd_classification
 from skfedriem.privacy import PrivacyAccountant
 
