@@ -41,6 +41,7 @@ SMOKE_ARGS: dict[str, list[str] | str] = {
     "privacy_audit": ["--runs", "20", "--runs-subsampled", "20", "--runs-fits", "10", "--jobs", "1"],
     "secure_aggregation": ["--rounds", "0", "--compute-sites", "3", "--lengths", "64", "--repeats", "1"],
     "secure_mode": ["--repeats", "2"],
+    "skellam_accounting": ["--settings", "0.1:30:4", "--shift", "5"],
     "speed": ["--rounds", "2", "--pca-rounds", "2", "--repeats", "3", "--busy-workload", "none", "--clients", "3",
               "--scaling-rounds", "2", "--calibration-targets", "2"],
     "spdnet_step": ["--rounds", "2", "--repeats", "3"],

@@ -14,7 +14,7 @@ import numpy as np
 from ..._utils.compat import Interval, StrOptions, validate_params
 from .chaining import chained_epsilon
 from .pld_reading import epsilon_for_delta
-from .skellam import discrete_epsilon
+from .skellam import PLD_INTERVAL, discrete_epsilon, step_pld
 from .subsampled_gaussian import DISCRETIZATION, MIN_DELTA, grid_interval, single_step_pld
 
 __all__ = ["MIXED_DELTA_SHARES", "PrivacyAccountant", "RunningEpsilon"]
@@ -70,14 +70,15 @@ class PrivacyAccountant:
 
     A step of distributed noise (``skellam=(V, Δ2, Δ1)``: the Skellam
     mechanism of :mod:`skfedriem.privacy.mechanisms.discrete`, its ``mu0`` the
-    Gaussian's Δ2 / √V at the same variance, for display) has no
-    privacy-loss distribution here: its steps compose by Rényi DP
-    (:func:`~skfedriem.privacy.accounting.skellam.discrete_epsilon`). A ledger
-    holding both kinds keeps each composed by the representation tight for it:
-    its ε is the smaller of every step by Rényi DP and of the Gaussian steps'
-    privacy-loss distribution at δ_G plus the Skellam steps' Rényi DP at
-    δ − δ_G (:data:`MIXED_DELTA_SHARES`; two guarantees composed adaptively
-    add their ε and their δ), each an upper bound.
+    Gaussian's Δ2 / √V at the same variance, for display) composes by
+    :func:`~skfedriem.privacy.accounting.skellam.discrete_epsilon`: the
+    smaller of Rényi DP and the privacy-loss distributions that dominate its
+    steps. A ledger holding both kinds keeps the smallest of: every step by
+    that; the Gaussian steps' own privacy-loss distribution at δ_G plus the
+    Skellam steps' ε at δ − δ_G (:data:`MIXED_DELTA_SHARES`; two guarantees
+    composed adaptively add their ε and their δ); and, for a record or a
+    subject sampled whole, the Gaussian steps' distributions composed with
+    the Skellam steps' dominating ones — each an upper bound.
 
     Examples
     --------
@@ -163,7 +164,7 @@ class PrivacyAccountant:
 
     @property
     def discrete(self) -> bool:
-        """Whether a recorded step added distributed (Skellam) noise: its steps are then composed by Rényi DP."""
+        """Whether a recorded step added distributed (Skellam) noise (composed as :meth:`get_epsilon` says)."""
         return any(e.skellam for e in self.history)
 
     def extend(self, other: PrivacyAccountant) -> None:
@@ -220,9 +221,23 @@ def _discrete_epsilon(ledger: PrivacyAccountant, delta: float, discretization: f
     bounds = [_composed_epsilon(items, share * delta, discretization, group)
               + discrete_epsilon(skellam, (1 - share) * delta)
               for share in MIXED_DELTA_SHARES if share * delta >= MIN_DELTA]  # the PLD is read only at δ it certifies
-    if group == 1:  # Rényi DP composes a record's or a whole subject's steps, not a group's
-        bounds.append(discrete_epsilon(_merged_steps(ledger.history), delta))
+    if group == 1:  # Rényi DP composes a record's or a whole subject's steps, not a group's; so do the
+        bounds.append(discrete_epsilon(_merged_steps(ledger.history), delta))  # Skellam steps' PLDs with the
+        bounds.append(_joint_epsilon(items, tuple(sorted(skellam)), delta))  # Gaussians' exact ones, at one δ
     return min(bounds, default=math.inf)  # a group at a δ too small to split: no bound here
+
+
+@lru_cache(maxsize=256)
+def _joint_epsilon(gaussian: tuple, skellam: tuple, delta: float) -> float:
+    """ε at δ of Gaussian steps (``((mu0, q, sampling), steps)``, their own PLDs) and Skellam steps (``(kind, count)``,
+    the PLDs that dominate them) composed as one privacy-loss distribution on the Skellam steps' grid."""
+    composed = None
+    for (mu0, q, sampling), steps in gaussian:
+        pld = single_step_pld(mu0, q, sampling, PLD_INTERVAL).self_compose(steps)
+        composed = pld if composed is None else composed.compose(pld)
+    for kind, count in skellam:
+        composed = composed.compose(step_pld(kind).self_compose(count))
+    return float(composed.get_epsilon_for_delta(delta))
 
 
 def _gaussian_items(entries) -> tuple:
@@ -307,7 +322,7 @@ class RunningEpsilon:
             return 0.0
         if not self.ledger.private:
             return math.inf
-        if self.ledger.discrete:  # Rényi DP composes by adding curves: the whole ledger costs milliseconds
+        if self.ledger.discrete:  # recomposed whole (Rényi DP adds curves; each kind's PLD is cached): ~7 ms a read
             return self.ledger.get_epsilon(self.delta, discretization=self.discretization)
         # Values are shared by every RunningEpsilon (repeated fits with one plan: cross-validation, audits,
         # grid searches), as PrivacyAccountant.get_epsilon's are; a hit needs no composition at all.
