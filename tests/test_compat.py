@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 from packaging.specifiers import SpecifierSet
 
-from skfedriem._utils.compat import DP_ACCOUNTING_VERSIONS, dense_pmfs
+from skfedriem._utils.compat import DP_ACCOUNTING_VERSIONS, dense_pmfs, infinity_mass
 from skfedriem.privacy.accounting.pld_reading import epsilon_for_delta
 from skfedriem.privacy.accounting.subsampled_gaussian import single_step_pld
 
@@ -49,4 +49,5 @@ def test_the_compat_pmfs_give_the_librarys_own_epsilon():
         pld = single_step_pld(0.8, 0.1, sampling, 1e-3).self_compose(20)
         pmfs = dense_pmfs(pld)
         assert all(np.isclose(p.probs.sum() + p.infinity_mass, 1.0) for p in pmfs)
+        assert infinity_mass(pld) == max(p.infinity_mass for p in pmfs)
         assert np.isclose(epsilon_for_delta(pld, 1e-5), pld.get_epsilon_for_delta(1e-5), rtol=1e-9)

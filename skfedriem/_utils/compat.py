@@ -26,7 +26,7 @@ from sklearn.utils._param_validation import (
 from sklearn.utils._param_validation import Interval as _Interval
 
 __all__ = ["DP_ACCOUNTING_VERSIONS", "DensePMF", "HasMethods", "Interval", "InvalidParameterError", "StrOptions", "_fit_context",
-           "dense_pmfs", "validate_estimator_params", "validate_parameter_constraints", "validate_params"]
+           "dense_pmfs", "infinity_mass", "validate_estimator_params", "validate_parameter_constraints", "validate_params"]
 
 #: The dp-accounting releases whose PMF internals :func:`dense_pmfs` reads (pyproject.toml pins the same range).
 DP_ACCOUNTING_VERSIONS = (">=0.4", "<0.7")
@@ -97,3 +97,19 @@ def dense_pmfs(pld) -> list[DensePMF]:
         out.append(DensePMF(np.asarray(dense._probs), int(dense._lower_loss), float(dense._discretization),
                             float(dense._infinity_mass)))
     return out
+
+
+def infinity_mass(pld) -> float:
+    """The mass a dp-accounting ``PrivacyLossDistribution`` puts at infinite loss (the larger direction's): no ε
+    holds at a δ below it.
+
+    Parameters
+    ----------
+    pld : dp_accounting.pld.privacy_loss_distribution.PrivacyLossDistribution
+
+    Returns
+    -------
+    float
+    """
+    pmfs = [pld._pmf_remove] if pld._symmetric else [pld._pmf_remove, pld._pmf_add]
+    return max(float(pmf._infinity_mass) for pmf in pmfs)

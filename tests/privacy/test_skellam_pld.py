@@ -87,3 +87,17 @@ def test_a_step_distribution_is_a_distribution():
         assert pmf.probs.min() >= 0.0
         assert math.isclose(pmf.probs.sum() + pmf.infinity_mass, 1.0, rel_tol=1e-6)
     assert len(ORDERS) < len(PROFILE_ORDERS)
+
+
+def test_a_step_that_certifies_nothing_on_the_grid_leaves_the_other_bound():
+    """A weak full-batch step (its curve still at 1 at loss 60: all its mass at infinite loss) beside subsampled
+    Skellam steps made dp-accounting raise (the review's finding); the distributions' bound is then inf and the
+    ledger keeps Rényi DP's or the Gaussian's, never below the weak step's own ε."""
+    mixed = PrivacyAccountant()
+    mixed.step(mu0=8.0, sample_rate=1.0, num_steps=1)
+    alone = PrivacyAccountant.from_state_dict(mixed.state_dict())
+    mixed.step(mu0=0.1, sample_rate=0.1, num_steps=10, skellam=(4e4, 20.0, 20.0))
+    assert alone.get_epsilon(1e-5) <= mixed.get_epsilon(1e-5) < math.inf
+    weak = ("skellam", 0.1, 2.0, 2.0, 1.0)
+    steps = [(weak, 1), (("skellam", 4e4, 2.0, 2.0, 0.1), 10)]
+    assert discrete_epsilon(steps, 1e-5) == renyi_epsilon(steps, 1e-5) >= discrete_epsilon([(weak, 1)], 1e-5)

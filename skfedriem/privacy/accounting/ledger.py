@@ -14,7 +14,7 @@ import numpy as np
 from ..._utils.compat import Interval, StrOptions, validate_params
 from .chaining import chained_epsilon
 from .pld_reading import epsilon_for_delta
-from .skellam import PLD_INTERVAL, discrete_epsilon, step_pld
+from .skellam import PLD_INTERVAL, compose_while_certifying, discrete_epsilon, step_pld
 from .subsampled_gaussian import DISCRETIZATION, MIN_DELTA, grid_interval, single_step_pld
 
 __all__ = ["MIXED_DELTA_SHARES", "PrivacyAccountant", "RunningEpsilon"]
@@ -231,13 +231,8 @@ def _discrete_epsilon(ledger: PrivacyAccountant, delta: float, discretization: f
 def _joint_epsilon(gaussian: tuple, skellam: tuple, delta: float) -> float:
     """ε at δ of Gaussian steps (``((mu0, q, sampling), steps)``, their own PLDs) and Skellam steps (``(kind, count)``,
     the PLDs that dominate them) composed as one privacy-loss distribution on the Skellam steps' grid."""
-    composed = None
-    for (mu0, q, sampling), steps in gaussian:
-        pld = single_step_pld(mu0, q, sampling, PLD_INTERVAL).self_compose(steps)
-        composed = pld if composed is None else composed.compose(pld)
-    for kind, count in skellam:
-        composed = composed.compose(step_pld(kind).self_compose(count))
-    return float(composed.get_epsilon_for_delta(delta))
+    parts = [(single_step_pld(mu0, q, sampling, PLD_INTERVAL), steps) for (mu0, q, sampling), steps in gaussian]
+    return compose_while_certifying(parts + [(step_pld(kind), count) for kind, count in skellam], delta)
 
 
 def _gaussian_items(entries) -> tuple:
@@ -322,7 +317,8 @@ class RunningEpsilon:
             return 0.0
         if not self.ledger.private:
             return math.inf
-        if self.ledger.discrete:  # recomposed whole (Rényi DP adds curves; each kind's PLD is cached): ~7 ms a read
+        if self.ledger.discrete:  # recomposed whole (Rényi DP adds curves; each kind's PLD is cached): ~7 ms a
+            # read for one kind of step, seconds for hundreds of kinds
             return self.ledger.get_epsilon(self.delta, discretization=self.discretization)
         # Values are shared by every RunningEpsilon (repeated fits with one plan: cross-validation, audits,
         # grid searches), as PrivacyAccountant.get_epsilon's are; a hit needs no composition at all.

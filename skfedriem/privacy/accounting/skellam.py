@@ -48,9 +48,11 @@ import numpy as np
 from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
 from scipy.special import gammaln, logsumexp
 
+from ..._utils.compat import infinity_mass
 from .skellam_pld import subsampled_step_pld
 
-__all__ = ["ORDERS", "PLD_INTERVAL", "PROFILE_ORDERS", "calibrate_skellam_variance", "discrete_epsilon",
+__all__ = ["ORDERS", "PLD_INTERVAL", "PROFILE_ORDERS", "calibrate_skellam_variance", "compose_while_certifying",
+           "discrete_epsilon",
            "gaussian_rdp", "renyi_epsilon", "skellam_rdp", "step_pld", "subsampled_rdp"]
 
 #: The integer Rényi orders every curve is computed at.
@@ -207,10 +209,35 @@ def step_pld(kind: tuple):
 
 @functools.lru_cache(maxsize=1024)
 def _pld_epsilon(steps: tuple, delta: float) -> float:
+    """ε at δ of the steps' dominating distributions composed; inf as soon as a part's mass at infinite loss reaches
+    δ (no ε holds there, and dp-accounting cannot compose a distribution that is all infinite loss)."""
+    return compose_while_certifying([(step_pld(kind), int(count)) for kind, count in steps], delta)
+
+
+def compose_while_certifying(parts: list, delta: float) -> float:
+    """ε at δ of ``(pld, count)`` parts composed, each ``count`` times; inf once a step, a part or the composition so
+    far puts mass δ or more at infinite loss.
+
+    Parameters
+    ----------
+    parts : list of (PrivacyLossDistribution, int)
+        On one grid.
+    delta : float
+
+    Returns
+    -------
+    float
+    """
     composed = None
-    for kind, count in steps:
-        pld = step_pld(kind).self_compose(int(count))
+    for pld, count in parts:
+        if infinity_mass(pld) >= delta:
+            return math.inf
+        pld = pld.self_compose(count)
+        if infinity_mass(pld) >= delta:
+            return math.inf
         composed = pld if composed is None else composed.compose(pld)
+        if infinity_mass(composed) >= delta:
+            return math.inf
     return float(composed.get_epsilon_for_delta(delta))
 
 
