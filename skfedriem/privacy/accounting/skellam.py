@@ -52,8 +52,7 @@ from ..._utils.compat import infinity_mass
 from .skellam_pld import subsampled_step_pld
 
 __all__ = ["ORDERS", "PLD_INTERVAL", "PROFILE_ORDERS", "calibrate_skellam_variance", "compose_while_certifying",
-           "discrete_epsilon",
-           "gaussian_rdp", "renyi_epsilon", "skellam_rdp", "step_pld", "subsampled_rdp"]
+           "discrete_epsilon", "gaussian_rdp", "renyi_epsilon", "skellam_rdp", "step_pld", "subsampled_rdp"]
 
 #: The integer Rényi orders every curve is computed at.
 ORDERS = np.arange(2, 257, dtype=np.float64)
@@ -238,7 +237,7 @@ def compose_while_certifying(parts: list, delta: float) -> float:
         composed = pld if composed is None else composed.compose(pld)
         if infinity_mass(composed) >= delta:
             return math.inf
-    return float(composed.get_epsilon_for_delta(delta))
+    return 0.0 if composed is None else float(composed.get_epsilon_for_delta(delta))
 
 
 def discrete_epsilon(steps: Iterable[tuple[tuple, int]], delta: float) -> float:
