@@ -14,7 +14,7 @@ import numpy as np
 from ..._utils.compat import Interval, StrOptions, validate_params
 from .chaining import chained_epsilon
 from .pld_reading import epsilon_for_delta
-from .skellam import PLD_INTERVAL, compose_while_certifying, discrete_epsilon, step_pld
+from .skellam import PLD_INTERVAL, compose_while_certifying, discrete_epsilon, renyi_epsilon, step_pld
 from .subsampled_gaussian import DISCRETIZATION, MIN_DELTA, grid_interval, single_step_pld
 
 __all__ = ["MIXED_DELTA_SHARES", "PrivacyAccountant", "RunningEpsilon"]
@@ -221,9 +221,9 @@ def _discrete_epsilon(ledger: PrivacyAccountant, delta: float, discretization: f
     bounds = [_composed_epsilon(items, share * delta, discretization, group)
               + discrete_epsilon(skellam, (1 - share) * delta)
               for share in MIXED_DELTA_SHARES if share * delta >= MIN_DELTA]  # the PLD is read only at δ it certifies
-    if group == 1:  # Rényi DP composes a record's or a whole subject's steps, not a group's; so do the
-        bounds.append(discrete_epsilon(_merged_steps(ledger.history), delta))  # Skellam steps' PLDs with the
-        bounds.append(_joint_epsilon(items, tuple(sorted(skellam)), delta))  # Gaussians' exact ones, at one δ
+    if group == 1:  # Rényi DP composes a record's or a whole subject's steps, not a group's; so do the Skellam
+        bounds.append(renyi_epsilon(_merged_steps(ledger.history), delta))  # steps' distributions with the
+        bounds.append(_joint_epsilon(items, tuple(sorted(skellam)), delta))  # Gaussians' own ones, at one δ
     return min(bounds, default=math.inf)  # a group at a δ too small to split: no bound here
 
 
@@ -317,8 +317,8 @@ class RunningEpsilon:
             return 0.0
         if not self.ledger.private:
             return math.inf
-        if self.ledger.discrete:  # recomposed whole (Rényi DP adds curves; each kind's PLD is cached): ~7 ms a
-            # read for one kind of step, seconds for hundreds of kinds
+        if self.ledger.discrete:  # recomposed whole (Rényi DP adds curves; each kind's PLD is cached): cheap
+            # for the few kinds of step a run has, seconds a read for hundreds
             return self.ledger.get_epsilon(self.delta, discretization=self.discretization)
         # Values are shared by every RunningEpsilon (repeated fits with one plan: cross-validation, audits,
         # grid searches), as PrivacyAccountant.get_epsilon's are; a hit needs no composition at all.

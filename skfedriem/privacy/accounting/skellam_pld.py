@@ -55,9 +55,10 @@ import functools
 import math
 
 import numpy as np
-from dp_accounting.pld import pld_pmf
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from scipy import stats
+
+from .subsampled_gaussian import symmetric_curve, symmetric_pld
 
 __all__ = ["LOG_MASS_TRUNCATION", "one_coordinate_pld", "subsampled_step_pld", "unsampled_log_delta"]
 
@@ -114,7 +115,8 @@ def _sampled_delta(rdp: np.ndarray, orders: np.ndarray, rate: float, eps: np.nda
 def _convex_minorant(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """The greatest convex minorant of the points (x, y), x increasing, at the x (the lower hull, monotone chain).
 
-    Written here: numpy and scipy have no one-dimensional lower hull that keeps a minorant's exact values."""
+    Written here: scipy's ConvexHull (Qhull) works in floating-point geometry that x from e^−60 to e^60 defeats, and
+    numpy has no hull."""
     hull: list[int] = []
     for i in range(len(x)):
         while len(hull) >= 2:
@@ -164,13 +166,8 @@ def subsampled_step_pld(rdp: tuple, orders: tuple, rate: float, interval: float)
     curve_rdp, curve_orders = np.asarray(rdp, dtype=np.float64), np.asarray(orders, dtype=np.float64)
     n = _loss_span(curve_rdp, curve_orders, float(rate), float(interval))
     eps = np.arange(n + 1) * float(interval)
-    positive = _sampled_delta(curve_rdp, curve_orders, float(rate), eps)
-    negative_eps = -eps[:0:-1]
-    negative = 1.0 - np.exp(negative_eps) + np.exp(negative_eps) * positive[:0:-1]
-    deltas = np.clip(np.concatenate([negative, positive]), 0.0, 1.0)
-    deltas = _convex_minorant(np.exp(np.concatenate([negative_eps, eps])), np.minimum.accumulate(deltas))
-    pmf = pld_pmf.create_pmf_pessimistic_connect_dots_fixed_gap(float(interval), -n, n, deltas)
-    return pld_lib.PrivacyLossDistribution(pmf)
+    deltas = symmetric_curve(eps, _sampled_delta(curve_rdp, curve_orders, float(rate), eps))
+    return symmetric_pld(float(interval), _convex_minorant(np.exp(np.concatenate([-eps[:0:-1], eps])), deltas))
 
 
 def one_coordinate_pld(lam: float, shift: int, rate: float, *, one_sided: bool = False

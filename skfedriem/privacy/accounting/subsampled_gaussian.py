@@ -56,6 +56,8 @@ __all__ = [
     "grid_interval",
     "single_step_pld",
     "subsampled_gaussian_delta",
+    "symmetric_curve",
+    "symmetric_pld",
 ]
 
 #: Discretisation interval of the privacy-loss grid. Connect-the-dots keeps the
@@ -107,14 +109,43 @@ def _fixed_pld(mu0: float, sample_rate: float, interval: float) -> pld_lib.Priva
     eps_max = max(d.connect_dots_bounds().epsilon_upper for d in directions)
     n = max(1, math.ceil(eps_max / interval))
     eps_pos = np.arange(n + 1) * interval
-    delta_pos = subsampled_gaussian_delta(mu0, sample_rate, eps_pos)
-    eps_neg = -eps_pos[:0:-1]
-    delta_neg = 1.0 - np.exp(eps_neg) + np.exp(eps_neg) * delta_pos[:0:-1]
-    deltas = np.clip(np.concatenate([delta_neg, delta_pos]), 0.0, 1.0)
-    # Round-off can leave a 1e-17 increase; the true curve is non-increasing.
-    deltas = np.minimum.accumulate(deltas)
-    pmf = pld_pmf.create_pmf_pessimistic_connect_dots_fixed_gap(interval, -n, n, deltas)
-    return pld_lib.PrivacyLossDistribution(pmf)
+    return symmetric_pld(interval, symmetric_curve(eps_pos, subsampled_gaussian_delta(mu0, sample_rate, eps_pos)))
+
+
+def symmetric_curve(eps: np.ndarray, positive: np.ndarray) -> np.ndarray:
+    """A symmetric tradeoff's hockey-stick curve on the grid −ε_n … ε_n from its values at ``eps`` = 0, d, …, n d:
+    δ(−ε) = 1 − e^{−ε} + e^{−ε} δ(ε), clipped to [0, 1] and made non-increasing (round-off can leave a 1e-17 rise).
+
+    Parameters
+    ----------
+    eps, positive : ndarray
+        The grid from 0 and δ on it.
+
+    Returns
+    -------
+    ndarray, shape (2 n + 1,)
+    """
+    negative_eps = -eps[:0:-1]
+    negative = 1.0 - np.exp(negative_eps) + np.exp(negative_eps) * positive[:0:-1]
+    return np.minimum.accumulate(np.clip(np.concatenate([negative, positive]), 0.0, 1.0))
+
+
+def symmetric_pld(interval: float, deltas: np.ndarray) -> pld_lib.PrivacyLossDistribution:
+    """dp-accounting's pessimistic connect-the-dots distribution of a curve on −n d … n d (:func:`symmetric_curve`).
+
+    Parameters
+    ----------
+    interval : float
+        d.
+    deltas : ndarray, shape (2 n + 1,)
+
+    Returns
+    -------
+    dp_accounting.pld.privacy_loss_distribution.PrivacyLossDistribution
+    """
+    n = (len(deltas) - 1) // 2
+    return pld_lib.PrivacyLossDistribution(pld_pmf.create_pmf_pessimistic_connect_dots_fixed_gap(interval, -n, n,
+                                                                                                 deltas))
 
 
 def subsampled_gaussian_delta(mu0: float, sample_rate: float, eps: np.ndarray) -> np.ndarray:
