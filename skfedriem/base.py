@@ -100,6 +100,7 @@ class FederatedEstimatorMixin(_EstimatorParameters):
     records_per_subject: int | None = setting("records_per_subject")
     noise: str = setting("noise")
     colluders: int | None = setting("colluders")
+    dropouts: int = setting("dropouts")
     n_clients: int | None = parameter(
         None, "int or None", "When ``fit`` gets no ``groups``. None: the records are one site's, one client holding "
         "every record (a site's own data, a within-session fold: splitting them into clients that each pay the noise "

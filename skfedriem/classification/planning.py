@@ -456,7 +456,7 @@ def _placement_saving(privacy: PrivacyPlan, client_sizes: list[int], names: list
                       diameter: float) -> str:
     """What distributed noise saves: the noise std of the server's mean step against local noise's at the same ε,
     rounds and batches (σ / √K for K equal clients' mean)."""
-    local = plan_run(client_sizes, names, settings.replace(noise="local", local_steps=1, colluders=None),
+    local = plan_run(client_sizes, names, settings.replace(noise="local", local_steps=1, colluders=None, dropouts=0),
                      diameter=diameter)
     k = privacy.encoding.clients
     sigmas = [local.client_noise_std(i) for i in range(len(client_sizes))]

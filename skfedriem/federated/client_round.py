@@ -48,7 +48,7 @@ from ..privacy.per_record.per_sample import LossFn
 from ..privacy.mechanisms.units import RECORD, PrivacyUnit, SubjectIndex
 from .aggregation import get_aggregation
 from .client import ClientRecipe, ClientState, round_units
-from .instructions import CLIPPED_FRACTION, ENCODED_RELEASE, RoundInstructions, check_iterate, step_plan
+from .instructions import CLIPPED_FRACTION, ENCODED_RELEASE, EXCESS_NOISE, RoundInstructions, check_iterate, step_plan
 from .lockstep.widths import padded_picks, poisson_width
 from .optimizers import make_optimizer
 
@@ -196,7 +196,8 @@ def _take_steps(recipe: ClientRecipe, copies: ClientCopies, optimizer: torch.opt
 
 def _distributed_round(recipe: ClientRecipe, copies: ClientCopies, plans: list, states: Sequence[ClientState],
                        records: list, subjects: SubjectIndex | None) -> list[Reply]:
-    """The one step of a round of distributed noise: every client's encoded release, its reply's only entry."""
+    """The one step of a round of distributed noise: every client's encoded release, and with a dropout allowance
+    (in process) the excess components it keeps apart."""
     plan = plans[0]
     picks = [np.asarray(p.sampler().sample(state.randomness)) for p, state in zip(plans, states)]
     passes, segments = _step_passes(records, picks, subjects, _poisson_width(plans))
@@ -204,7 +205,14 @@ def _distributed_round(recipe: ClientRecipe, copies: ClientCopies, plans: list, 
     releases = distributed_release(copies, recipe.loss_fn, passes, clip=plan.clip, encoding=plan.encoding,
                                    randomness=[s.randomness for s in states], segments=segments)
     seconds = (time.perf_counter() - started) / len(releases)
-    return [({ENCODED_RELEASE: torch.from_numpy(release)}, seconds) for release in releases]
+    return [(_release_reply(release), seconds) for release in releases]
+
+
+def _release_reply(release: np.ndarray) -> dict[str, torch.Tensor]:
+    """A release's reply: the release, and its excess components apart (rows 1 … d of a two-dimensional one)."""
+    if release.ndim == 1:
+        return {ENCODED_RELEASE: torch.from_numpy(release)}
+    return {ENCODED_RELEASE: torch.from_numpy(release[0].copy()), EXCESS_NOISE: torch.from_numpy(release[1:].copy())}
 
 
 def run_round(recipe: ClientRecipe, theta: dict[str, torch.Tensor], clients: Sequence[tuple[torch.Tensor, ...]],

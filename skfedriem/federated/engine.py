@@ -359,9 +359,9 @@ class FederatedTrainer:
         self.deviating_accountant_ = PrivacyAccountant.from_state_dict(prior.deviating_ledger or prior.local_ledger
                                                                        or prior.ledger)
         self._placement = self.plan_.placement
-        # the certificate counts the shares the plan sized for K clients a round and t colluders
-        self._placement.check_shares(self.plan_.encoding, k, distributed_clients(len(client_sizes),
-                                                                                 self.settings)[1])
+        # the certificate counts the shares the plan sized for K clients a round, t colluders and d more dropouts
+        self._placement.check_shares(self.plan_.encoding, k, *distributed_clients(len(client_sizes),
+                                                                                  self.settings)[1:])
         self._strategy = self._placement.server_strategy(self.module, self.aggregation, self.settings.optimizer,
                                                          self.plan_.client_batch_size)
         self._epsilon_so_far = self.pricing.running_epsilon(self.accountant_)
@@ -468,8 +468,8 @@ class FederatedTrainer:
     @property
     def deviating_epsilon_(self) -> float:
         """What the run guarantees against a server that deviates from the protocol with t colluding clients (it may
-        declare t honest clients dropped out, so K − 2t honest shares carry the noise, and at least the client's
-        own): with distributed noise that ledger's ε, between :attr:`epsilon_` and :attr:`local_epsilon_`; with
+        declare t (+ d, the dropout allowance) honest clients dropped out, so K − 2t − d honest shares carry the
+        noise, and at least the client's own): with distributed noise that ledger's ε, between :attr:`epsilon_` and :attr:`local_epsilon_`; with
         local noise :attr:`epsilon_`."""
         if not self._placement.reports_local_epsilon and self.deviating_accountant_.history == self.accountant_.history:
             return self.epsilon_

@@ -26,13 +26,17 @@ from ..privacy.mechanisms.step_plan import StepPlan
 from ..privacy.mechanisms.units import RECORD, PrivacyUnit, step_diameter
 from .aggregation import AGGREGATIONS
 
-__all__ = ["CLIPPED_FRACTION", "ENCODED_RELEASE", "RoundInstructions", "check_iterate", "iterate_tolerance", "step_plan"]
+__all__ = ["CLIPPED_FRACTION", "ENCODED_RELEASE", "EXCESS_NOISE", "RoundInstructions", "check_iterate",
+           "iterate_tolerance", "step_plan"]
 
 #: The key of a submission's noisy fraction of unclipped records (adaptive clipping); never a parameter's name
 #: (a parameter's name has no spaces).
 CLIPPED_FRACTION = "clipped fraction"
 #: The key of a distributed-noise round's reply: the client's encoded release (int64, modulo 2^bits), its only entry.
 ENCODED_RELEASE = "encoded release"
+#: The key of the excess components a client of a distributed-noise round keeps apart (a dropout allowance, in
+#: process): ``(d, length)`` int64, of which the server takes out those above the round's level.
+EXCESS_NOISE = "excess noise"
 
 
 def iterate_tolerance(dtype: torch.dtype) -> float:

@@ -132,15 +132,16 @@ class NoisePlacement(ABC):
         """
         return None
 
-    def check_shares(self, encoding, clients: int, colluders: int) -> None:
+    def check_shares(self, encoding, clients: int, colluders: int, dropouts: int = 0) -> None:
         """ValueError unless the plan's ``encoding`` sized its noise shares for a round of K ``clients`` with t
-        ``colluders`` (nothing to check where no shares are drawn).
+        ``colluders`` and d ``dropouts`` (nothing to check where no shares are drawn).
 
         Parameters
         ----------
         encoding : DistributedEncoding or None
         clients : int
         colluders : int
+        dropouts : int, default=0
         """
         return None
 
@@ -203,11 +204,18 @@ class LocalNoise(NoisePlacement):
         return AverageSubmissions(module, aggregation)
 
     def refusals(self, values: Mapping[str, Any]) -> list[str]:
+        out = []
         colluders = _given(values, "colluders", None)
-        if colluders is None:
-            return []
-        return [f"colluders={colluders!r} sizes the noise shares of noise='distributed'; with noise='local' every "
-                "client adds the whole noise itself, which no colluding client lessens. Leave colluders None."]
+        if colluders is not None:
+            out.append(f"colluders={colluders!r} sizes the noise shares of noise='distributed'; with noise='local' "
+                       "every client adds the whole noise itself, which no colluding client lessens. Leave colluders "
+                       "None.")
+        dropouts = _given(values, "dropouts", 0)
+        if dropouts not in (0, None):
+            out.append(f"dropouts={dropouts!r} keeps the noise shares of noise='distributed' whole when clients drop "
+                       "out; with noise='local' every client adds the whole noise itself and a round runs on whoever "
+                       "answers. Leave dropouts=0.")
+        return out
 
 
 class DistributedNoise(NoisePlacement):
@@ -241,10 +249,11 @@ class DistributedNoise(NoisePlacement):
     def round_encoding(self, encoding, rotation_seed: int, clip: float, planned_clip: float):
         return encoding.with_seed(rotation_seed).for_clip(clip, planned_clip)
 
-    def check_shares(self, encoding, clients: int, colluders: int) -> None:
-        if (encoding.clients, encoding.colluders) != (clients, colluders):
-            raise ValueError(f"The plan's encoding is for K = {encoding.clients} clients, t = {encoding.colluders}; "
-                             f"this run selects {clients} a round with t = {colluders}.")
+    def check_shares(self, encoding, clients: int, colluders: int, dropouts: int = 0) -> None:
+        if (encoding.clients, encoding.colluders, encoding.dropouts) != (clients, colluders, dropouts):
+            raise ValueError(f"The plan's encoding is for K = {encoding.clients} clients, t = {encoding.colluders}, "
+                             f"d = {encoding.dropouts}; this run selects {clients} a round with t = {colluders}, "
+                             f"d = {dropouts}.")
 
     def server_strategy(self, module, aggregation, optimizer, batch_size) -> ServerStrategy:
         return StepOnSum(module, optimizer, batch_size)

@@ -28,7 +28,7 @@ classes lie further apart than motor imagery's can learn below it (20 synthetic 
 
 #: The settings :func:`plan_run` reads: with the clients' sizes, the accounting method and Δ, what a plan is made of.
 PLANNED_FROM = ("eps", "delta", "clip", "n_rounds", "local_epochs", "local_steps", "batch_size", "sampling",
-                "privacy_unit", "records_per_subject", "noise", "colluders", "clients_per_round")
+                "privacy_unit", "records_per_subject", "noise", "colluders", "dropouts", "clients_per_round")
 
 
 @dataclass(frozen=True)
@@ -354,7 +354,7 @@ def plan_run(
 def _distributed_plan(client_sizes: list[int], client_names: list, settings: FederationSettings,
                       method: RunAccounting, diameter: float, dimension: int) -> PrivacyPlan:
     """One step a round, the Skellam noise of the K − t honest shares calibrated to (ε, δ), the grid and modulus."""
-    clients, colluders = distributed_clients(len(client_sizes), settings)
+    clients, colluders, dropouts = distributed_clients(len(client_sizes), settings)
     if dimension < 1:
         raise ValueError(f"noise='distributed' needs a model with trainable parameters (its grid has one "
                          f"coordinate each). Got dimension={dimension!r}.")
@@ -375,7 +375,7 @@ def _distributed_plan(client_sizes: list[int], client_names: list, settings: Fed
 
     # clip="auto": the grid is planned at C_0 (each round's follows its clip) and the count takes its share of Δ2²
     clip, count_share = (INITIAL_CLIP, COUNT_SHARE) if settings.clip == "auto" else (settings.clip, 0.0)
-    encoding = plan_encoding(dimension, clip, total_batch, clients, colluders, calibrate, count_share)
+    encoding = plan_encoding(dimension, clip, total_batch, clients, colluders, calibrate, count_share, dropouts)
     l2 = encoding.charged_step(clip, q, group)[1]
     return PrivacyPlan(batch_size=batch_size, local_steps=tuple(1 for _ in client_sizes), sample_rate=q,
                        steps_per_round=1, total_steps=settings.n_rounds, mu0=l2 / math.sqrt(encoding.central_variance),
@@ -392,9 +392,9 @@ def _round_batch(batches: list[int], clients: int, sampling: str) -> tuple[float
     return total, total if sampling == "fixed" else total + 5 * math.sqrt(total) + 5
 
 
-def distributed_clients(n_clients: int, settings: FederationSettings) -> tuple[int, int]:
-    """(K, t): the clients of a round and how many may drop out or collude (``colluders``, else ⌈K / 10⌉, at least
-    1 when K > 1); ValueError unless t < K.
+def distributed_clients(n_clients: int, settings: FederationSettings) -> tuple[int, int, int]:
+    """(K, t, d): the clients of a round, how many may drop out or collude (``colluders``, else ⌈K / 10⌉, at least
+    1 when K > 1) and how many more may drop out (``dropouts``); ValueError unless t + d < K.
 
     Parameters
     ----------
@@ -412,7 +412,10 @@ def distributed_clients(n_clients: int, settings: FederationSettings) -> tuple[i
     if colluders >= clients:
         raise ValueError(f"The 'colluders' parameter must be below the {clients} clients of a round (the others' "
                          f"shares carry the noise). Got colluders={settings.colluders!r} instead.")
-    return clients, int(colluders)
+    if colluders + settings.dropouts >= clients:
+        raise ValueError(f"The 'dropouts' parameter must leave at least one honest answer: t + d below the {clients} "
+                         f"clients of a round (t = {colluders}). Got dropouts={settings.dropouts!r} instead.")
+    return clients, int(colluders), int(settings.dropouts)
 
 
 def _calibrated(shape: dict, settings: FederationSettings, method: RunAccounting, private: bool,

@@ -29,12 +29,11 @@ import torch
 from torch import nn
 
 from ..manifolds import manifold_of
-from ..privacy.mechanisms.discrete import sum_releases
 from ..privacy.per_record.per_sample import trainable_parameters
 from .adaptive_clip import clipped_fraction, summed_fraction
 from .aggregation import Aggregation
 from .distributed_server import DistributedServer
-from .instructions import ENCODED_RELEASE
+from .instructions import ENCODED_RELEASE, EXCESS_NOISE
 
 __all__ = ["AverageSubmissions", "RoundOutcome", "ServerStrategy", "StepOnSum"]
 
@@ -142,13 +141,21 @@ class StepOnSum(ServerStrategy):
         started = time.perf_counter()
         encoding = next(iter(instructions.values())).encoding  # the round's, the same for every client
         releases = [replies[i][0][ENCODED_RELEASE] for i in replied]
+        excess = _excess([replies[i][0] for i in replied])
         denominator = sum(self.batch_size(i) for i in replied)
-        discarded, count = self.server.apply(theta, releases, denominator, encoding, lr)
+        discarded, count = self.server.apply(theta, releases, denominator, encoding, lr, excess)
         fraction = None if count is None else summed_fraction(count, denominator)
         seconds = time.perf_counter() - started
         if not transcript:
             return RoundOutcome(seconds, discarded, {}, fraction)
-        # the sum, what the server learns; secure aggregation with too few survivors reveals nothing
-        total = None if len(releases) < encoding.honest else torch.from_numpy(
-            sum_releases([r.numpy() for r in releases], encoding))
-        return RoundOutcome(seconds, discarded, {"sum": total}, fraction)
+        # the sum less the excess, what the server learns; secure aggregation with too few survivors reveals nothing
+        total = self.server.summed(releases, encoding, excess)
+        return RoundOutcome(seconds, discarded, {"sum": None if total is None else torch.from_numpy(total)}, fraction)
+
+
+def _excess(submissions: list[dict]) -> list[torch.Tensor] | None:
+    """The answering clients' excess components, when their releases came with them (all or none)."""
+    kept = [s[EXCESS_NOISE] for s in submissions if EXCESS_NOISE in s]
+    if kept and len(kept) != len(submissions):
+        raise ValueError(f"{len(kept)} of {len(submissions)} releases came with their excess components.")
+    return kept or None

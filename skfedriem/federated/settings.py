@@ -218,13 +218,22 @@ class FederationSettings:
         "guarantee against a server that sees only the sum and colludes with at most ``colluders`` clients, and "
         "``local_epsilon_`` what each client's own share guarantees against a server that breaks the protocol, "
         "``deviating_epsilon_`` what the run guarantees against a server that deviates with ``colluders`` clients "
-        "(it may declare t honest clients dropped out: K − 2t honest shares). "
+        "(it may declare t honest clients dropped out: K − 2t honest shares; with ``dropouts``, K − 2t − d). "
         "See the docs page \"Where the noise is added\".")
     colluders: int | None = _setting(
         None, "int or None", [Interval(Integral, 0, None, closed="left"), None],
         "``noise=\"distributed\"`` only: t, how many of a round's K clients may drop out or collude with the server; "
         "each share is sized so that the other K − t alone carry the noise. None: ⌈K / 10⌉ (at least 1 when K > 1; "
         "0 for a lone client). Must be below K.")
+    dropouts: int = _setting(
+        0, "int", [Interval(Integral, 0, None, closed="left")],
+        "``noise=\"distributed\"`` only: d, the dropout allowance: up to d more of a round's K clients may drop out "
+        "(beyond the t of ``colluders``) and the round still applies with its noise whole. Each client adds the share "
+        "that K − t − d honest clients need and keeps the excess apart; once the round's answers are in, the excess "
+        "over what its answering clients need is taken out (in process; a deployed site draws its share for the "
+        "dropped sites its signed lists announce). A round with fewer than K − t − d answers is discarded, still "
+        "charged. ``epsilon_`` and ``local_epsilon_`` are unchanged; ``deviating_epsilon_`` counts K − 2t − d honest "
+        "shares of the larger size. Needs t + d < K.")
     reset_optimizer: bool = _setting(
         True, "bool", ["boolean"],
         "Start each client's round from a fresh optimiser state (else a client keeps its own, e.g. Adam's "

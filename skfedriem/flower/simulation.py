@@ -63,10 +63,11 @@ class _SecureSites:
 
     clients: int
     colluders: int
+    dropouts: int
     roster: dict[str, bytes]  # name -> public key, PEM
 
     @classmethod
-    def make(cls, folder: str, names: list[str], clients: int, colluders: int) -> _SecureSites:
+    def make(cls, folder: str, names: list[str], clients: int, colluders: int, dropouts: int) -> _SecureSites:
         """A fresh P-384 key pair per site (the private key in ``folder``, readable by this account alone)."""
         roster = {}
         for name in names:
@@ -77,13 +78,13 @@ class _SecureSites:
             path.chmod(0o600)
             roster[name] = key.public_key().public_bytes(serialization.Encoding.PEM,
                                                          serialization.PublicFormat.SubjectPublicKeyInfo)
-        return cls(clients, colluders, roster)
+        return cls(clients, colluders, dropouts, roster)
 
     def guard(self, folder: str, name: str, delta: float) -> SiteGuard:
-        """Site ``name``'s guard: its ledgers in ``folder``, no budget of its own, consent to the run's K and t."""
+        """Site ``name``'s guard: its ledgers in ``folder``, no budget of its own, consent to the run's K, t and d."""
         signing = serialization.load_pem_private_key((Path(folder) / f"{_safe(name)}.key").read_bytes(), None)
         roster = {site: serialization.load_pem_public_key(pem) for site, pem in self.roster.items()}
-        consent = DistributedNoise(SiteIdentity(name, signing, roster), self.clients, self.colluders)
+        consent = DistributedNoise(SiteIdentity(name, signing, roster), self.clients, self.colluders, self.dropouts)
         return SiteGuard(ledger_path=str(Path(folder) / f"{_safe(name)}.ledger.json"), max_epsilon=math.inf,
                          delta=delta, distributed=consent)
 
@@ -155,7 +156,8 @@ def _clients_in(folder: str, trainer, clients: Sequence[tuple[torch.Tensor, ...]
         torch.save(tuple(x.contiguous() for x in data), Path(folder) / f"client-{i}.pt")
     # the plan of these clients (the server's, made again from the same sizes when it serves): its placement
     plan = trainer.pricing.plan([unit_count(c, trainer.settings.unit) for c in clients], list(names))
-    secure = (_SecureSites.make(folder, names, plan.encoding.clients, plan.encoding.colluders)
+    encoding = plan.encoding
+    secure = (_SecureSites.make(folder, names, encoding.clients, encoding.colluders, encoding.dropouts)
               if plan.placement.secure_sum else None)
     return _SimulationClients(folder, names, list(client_seeds), trainer.settings.secure_mode,
                               trainer.settings.client_timings, trainer.client_recipe(), secure, trainer.settings.delta)

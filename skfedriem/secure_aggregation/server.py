@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from . import shamir
 from .crypto import agree, mask
-from .session import key_context, threshold
+from .session import masks_context, threshold
 from .site import SignedKeys
 
 __all__ = ["RoundAbandoned", "ServerSession"]
@@ -46,6 +46,8 @@ class ServerSession:
         The releases' length.
     roster : int, optional
         N, the sites of the roster, as the sites report it (default K).
+    dropouts : int, default=0
+        d, the dropout allowance (the threshold counts it).
 
     Attributes
     ----------
@@ -63,6 +65,7 @@ class ServerSession:
     bits: int
     length: int
     roster: int | None = None
+    dropouts: int = 0
     keys: dict = field(default_factory=dict, init=False)  # stage 1: site -> SignedKeys
     routes: dict = field(default_factory=dict, init=False)  # stage 2: recipient -> {sender: ciphertext}
     inputs: dict = field(default_factory=dict, init=False)  # the round: survivor -> masked release
@@ -70,7 +73,7 @@ class ServerSession:
     @property
     def threshold(self) -> int:
         """T (:func:`~skfedriem.secure_aggregation.session.threshold`)."""
-        return threshold(self.clients, self.colluders, self.roster)
+        return threshold(self.clients, self.colluders, self.roster, self.dropouts)
 
     def _enough(self, sites, stage: str) -> None:
         if len(sites) < self.threshold:
@@ -145,13 +148,12 @@ class ServerSession:
                 private = X25519PrivateKey.from_private_bytes(key)
             except ValueError:
                 raise RoundAbandoned(f"site {gone!r}'s mask key does not rebuild from its shares.") from None
-            self._remove_pairwise(out, gone, private, content)
+            self._remove_pairwise(out, gone, private, masks_context(self.instance, content, active, dropped))
         return out
 
     def _remove_pairwise(self, entries: dict[str, np.ndarray], gone: str, key: X25519PrivateKey,
-                         content: bytes) -> None:
+                         context: bytes) -> None:
         """Take the dropped site's pairwise masks (from its recovered key) out of every survivor's entry."""
-        context = key_context("masks", self.instance, content)
         for site, entry in entries.items():
             if gone not in self.routes.get(site, {}):  # never paired with it
                 continue

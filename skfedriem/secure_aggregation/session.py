@@ -9,12 +9,14 @@ drop out, and only those.
 
 **The threshold.** With K sites a round out of the N of the federation's
 roster, at most t of which may drop out or collude with the server (the
-encoding's ``colluders``), the shares are split with threshold
+encoding's ``colluders``), and d more of which may drop out (its
+``dropouts``, the dropout allowance), the shares are split with threshold
 
-    T = max(K − t, ⌊(N + t) / 2⌋ + 1).
+    T = max(K − t − d, ⌊(N + t) / 2⌋ + 1).
 
-K − t: unmasking goes ahead only with at least the K − t survivors whose
-noise shares the certificate counts. ⌊(N + t) / 2⌋ + 1, so that 2T > N + t:
+K − t − d: unmasking goes ahead only with at least the K − t − d survivors
+whose noise shares the certificate counts (each sized for the dropped sites
+the lists announce: :func:`masks_context`). ⌊(N + t) / 2⌋ + 1, so that 2T > N + t:
 an honest site reveals, for a peer, either its self-mask share or its
 pairwise-mask share, never both, once per instance, and reveals mask-key
 shares only against T survivors' signatures over the lists it signed itself
@@ -37,6 +39,17 @@ received them) enters the pairwise masks' key derivation
 (:func:`key_context`): two sites sent different rounds mask with keys that do
 not cancel, so no sum of their releases can be unmasked.
 
+**The lists enter the masks.** A site draws its noise share for the number
+of dropped sites its round's lists announce (the larger the fewer survive:
+:meth:`~skfedriem.privacy.mechanisms.discrete.DistributedEncoding.round_share`),
+and the lists it signed enter its pairwise masks' key derivation
+(:func:`masks_context`): a release sized for one set of lists cancels only
+with releases sized for the same lists. So every honest release in a sum the
+server can unmask was sized for the same lists, hence for the same dropped
+sites, and (the consistency check below) those sites are the ones left out:
+a server that shows some sites fewer dropped sites than it leaves out, to
+have them draw smaller shares, gets masks that do not cancel.
+
 **One message a round.** The keys and the shares of a batch of rounds are
 exchanged ahead (two messages per batch); each round then takes a single
 message per site, which carries θ_t, the instructions, the shares addressed
@@ -52,15 +65,16 @@ masks removed (that would take its other secret): the round is abandoned.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from .crypto import digest
 
-__all__ = ["Binding", "key_context", "threshold"]
+__all__ = ["Binding", "key_context", "masks_context", "threshold"]
 
 
-def threshold(clients: int, colluders: int, roster: int | None = None) -> int:
-    """T = max(K − t, ⌊(N + t) / 2⌋ + 1): the shares that unmask, and the survivors unmasking needs.
+def threshold(clients: int, colluders: int, roster: int | None = None, dropouts: int = 0) -> int:
+    """T = max(K − t − d, ⌊(N + t) / 2⌋ + 1): the shares that unmask, and the survivors unmasking needs.
 
     Parameters
     ----------
@@ -72,6 +86,8 @@ def threshold(clients: int, colluders: int, roster: int | None = None) -> int:
         N ≥ K, the sites of the federation's roster, any K of which a server may ask (default K). Each honest
         site may be shown its own K sites of the N: 2T > N + t keeps two disjoint groups of them from both
         reaching T.
+    dropouts : int, default=0
+        d, the sites beyond t that may drop out with the noise kept whole.
 
     Returns
     -------
@@ -82,13 +98,16 @@ def threshold(clients: int, colluders: int, roster: int | None = None) -> int:
     --------
     >>> threshold(5, 1), threshold(3, 1), threshold(10, 1), threshold(1, 0), threshold(7, 2, roster=8)
     (4, 3, 9, 1, 6)
+    >>> threshold(7, 1), threshold(7, 1, dropouts=2), threshold(10, 1, dropouts=3)
+    (6, 5, 6)
     """
     sites = clients if roster is None else roster
-    value = max(clients - colluders, (sites + colluders) // 2 + 1)
-    if value > clients or sites < clients:
+    value = max(clients - colluders - dropouts, (sites + colluders) // 2 + 1)
+    if value > clients or sites < clients or not 0 <= dropouts < clients - colluders:
         raise ValueError(f"Secure aggregation with K = {clients} sites a round out of a roster of N = {sites}, "
-                         f"t = {colluders}: the threshold max(K − t, ⌊(N + t)/2⌋ + 1) = {value} exceeds K (or N < "
-                         f"K). Ask more sites a round (distributed-clients) or assume fewer colluders.")
+                         f"t = {colluders}, d = {dropouts}: the threshold max(K − t − d, ⌊(N + t)/2⌋ + 1) = {value} "
+                         f"exceeds K (or N < K, or t + d ≥ K). Ask more sites a round (distributed-clients) or "
+                         f"assume fewer colluders.")
     return value
 
 
@@ -96,6 +115,13 @@ def key_context(purpose: str, instance: str, content: bytes = b"") -> bytes:
     """The key-derivation context of ``purpose`` in ``instance`` and the round's ``content`` (the sites' and the
     server's)."""
     return digest("skfedriem secure aggregation", purpose, instance, content)
+
+
+def masks_context(instance: str, content: bytes, active: list[str], dropped: list[str]) -> bytes:
+    """The pairwise masks' key-derivation context: the round's ``content`` and its lists of survivors and dropped
+    sites (sorted), so that releases sized for different lists never cancel."""
+    lists = json.dumps([sorted(map(str, active)), sorted(map(str, dropped))])
+    return key_context("masks", instance, digest(content, lists))
 
 
 @dataclass(frozen=True)
@@ -118,6 +144,8 @@ class Binding:
         The release's length.
     roster : int, optional
         N, the sites of the roster the site holds (default K): the threshold counts them.
+    dropouts : int, default=0
+        d, the dropout allowance.
     """
 
     run: str
@@ -128,17 +156,19 @@ class Binding:
     bits: int
     length: int
     roster: int | None = None
+    dropouts: int = 0
 
     @property
     def threshold(self) -> int:
         """T (:func:`threshold`)."""
-        return threshold(self.clients, self.colluders, self.roster)
+        return threshold(self.clients, self.colluders, self.roster, self.dropouts)
 
     def payload(self, site: str, *parts: bytes | str) -> bytes:
         """The bytes ``site`` signs: the binding, the site's name and ``parts``."""
         return digest("skfedriem secure aggregation", self.run, self.round, self.instance,
                       str(self.clients), str(self.colluders), str(self.bits), str(self.length),
-                      str(self.clients if self.roster is None else self.roster), site, *parts)
+                      str(self.clients if self.roster is None else self.roster), f"dropouts {self.dropouts}", site,
+                      *parts)
 
     def context(self, purpose: str, content: bytes = b"") -> bytes:
         """The key-derivation context of ``purpose`` in this instance (:func:`key_context`)."""

@@ -51,7 +51,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from ..exceptions import InvalidInstructionsError
 from . import shamir
 from .crypto import agree, decrypt, encrypt, fresh_seed, mask, public_bytes, sign, verify
-from .session import Binding
+from .session import Binding, masks_context
 
 __all__ = ["SiteIdentity", "SiteSession", "SignedKeys"]
 
@@ -298,10 +298,11 @@ class SiteSession:
             _refuse(f"sites {both} are listed both as survivors and as dropped.")
 
     def _check_survivors(self, active: list[str]) -> None:
-        """No unmasking with fewer than T (≥ K − t) survivors: their sum would be too few sites' releases."""
-        if len(set(active)) < self.binding.threshold:
-            _refuse(f"{len(set(active))} survivors, fewer than T = {self.binding.threshold} (at least K − t = "
-                    f"{self.binding.clients - self.binding.colluders}).")
+        """No unmasking with fewer than T (≥ K − t − d) survivors: their sum would be too few sites' releases."""
+        b = self.binding
+        if len(set(active)) < b.threshold:
+            _refuse(f"{len(set(active))} survivors, fewer than T = {b.threshold} (at least K − t − d = "
+                    f"{b.clients - b.colluders - b.dropouts}).")
 
     def masked(self, release: np.ndarray, content: bytes) -> np.ndarray:
         """Stage 5: the release masked: + self-mask + Σ_{peers v} ± mask(s_uv), modulo 2^bits.
@@ -312,8 +313,10 @@ class SiteSession:
             In [0, 2^bits).
         content : bytes
             A digest of what the round computes, as this site received it: it
-            enters the pairwise keys, so that the masks of two sites sent
-            different rounds do not cancel.
+            enters the pairwise keys with the lists this site signed
+            (:func:`~skfedriem.secure_aggregation.session.masks_context`), so
+            that the masks of two sites sent different rounds, or different
+            lists (for which they sized their noise shares), do not cancel.
 
         Returns
         -------
@@ -329,8 +332,9 @@ class SiteSession:
         for peer in self._shares:
             if peer == self.name:
                 continue
-            pairwise = mask(agree(self._masking, self._keys[peer].masking, b.context("masks", content)), b.length,
-                            b.bits)
+            pairwise = mask(agree(self._masking, self._keys[peer].masking, masks_context(b.instance, content,
+                                                                                        *self._lists)),
+                            b.length, b.bits)
             total = np.mod(total + pairwise if self.name < peer else total - pairwise, 1 << b.bits)
         return total
 

@@ -12,7 +12,7 @@ from skfedriem.datasets import make_spd_classification
 from skfedriem.exceptions import InvalidInstructionsError
 from skfedriem.federated import FederatedTrainer, FederationSettings, LocalTransport
 from skfedriem.federated.client import ClientState
-from skfedriem.federated.instructions import ENCODED_RELEASE, RoundInstructions
+from skfedriem.federated.instructions import ENCODED_RELEASE, EXCESS_NOISE, RoundInstructions
 from skfedriem.flower.protocol.messages import encode_instructions
 from skfedriem.privacy import PrivacyBudget
 from skfedriem.privacy.accounting.skellam import discrete_epsilon
@@ -109,9 +109,74 @@ def _served(answering):
     return t, before
 
 
+class _Kept(_Dropping):
+    """A dropping transport that keeps the replies it delivers."""
+
+    def __init__(self, *args, answering):
+        super().__init__(*args, answering=answering)
+        self.delivered = []
+
+    def run_round(self, t, selected, theta, instructions):
+        replies = super().run_round(t, selected, theta, instructions)
+        self.delivered.append(replies)
+        return replies
+
+
+def _served_with_allowance(answering, dropouts=2, record_transcript=False):
+    """K = 7 clients, t = 1, d = ``dropouts``; the first ``answering`` answer every round."""
+    data = clients(7, 30)
+    t = FederatedTrainer(StiefelNet(seed=0), cross_entropy,
+                         FederationSettings(n_rounds=3, batch_size=10, eps=5.0, clip=1.0, lr=0.5, noise="distributed",
+                                            colluders=1, dropouts=dropouts),
+                         seed_sequence=np.random.SeedSequence(0), client_seed=np.random.SeedSequence([0, 1]),
+                         record_transcript=record_transcript)
+    states = [ClientState.fresh(s) for s in np.random.SeedSequence(3).spawn(7)]
+    transport = _Kept(t.client_recipe(simulated=True), data, states, answering=answering)
+    t.serve(transport, [30] * 7, list(range(7)), np.random.SeedSequence(0))
+    t.delivered = transport.delivered
+    return t
+
+
+def test_with_a_dropout_allowance_rounds_missing_t_plus_d_clients_apply_at_the_planned_epsilon():
+    """K = 7, t = 1, d = 2: rounds that 2 (or 3 = t + d) clients miss apply, charged exactly as the plan certified
+    (the same ε as rounds every client answers: the noise is kept whole, not re-certified); 4 missing are
+    discarded and still charged; without the allowance 2 missing are discarded."""
+    full = _served_with_allowance(7)
+    assert full.plan_.encoding.dropouts == 2 and full.epsilon_ <= 5.0
+    for answering in (5, 4):
+        t = _served_with_allowance(answering)
+        assert not any("discarded" in h for h in t.history_)
+        assert t.epsilon_ == full.epsilon_ and t.local_epsilon_ == full.local_epsilon_
+    short = _served_with_allowance(3)
+    assert all("fewer than the K − t − d = 4" in h["discarded"] for h in short.history_)
+    assert short.accountant_.steps == 3
+    without = _served_with_allowance(5, dropouts=0)
+    assert all("fewer than the K − t − d = 6" in h["discarded"] for h in without.history_)
+
+
+def test_the_server_learns_the_sum_less_the_excess_over_the_rounds_level():
+    """What the transcript keeps of a round that 2 of 7 missed is the five answering releases' sum less their excess
+    above level 2 (none), and of a full round the sum less all their excess: each client's components travel
+    apart from its release and only the round's level decides what is taken out."""
+    from skfedriem.privacy.mechanisms.discrete import sum_releases
+
+    full = _served_with_allowance(7, record_transcript=True)
+    missing = _served_with_allowance(5, record_transcript=True)
+    encoding = full.plan_.encoding
+    for run, answering in ((missing, 5), (full, 7)):
+        for row, replies in zip(run.transcript_, run.delivered, strict=True):
+            assert sorted(replies) == list(range(answering))
+            releases = [replies[i][0][ENCODED_RELEASE].numpy() for i in range(answering)]
+            assert all(replies[i][0][EXCESS_NOISE].shape == (2, encoding.length) for i in range(answering))
+            removed = sum(replies[i][0][EXCESS_NOISE].numpy().sum(0) for i in range(answering)) if answering == 7 \
+                else 0
+            assert np.array_equal(row["sum"].numpy(), np.mod(sum_releases(releases, encoding) - removed,
+                                                              encoding.modulus))
+
+
 def test_a_round_short_of_honest_shares_is_charged_and_discarded():
     t, before = _served(answering=2)  # K − t = 3 shares needed
-    assert all("fewer than the K − t = 3" in h["discarded"] for h in t.history_)
+    assert all("fewer than the K − t − d = 3" in h["discarded"] for h in t.history_)
     for name, p in t.module.named_parameters():
         assert torch.equal(p.detach(), before[name])
     assert t.accountant_.steps == 4  # every round was charged
@@ -129,6 +194,8 @@ def test_a_round_with_k_minus_t_shares_is_applied():
     ({"client_timings": True}, "client_timings=True"),
     ({"accounting": "prirfed", "sampling": "poisson"}, "does not account distributed noise"),
     ({"noise": "local", "colluders": 2}, "colluders=2 sizes the noise shares"),
+    ({"noise": "local", "dropouts": 1}, "dropouts=1 keeps the noise shares"),
+    ({"colluders": 1, "dropouts": 3}, "'dropouts' parameter must leave at least one honest answer"),
 ])
 def test_what_distributed_noise_refuses(options, message):
     """Each setting the run would not honour is refused by name (rlavg, local_epochs=2, timings and colluders with

@@ -275,3 +275,26 @@ def test_every_classifier_deploys_with_distributed_noise_at_its_defaults(kind, t
                     "--out", str(tmp_path)])
     assert summary["applied_rounds"] == summary["rounds"] == 3
     assert summary["epsilon"] <= 2.0 < summary["deviating_epsilon"] <= summary["local_epsilon"]
+
+
+@pytest.mark.deployment
+def test_a_distributed_deployment_with_a_dropout_allowance_keeps_rounds_two_of_seven_sites_miss(tmp_path, capsys):
+    """Seven secured sites, t = 1, d = 2 (``--set dropouts=2``; each site's node setting distributed-dropouts):
+    site-0 and site-1 are killed after round 2; the next rounds list both as dropped and complete with five sites,
+    each drawing its share for the two dropped its signed lists announce. The certificate is the in-process fit's
+    at the same K, t and d, and no later round is discarded."""
+    summary = main(["--estimator", "pca", "--sites", "7", "--rounds", "5", "--eps", "2.0", "--noise", "distributed",
+                    "--semi-honest-server", "--kill-site-after-round", "2", "--kill-sites", "2",
+                    "--round-timeout", "30", "--set", 'solver="riemannian"', "--set", "local-steps=1",
+                    "--set", "colluders=1", "--set", "dropouts=2", "--timeout", "500", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "killed site-1's SuperNode" in out and "5 survivors, 2 dropped" in out
+    result = json.loads((tmp_path / "server" / "result.json").read_text())
+    assert summary["replied"][-1] == [2, 3, 4, 5, 6] and "discarded" not in result["history"][-1]
+    X = np.vstack([x for x, _ in site_data(tmp_path, 7, False)])
+    reference = FederatedPCA(n_components=2, eps=2.0, n_rounds=5, local_steps=1, solver="riemannian",
+                             noise="distributed", colluders=1, dropouts=2).fit(X, groups=np.repeat(np.arange(7), 120))
+    assert result["epsilon"] == reference.epsilon_ <= 2.0
+    for i in range(7):
+        central = PrivacyBudget(float("inf"), path=tmp_path / f"site-{i}" / "ledger.central.json")
+        assert central.spent() <= result["epsilon"] * (1 + 1e-9)

@@ -47,8 +47,13 @@ def inside_a_server_app(monkeypatch):
 @pytest.fixture
 def federation(tmp_path):
     """Five sites' files, SuperNode keys and the operator's roster of them."""
+    return _sites(tmp_path, SITES)
+
+
+def _sites(tmp_path, names):
+    """The sites' files, SuperNode keys and the operator's roster of them."""
     lines, keys, files = [], {}, {}
-    for i, name in enumerate(SITES):
+    for i, name in enumerate(names):
         private, public = make_supernode_keys(tmp_path / "keys", name)
         keys[name] = str(private)
         lines.append(f"{name} {public.read_text().strip()}")
@@ -80,8 +85,8 @@ class SecureGrid(SitesGrid):
             secagg = message.content.config_records.get("secagg")
             stage = None if secagg is None else secagg["stage"]
             node = message.metadata.dst_node_id
-            gone = self.drop.get((message.metadata.group_id, stage))
-            if node in self.nodes and self.nodes[node][0] == gone:
+            gone = self.drop.get((message.metadata.group_id, stage), ())
+            if node in self.nodes and self.nodes[node][0] in ((gone,) if isinstance(gone, str) else gone):
                 del self.nodes[node]  # the site's SuperNode died before it could answer
             if (message.metadata.group_id, stage) in self.crash and message is messages[-1]:
                 super().push_messages(messages)  # every site answers, then the server dies
@@ -182,12 +187,58 @@ def test_a_site_lost_during_a_round_abandons_it_and_is_then_recovered_as_dropped
         assert central.spent() <= result["epsilon"] * (1 + 1e-9)
 
 
+@pytest.mark.parametrize("dropouts", [2, 0])
+def test_with_a_dropout_allowance_two_of_seven_sites_gone_keep_the_rounds_and_the_planned_epsilon(tmp_path, spies,
+                                                                                                   monkeypatch,
+                                                                                                   dropouts):
+    """K = 7 sites, t = 1, d = 2 (T = 5): two sites die when round 2's message reaches them (round 2 abandoned,
+    charged); from round 3 on they are listed as dropped and each of the five survivors draws the share of level 2,
+    λ (K − t) / (K − t − 2), so the sum's noise is whole: the rounds apply and ε_central is the in-process plan's.
+    Without the allowance (T = 6) those rounds are abandoned."""
+    from skfedriem.privacy.mechanisms import discrete
+
+    names = [f"site-{i}" for i in range(7)]
+    folder, files, keys = _sites(tmp_path, names)
+    rates, draw = [], discrete._skellam
+    monkeypatch.setattr(discrete, "_skellam", lambda source, rate, length: rates.append(rate) or draw(source, rate,
+                                                                                                      length))
+    released, held = spies
+    result = SecureGrid(folder, files, keys, node={"semi-honest-server": "true", "distributed-colluders": "1",
+                                                   "distributed-dropouts": str(dropouts)},
+                        drop={("2", "round"): ("site-5", "site-6")}, colluders=1, dropouts=dropouts,
+                        **{"n-rounds": 4}).serve()
+    deployed_rates = list(rates)
+    replied = [h["replied"] for h in result["history"]]
+    X = np.vstack([np.load(files[n]) for n in names])
+    local = FederatedPCA(2, eps=4.0, solver="riemannian", n_rounds=4, batch_size=10, local_steps=1, clip=1.0,
+                         noise="distributed", colluders=1, dropouts=dropouts).fit(X,
+                                                                                  groups=np.repeat(np.arange(7), 100))
+    assert result["epsilon"] == pytest.approx(local.epsilon_, rel=1e-9) and result["epsilon"] <= 4.0
+    assert replied[0] == list(range(7)) and replied[1] == []
+    if not dropouts:
+        assert replied[2:] == [[], []]
+        return
+    assert replied[2:] == [[0, 1, 2, 3, 4]] * 2 and all("discarded" not in h for h in result["history"][2:])
+    share = deployed_rates[0]
+    assert deployed_rates[:7] == [share] * 7  # round 1: the level-0 share λ, all seven, no excess apart
+    assert deployed_rates[-10:] == [pytest.approx(share * 6 / 4)] * 10  # rounds 3 and 4: λ_2 at the five survivors
+    for round_held in held[-2:]:  # the survivors' sum, masks removed, is their releases' sum
+        truth = [released[(round_held["round"], n)] for n in names[:5]]
+        assert np.array_equal(np.mod(np.sum(list(round_held["entries"].values()), axis=0), round_held["modulus"]),
+                              np.mod(np.sum(truth, axis=0), round_held["modulus"]))
+    for name in names:  # each site charged what it ran, at the plan's ε_central per round
+        _, central, _ = ledgers(files[name])
+        assert len(central.fits) == (1 if name in ("site-5", "site-6") else 4)
+        assert central.spent() <= result["epsilon"] * (1 + 1e-9)
+
+
 def test_a_site_that_restarts_loses_its_round_and_joins_a_new_batch(federation):
     """Site-1 restarts as round 3's messages go out (a new node, its secrets gone): round 3, which listed it as a
     survivor, is abandoned; round 4 sets up a new batch of keys with it and completes with all five."""
     folder, files, keys = federation
     result = SecureGrid(folder, files, keys, node={"semi-honest-server": "true"}, restart={("3", "round"): "site-1"},
                         **{"n-rounds": 4}).serve()
+    deployed_rates = list(rates)
     replied = [h["replied"] for h in result["history"]]
     assert replied == [[0, 1, 2, 3, 4], [0, 1, 2, 3, 4], [], [0, 1, 2, 3, 4]]
     assert "discarded" in result["history"][2]

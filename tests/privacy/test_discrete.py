@@ -1,5 +1,6 @@
 """Distributed noise's encoding (privacy/mechanisms/discrete.py): grid, rounding bound, shares, modulus, decoding."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -162,3 +163,79 @@ def test_clients_encoded_together_release_what_each_releases_alone():
     together = encode_clients(rows, encoding, 1.0, [_source(k) for k in range(4)])
     for k in range(4):
         np.testing.assert_array_equal(together[k], encode_records(rows[k], encoding, 1.0, _source(k)))
+
+
+def _variance_z(centred: np.ndarray, variance: float) -> float:
+    """(sample variance − V) in standard errors of a Skellam's: Var(X²) = 2V² + V (its excess kurtosis is 1 / V)."""
+    spread = math.sqrt((2 * variance ** 2 + variance) / centred.size)
+    return (np.mean(centred.astype(np.float64) ** 2) - variance) / spread
+
+
+def _chi_square(centred: np.ndarray, variance: float) -> float:
+    """The p-value of χ² of ``centred`` against Sk(V/2, V/2) (tails pooled)."""
+    values, counts = np.unique(centred, return_counts=True)
+    support = np.arange(-25, 26)
+    expected = stats.skellam.pmf(support, variance / 2, variance / 2) * centred.size
+    observed = np.array([counts[values == v].sum() for v in support])
+    tails = centred.size - observed.sum(), centred.size - expected.sum()
+    return stats.chisquare(np.append(observed, tails[0]), np.append(expected, tails[1])).pvalue
+
+
+@pytest.mark.parametrize("dropped", [0, 1, 2, 3])
+def test_with_a_dropout_allowance_the_honest_survivors_carry_exactly_the_noise(dropped):
+    """K = 7, t = 1, d = 2: each client adds λ_2 and keeps its excess apart; with ``dropped`` clients silent (up to
+    t + d = 3), the excess above the round's level min(dropped, d) taken out of the answering clients' sum, any
+    K − t − level of them (the honest ones, the others colluding) carry Sk(V/2, V/2). It fails when nothing is
+    taken out (too much noise) and when the server takes out down to level 0 whatever dropped (too little)."""
+    from skfedriem.privacy.mechanisms.discrete import remove_excess
+
+    clients, colluders, dropouts, variance = 7, 1, 2, 24.0
+    encoding = plan_encoding(4000, 1.0, 100, clients, colluders, lambda l2, l1: variance, dropouts=dropouts)
+    zeros = torch.zeros(1, 4000, dtype=torch.float64)
+    answering = [encode_records(zeros, encoding, 1.0, _source(k)) for k in range(clients - dropped)]
+    assert all(r.shape == (1 + dropouts, encoding.length) for r in answering)
+    level = encoding.level(dropped)
+    honest = answering[:clients - colluders - level]  # the rest of the answers are the colluders'
+    m = encoding.modulus
+
+    def noise(declared):
+        total = sum_releases([r[0] for r in honest], encoding)
+        return np.mod(remove_excess(total, [r[1:] for r in honest], encoding, declared) + m // 2, m) - m // 2
+
+    assert _chi_square(noise(dropped), variance) > 1e-3 and abs(_variance_z(noise(dropped), variance)) < 4
+    if level < dropouts:  # the excess left in: more noise than the budget needs
+        assert _variance_z(noise(clients), variance) > 6
+    if level > 0:  # taken out down to level 0 when some dropped: too little
+        assert _variance_z(noise(0), variance) < -6
+
+
+def test_the_deviating_variance_is_the_worst_case_over_the_dropped():
+    """min over j ≤ t + d declared dropped, t colluders among the rest, of the honest shares' noise (at least one
+    share) equals deviating_variance, for K, t, d on a grid; at d = 0 it is 2λ max(K − 2t, 1)."""
+    for clients in range(2, 12):
+        for colluders in range(clients):
+            for dropouts in range(clients - colluders):
+                encoding = DistributedEncoding(8, 1.0, 20, 3.0, clients, colluders, dropouts=dropouts)
+                worst = min(2 * encoding.level_share(encoding.level(j)) * max(clients - j - colluders, 1)
+                            for j in range(colluders + dropouts + 1))
+                assert encoding.deviating_variance == pytest.approx(worst)
+                if dropouts == 0:
+                    assert encoding.deviating_variance == pytest.approx(6.0 * max(clients - 2 * colluders, 1))
+
+
+def test_an_announced_round_draws_its_levels_share_alone():
+    """Where the dropped sites are announced before the release (a deployed round's lists), the release is
+    one-dimensional and carries Sk(λ_j, λ_j), j = min(announced, d): no excess to take out."""
+    encoding = plan_encoding(4000, 1.0, 100, 7, 1, lambda l2, l1: 24.0, dropouts=2)
+    zeros = torch.zeros(1, 4000, dtype=torch.float64)
+    m = encoding.modulus
+    for announced, honest in ((0, 6), (1, 5), (2, 4), (3, 4)):
+        sized = dataclasses.replace(encoding, announced=announced)
+        releases = [encode_records(zeros, sized, 1.0, _source(k)) for k in range(honest)]
+        assert releases[0].shape == (encoding.length,) and not sized.excess_rates
+        assert abs(_variance_z(np.mod(sum_releases(releases, encoding) + m // 2, m) - m // 2, 24.0)) < 4
+
+
+def test_an_encoding_refuses_an_allowance_that_leaves_no_honest_share():
+    with pytest.raises(InvalidInstructionsError, match="dropouts < clients - colluders"):
+        DistributedEncoding(8, 1.0, 20, 3.0, 5, 2, dropouts=3)

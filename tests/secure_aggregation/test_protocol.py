@@ -12,7 +12,7 @@ from skfedriem.exceptions import InvalidInstructionsError
 from skfedriem.secure_aggregation import Binding, RoundAbandoned, ServerSession, SiteIdentity, SiteSession, threshold
 from skfedriem.secure_aggregation import shamir
 from skfedriem.secure_aggregation.crypto import agree, decrypt, digest, encrypt, mask, public_bytes, sign
-from skfedriem.secure_aggregation.session import key_context
+from skfedriem.secure_aggregation.session import key_context, masks_context
 from skfedriem.secure_aggregation.site import SignedKeys
 
 BITS, LENGTH = 20, 16
@@ -75,11 +75,17 @@ def modular_sum(arrays) -> np.ndarray:
     return np.mod(np.sum(list(arrays), axis=0), 1 << BITS)
 
 
+def target_context(session: SiteSession, content: bytes) -> bytes:
+    """The key-derivation context of a site's pairwise masks: the round's content and the lists the server showed
+    it (the server knows both)."""
+    return masks_context(session.binding.instance, content, *session._lists)
+
+
 def unmask_target(fed: Federation, y: np.ndarray, self_seed: bytes, peer_keys: dict[str, bytes]) -> np.ndarray:
     """TARGET's release from its masked release, its self-mask seed and every peer's mask key (one side of each
     pairwise mask is enough: X25519 agrees from either)."""
     y = y - mask(self_seed, LENGTH, BITS)
-    context = key_context("masks", fed.binding.instance, fed.content)
+    context = target_context(fed.sites[TARGET], fed.content)
     for peer, key in peer_keys.items():
         pairwise = mask(agree(X25519PrivateKey.from_private_bytes(key), fed.server.keys[TARGET].masking, context),
                         LENGTH, BITS)
@@ -199,8 +205,8 @@ def _lists_target_both_ways(fed: Federation) -> np.ndarray | None:
     own = X25519PrivateKey.from_private_bytes(key)  # the target's mask key: every pairwise mask from its side
     y = y - mask(seed, LENGTH, BITS)
     for peer in others:
-        pairwise = mask(agree(own, fed.server.keys[peer].masking, key_context("masks", fed.binding.instance,
-                                                                            fed.content)), LENGTH, BITS)
+        pairwise = mask(agree(own, fed.server.keys[peer].masking, target_context(fed.sites[TARGET], fed.content)),
+                        LENGTH, BITS)
         y = y - pairwise if TARGET < peer else y + pairwise
     return np.mod(y, 1 << BITS)
 
@@ -298,7 +304,7 @@ def _drops_the_targets_partners(k: int, t: int, check: bool = True) -> tuple[np.
         return shamir.combine(held, T)
 
     y = masked[target] - mask(rebuild(target, 0), LENGTH, BITS)
-    context = key_context("masks", b.instance, content)
+    context = target_context(sites[target], content)
     for p in colluders + partners:
         key = sites[p]._masking if p in colluders else X25519PrivateKey.from_private_bytes(rebuild(p, 1))
         pairwise = mask(agree(key, relay[target].masking, context), LENGTH, BITS)
@@ -373,7 +379,7 @@ def _views_from_a_larger_roster(roster: int | None) -> tuple[np.ndarray, np.ndar
     for p in partners + colluders:
         private = sites[p]._masking if p in colluders else X25519PrivateKey.from_private_bytes(recover(
             p, {s: revealed[s][1][p] for s in signers} | {z: colluder_share(z, p)[32:] for z in colluders}))
-        pairwise = mask(agree(private, relay[u].masking, b.context("masks", b"content")), LENGTH, BITS)
+        pairwise = mask(agree(private, relay[u].masking, target_context(sites[u], b"content")), LENGTH, BITS)
         y = y - pairwise if u < p else y + pairwise
     return x[u], np.mod(y, 1 << BITS)
 
@@ -511,3 +517,82 @@ def test_a_refused_stage_leaves_the_session_for_the_legitimate_message():
     shares = {n: fed.reveal(n, active, dropped) for n in masked}
     entries = fed.server.unmasked(masked, shares, active, dropped, fed.content)
     assert np.array_equal(modular_sum(entries.values()), modular_sum(fed.x[n] for n in active))
+
+
+def _target_shown_fewer_dropped(bind_lists: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """K = 7, t = 1, d = 2 (T = 5): the server shows the target lists with no site dropped (it would size its noise
+    share for all seven), and the five others lists that drop one site; the five sign theirs, reveal the dropped
+    site's mask key, and the server unmasks the six survivors' sum. Returns the sum of their releases and what the
+    server unmasks (the target's share would have been sized for one site too many)."""
+    k, t, d = 7, 1, 2
+    names = [f"s{i}" for i in range(k)]
+    keys = {n: ec.generate_private_key(ec.SECP384R1()) for n in names}
+    roster = {n: key.public_key() for n, key in keys.items()}
+    b = Binding("7", "1", "b/1", k, t, BITS, LENGTH, dropouts=d)
+    assert b.threshold == 5
+    target, gone, others = names[0], names[1], names[2:]
+    sites = {n: SiteSession(SiteIdentity(n, keys[n], roster), b) for n in names}
+    server = ServerSession(b.instance, k, t, BITS, LENGTH, dropouts=d)
+    relay = server.advertised({n: s.advertise() for n, s in sites.items()})
+    routes = server.shared({n: s.share(relay) for n, s in sites.items()})
+    x = {n: np.random.default_rng(i).integers(0, 1 << BITS, LENGTH) for i, n in enumerate(names)}
+    survivors = [target] + others
+    views = {target: (names, []), **{n: (survivors, [gone]) for n in others}}
+    signatures, masked = {}, {}
+    for n in survivors:
+        sites[n].receive(routes[n])
+        signatures[n] = sites[n].sign_lists(*views[n])
+        masked[n] = sites[n].masked(x[n], b"content")
+    shares = {n: sites[n].unmask(*views[n], signatures) for n in survivors}
+    entries = server.unmasked(masked, shares, survivors, [gone], b"content")
+    return np.mod(sum(x[n] for n in survivors), 1 << BITS), np.mod(sum(entries.values()), 1 << BITS)
+
+
+def test_a_site_shown_fewer_dropped_sites_than_the_others_cannot_be_summed_with_them():
+    """The lists enter the pairwise masks: a release sized for other lists than its partners' does not cancel with
+    theirs, so a server cannot have one site draw a smaller share (fewer dropped announced) and sum it with sites
+    whose lists left a site out. Without the lists in the masks the sum unmasks: the binding is what stops it."""
+    truth, unmasked = _target_shown_fewer_dropped()
+    assert not np.array_equal(truth, unmasked)
+
+
+def test_without_the_lists_in_the_masks_the_mixed_sum_unmasks(monkeypatch):
+    from skfedriem.secure_aggregation import server as server_module, site as site_module
+
+    def unbound(instance, content, active, dropped):
+        return key_context("masks", instance, content)
+
+    monkeypatch.setattr(site_module, "masks_context", unbound)
+    monkeypatch.setattr(server_module, "masks_context", unbound)
+    truth, unmasked = _target_shown_fewer_dropped()
+    assert np.array_equal(truth, unmasked)
+
+
+def test_a_round_with_t_plus_d_sites_dropped_unmasks_and_one_more_is_refused():
+    """K = 7, t = 1, d = 2: two sites gone, the five survivors' sum unmasks; without the allowance (T = 6) a site
+    refuses lists of five survivors."""
+    names = [f"s{i}" for i in range(7)]
+    keys = {n: ec.generate_private_key(ec.SECP384R1()) for n in names}
+    roster = {n: key.public_key() for n, key in keys.items()}
+    for d, works in ((2, True), (0, False)):
+        b = Binding("7", "1", f"c/{d}", 7, 1, BITS, LENGTH, dropouts=d)
+        sites = {n: SiteSession(SiteIdentity(n, keys[n], roster), b) for n in names}
+        server = ServerSession(b.instance, 7, 1, BITS, LENGTH, dropouts=d)
+        relay = server.advertised({n: s.advertise() for n, s in sites.items()})
+        routes = server.shared({n: s.share(relay) for n, s in sites.items()})
+        survivors, gone = names[:5], names[5:]
+        x = {n: np.random.default_rng(i).integers(0, 1 << BITS, LENGTH) for i, n in enumerate(names)}
+        if not works:
+            sites[names[0]].receive(routes[names[0]])
+            with pytest.raises(InvalidInstructionsError, match="5 survivors, fewer than T = 6"):
+                sites[names[0]].sign_lists(survivors, gone)
+            continue
+        signatures, masked = {}, {}
+        for n in survivors:
+            sites[n].receive(routes[n])
+            signatures[n] = sites[n].sign_lists(survivors, gone)
+            masked[n] = sites[n].masked(x[n], b"content")
+        shares = {n: sites[n].unmask(survivors, gone, signatures) for n in survivors}
+        entries = server.unmasked(masked, shares, survivors, gone, b"content")
+        assert np.array_equal(np.mod(sum(entries.values()), 1 << BITS), np.mod(sum(x[n] for n in survivors),
+                                                                                1 << BITS))

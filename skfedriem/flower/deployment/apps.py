@@ -41,7 +41,9 @@ Node configuration of a SuperNode (``--node-config``):
   per site, the keys the SuperNodes authenticate with), ``signing-key`` (this
   SuperNode's private key) and optionally ``distributed-clients`` (K, default
   the roster's size), ``distributed-colluders`` (t, default ⌈K / 10⌉, at
-  least 1) and ``semi-honest-server`` (``true``: ``max-epsilon`` bounds
+  least 1), ``distributed-dropouts`` (d, default 0: how many more sites may
+  drop out of a round with its noise kept whole; the run's ``dropouts``)
+  and ``semi-honest-server`` (``true``: ``max-epsilon`` bounds
   ε_central) or ``deviating-server`` (``true``: it bounds what a server that
   deviates from the protocol with t colluding sites could learn, from the
   K − 2t honest shares it can leave, and at least the site's own); default: ε_local, what the

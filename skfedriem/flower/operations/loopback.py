@@ -25,7 +25,8 @@ aggregation: each site's node configuration consents to it (``noise``),
 names its SuperNode key as its signing key and the federation's roster of
 SuperNode keys (written here as the sites are added), and the server learns
 only the sum of the sites' masked releases. A site killed after round R is
-left out of the next rounds' protocol; each site's ledger records ε_local
+left out of the next rounds' protocol (``--kill-sites N`` kills N; with
+``--set dropouts=d`` up to t + d may go with the noise kept whole); each site's ledger records ε_local
 and ε_central (``--semi-honest-server``: its ``max-epsilon`` bounds
 ε_central) and what a deviating server with t colluders could learn
 (``--deviating-server``: its ``max-epsilon`` bounds that).
@@ -421,6 +422,8 @@ def _parser(estimators: list[str]) -> argparse.ArgumentParser:
     parser.add_argument("--eps", default="2.0", help="a float, or 'none'")
     parser.add_argument("--round-timeout", type=float, default=60.0)
     parser.add_argument("--kill-site-after-round", type=int, default=None)
+    parser.add_argument("--kill-sites", type=int, default=1,
+                        help="how many sites --kill-site-after-round kills (site-0, site-1, ...)")
     parser.add_argument("--restart-site-after-round", type=int, default=None,
                         help="stop the last site and start it again (it rejoins)")
     parser.add_argument("--kill-server-after-round", type=int, default=None, help="then resume the run")
@@ -516,6 +519,8 @@ def _check_failures(args: argparse.Namespace) -> str | None:
                         ("--kill-server-after-round", args.kill_server_after_round)):
         if value is not None and not 1 <= value < args.rounds:
             return f"{flag} must name a round after which another runs (1 to --rounds − 1). Got {value}."
+    if not 1 <= args.kill_sites < args.sites:
+        return f"--kill-sites must leave a site running (1 to --sites − 1). Got {args.kill_sites}."
     return None
 
 
@@ -615,7 +620,8 @@ def _sites_and_run_config(args: argparse.Namespace, out: Path) -> tuple[list[Pat
         run_config[key.strip()] = tomllib.loads(f"value = {value}")["value"]
     if distributed:  # the sites check each round's K and t against their own node settings
         given = {k.replace("_", "-").lower(): v for k, v in run_config.items()}
-        for key, node_key in (("colluders", "distributed-colluders"), ("clients-per-round", "distributed-clients")):
+        for key, node_key in (("colluders", "distributed-colluders"), ("clients-per-round", "distributed-clients"),
+                              ("dropouts", "distributed-dropouts")):
             if given.get(key) not in (None, "", 0):
                 for site in sites:
                     site[node_key] = int(given[key])
@@ -637,9 +643,10 @@ def _round_watcher(federation: LoopbackFederation, args: argparse.Namespace, sho
             return False
         done = int(ended.group(1))
         if done == args.kill_site_after_round and events["killed_site"] is None:
-            federation.kill_site(0)
+            for i in range(args.kill_sites):
+                federation.kill_site(i)
+                print(f"skfedriem.loopback: killed site-{i}'s SuperNode", flush=True)
             events["killed_site"] = done
-            print("skfedriem.loopback: killed site-0's SuperNode", flush=True)
         if done == args.restart_site_after_round and not events.get("restarted"):
             federation.restart_site(args.sites - 1)
             events["restarted"] = True

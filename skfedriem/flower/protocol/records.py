@@ -29,6 +29,8 @@ def decode_arrays(record: ArrayRecord) -> dict[str, torch.Tensor]:
 _NONE_AS_ZERO = ("records_per_subject",)
 #: The keys of a distributed round's encoding in the instructions' ConfigRecord (absent: local noise).
 _ENCODING = "encoding."
+#: The encoding's fields a record leaves out when None (a server never announces dropped sites: a site refuses it).
+_OPTIONAL_ENCODING = frozenset({"announced"})
 
 
 def encode_instructions(instructions: RoundInstructions) -> ConfigRecord:
@@ -41,7 +43,8 @@ def encode_instructions(instructions: RoundInstructions) -> ConfigRecord:
     fields = asdict(instructions)
     encoding = fields.pop("encoding")
     record = {k: 0 if k in _NONE_AS_ZERO and v is None else v for k, v in fields.items()}
-    record.update({_ENCODING + k: v for k, v in (encoding or {}).items()})  # a round without one: no field
+    record.update({_ENCODING + k: v for k, v in (encoding or {}).items()  # a round without one: no field
+                   if not (k in _OPTIONAL_ENCODING and v is None)})
     return ConfigRecord(record)
 
 
@@ -57,7 +60,7 @@ def _decoded_encoding(record: ConfigRecord) -> DistributedEncoding | None:
     encoding = {k[len(_ENCODING):]: v for k, v in record.items() if k.startswith(_ENCODING)}
     if not encoding:
         return None
-    missing = sorted(set(DistributedEncoding.__dataclass_fields__) - set(encoding))
+    missing = sorted(set(DistributedEncoding.__dataclass_fields__) - set(encoding) - _OPTIONAL_ENCODING)
     if missing:
         raise InvalidInstructionsError(f"The round's encoding lacks {missing}.")
-    return DistributedEncoding(**{k: encoding[k] for k in DistributedEncoding.__dataclass_fields__})
+    return DistributedEncoding(**{k: encoding[k] for k in DistributedEncoding.__dataclass_fields__ if k in encoding})

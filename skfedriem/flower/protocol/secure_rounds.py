@@ -14,7 +14,10 @@ into the sum of the survivors' releases, the only thing it learns.
 A participant of the batch that is not reachable when a round starts is
 listed as dropped: the round then takes a second message (``unmask``) that
 carries the survivors' signatures over the lists, against which they reveal
-the shares that remove its pairwise masks, and completes without it. A participant that fails *during* a round (its
+the shares that remove its pairwise masks, and completes without it. With a
+dropout allowance d, up to t + d sites may be listed so, and each survivor
+draws its noise share for the dropped sites its lists announce, so that the
+sum's noise stays what the plan certified. A participant that fails *during* a round (its
 masked release missing) makes the round abandoned: nothing is returned and
 the engine discards the round (it was charged when it started); it is listed
 as dropped from the next round on. A new batch is set up when the current
@@ -176,7 +179,7 @@ class SecureAggregation:
         for i, round_ in enumerate(rounds):
             try:
                 session = ServerSession(instance_of(batch, round_), encoding.clients, encoding.colluders,
-                                        encoding.bits, encoding.length, roster)
+                                        encoding.bits, encoding.length, roster, encoding.dropouts)
                 session.advertised({site: keys[i] for site, (_, keys) in answers.items()})
             except ValueError as error:  # no threshold for that roster: nothing can be unmasked
                 raise RoundAbandoned(str(error)) from None

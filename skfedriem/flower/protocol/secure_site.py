@@ -19,9 +19,11 @@ messages whose ``secagg`` record names the stage (what each step checks:
   site checks the iterate, its step plan, that the encoding is the
   instance's, the shares and the lists, which it signs; only then its guard
   charges the round (ε_local and ε_central, :class:`~skfedriem.flower.protocol.client_app.SiteGuard`),
-  its one private step runs with fresh secret randomness, and it answers its
-  masked release and its signature, with its unmasking shares when no site
-  is dropped.
+  its one private step runs with fresh secret randomness, its noise share
+  sized for the dropped sites the lists announce (a dropout allowance d:
+  :meth:`~skfedriem.privacy.mechanisms.discrete.DistributedEncoding.round_share`;
+  the lists enter its masks), and it answers its masked release and its
+  signature, with its unmasking shares when no site is dropped.
 * ``unmask`` (a round with dropped sites only): the survivors' signatures
   over the lists; the site reveals its shares only when at least T of them
   signed the lists it signed.
@@ -112,6 +114,9 @@ class DistributedNoise:
         K: the sites of every round, as the operator told this site.
     colluders : int
         t: how many of them may drop out or collude with the server.
+    dropouts : int, default=0
+        d, the dropout allowance: how many more may drop out of a round with
+        its noise kept whole (node setting ``distributed-dropouts``).
     semi_honest_server : bool, default=False
         The operator trusts the server to run the protocol as written: the
         site's ``max-epsilon`` then bounds ε_central (its guarantee when the
@@ -127,6 +132,7 @@ class DistributedNoise:
     identity: SiteIdentity
     clients: int
     colluders: int
+    dropouts: int = 0
     semi_honest_server: bool = False
     deviating_server: bool = False
 
@@ -136,7 +142,10 @@ class DistributedNoise:
         if not 0 <= self.colluders < self.clients:
             raise ValueError(f"distributed-colluders must be in [0, distributed-clients): got t = {self.colluders}, "
                              f"K = {self.clients}.")
-        threshold(self.clients, self.colluders, len(self.identity.roster))  # ValueError when T > K
+        if not 0 <= self.dropouts < self.clients - self.colluders:
+            raise ValueError(f"distributed-dropouts must be in [0, distributed-clients − distributed-colluders): got "
+                             f"d = {self.dropouts}, K = {self.clients}, t = {self.colluders}.")
+        threshold(self.clients, self.colluders, len(self.identity.roster), self.dropouts)  # ValueError when T > K
 
     @classmethod
     def from_node_config(cls, node, name: str) -> DistributedNoise | None:
@@ -164,7 +173,8 @@ class DistributedNoise:
         identity = SiteIdentity(name, load_signing_key(str(node["signing-key"])), roster)
         clients = int(node.get("distributed-clients", len(roster)))
         colluders = int(node.get("distributed-colluders", default_colluders(clients)))
-        return cls(identity, clients, colluders, str(node.get("semi-honest-server", "false")).lower() == "true",
+        return cls(identity, clients, colluders, int(node.get("distributed-dropouts", 0)),
+                   str(node.get("semi-honest-server", "false")).lower() == "true",
                    str(node.get("deviating-server", "false")).lower() == "true")
 
     @property
@@ -173,12 +183,16 @@ class DistributedNoise:
         return "central" if self.semi_honest_server else "deviating" if self.deviating_server else "local"
 
     def check(self, encoding: DistributedEncoding) -> None:
-        """InvalidInstructionsError unless the round's K and t are the site's own."""
-        if (encoding.clients, encoding.colluders) != (self.clients, self.colluders):
+        """InvalidInstructionsError unless the round's K, t and d are the site's own and it announces nothing (the
+        site reads the dropped sites from the lists it signs)."""
+        if (encoding.clients, encoding.colluders, encoding.dropouts) != (self.clients, self.colluders, self.dropouts):
             raise InvalidInstructionsError(
-                f"The round's encoding is for K = {encoding.clients} sites, t = {encoding.colluders}; this site "
-                f"was told K = {self.clients}, t = {self.colluders} (node settings distributed-clients and "
-                "distributed-colluders).")
+                f"The round's encoding is for K = {encoding.clients} sites, t = {encoding.colluders}, d = "
+                f"{encoding.dropouts}; this site was told K = {self.clients}, t = {self.colluders}, d = "
+                f"{self.dropouts} (node settings distributed-clients, distributed-colluders and distributed-dropouts).")
+        if encoding.announced is not None:
+            raise InvalidInstructionsError("The round's encoding announces dropped sites: a site reads them from the "
+                                           "lists it signs, never from the instructions.")
 
 
 def _field(record: ConfigRecord, key: str):
@@ -240,7 +254,8 @@ def _make_keys(client, msg: Message, run: str, record: ConfigRecord) -> RecordDi
     for round_ in rounds:
         instance = instance_of(batch, round_)
         binding = Binding(run, str(round_), instance, encoding.clients, encoding.colluders, encoding.bits,
-                          encoding.length, roster=len(client.guard.distributed.identity.roster))
+                          encoding.length, roster=len(client.guard.distributed.identity.roster),
+                          dropouts=encoding.dropouts)
         session = SiteSession(client.guard.distributed.identity, binding)
         kept = _SESSIONS.setdefault(client.name, OrderedDict())
         kept[(run, instance)] = session
@@ -288,8 +303,8 @@ def _round(client, msg: Message, run: str, record: ConfigRecord) -> RecordDict:
     instructions = decode_instructions(msg.content["instructions"])
     plan = _plan(client, instructions)
     b, encoding = session.binding, plan.encoding
-    if (encoding.clients, encoding.colluders, encoding.bits, encoding.length) != (b.clients, b.colluders, b.bits,
-                                                                                    b.length):
+    if (encoding.clients, encoding.colluders, encoding.dropouts, encoding.bits, encoding.length) != (
+            b.clients, b.colluders, b.dropouts, b.bits, b.length):
         raise InvalidInstructionsError("The round's encoding is not the one its keys were made for.")
     senders, ciphertexts = _columns(record, "from", "ciphertext")
     active, dropped = _lists(record)
@@ -299,7 +314,10 @@ def _round(client, msg: Message, run: str, record: ConfigRecord) -> RecordDict:
     # fresh OS entropy for every release, seeded client or not (the Flower simulation's): a seed's stream could be
     # restarted in another process and replay a release's noise, which two sums would then cancel
     state = ClientState.fresh(secure_mode=client.secure_mode)
-    [(submission, _)] = client_round.run_round(client.recipe, theta, [client.data], [state], instructions)
+    # the share sized for the dropped sites the signed lists announce (they enter the masks: a release sized for
+    # other lists cancels with no one's)
+    sized = replace(instructions, encoding=replace(encoding, announced=len(dropped)))
+    [(submission, _)] = client_round.run_round(client.recipe, theta, [client.data], [state], sized)
     masked = session.masked(submission[ENCODED_RELEASE].numpy(), round_digest(theta, instructions))
     content = RecordDict({"masked": encode_arrays({"y": torch.from_numpy(masked)}),
                           "secagg": ConfigRecord({"signature": signature})})

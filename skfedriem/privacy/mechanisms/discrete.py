@@ -65,8 +65,8 @@ from ...exceptions import InvalidInstructionsError
 from .randomness import SecretRandomness
 
 __all__ = ["MAX_BITS", "ROUNDING_BETA", "WRAP_PROBABILITY", "DistributedEncoding", "count_scale", "decode_count",
-           "decode_sum", "encode_clients", "encode_records", "group_step", "padded_dimension", "plan_encoding", "rotate",
-           "rounding_bound", "sum_releases", "unrotate"]
+           "decode_sum", "encode_clients", "encode_records", "group_step", "padded_dimension", "plan_encoding",
+           "remove_excess", "rotate", "rounding_bound", "sum_releases", "unrotate"]
 
 #: β of conditional rounding: a try is kept with probability at least 1 − β (TFF's e^{-1/2}).
 ROUNDING_BETA = math.exp(-0.5)
@@ -229,6 +229,19 @@ class DistributedEncoding:
     colluders : int
         t < K: how many of them may drop out or collude with the server; the
         K − t others' shares alone carry the noise the budget needs.
+    dropouts : int, default=0
+        d, the dropout allowance: d more of them may drop out of a round
+        (t + d < K) and the survivors' honest shares still carry that noise,
+        no more (:meth:`level_share`): each client adds the share of the
+        level d and the excess over the round's level is taken out once its
+        dropouts are known (:func:`encode_clients`, :func:`remove_excess`),
+        or, where the round's dropped sites are announced before any site
+        releases (``announced``), each draws its level's share alone.
+    announced : int, optional
+        The sites announced as dropped when the round started (a deployed
+        round's signed lists): the clients draw the share of level
+        min(announced, d) and nothing is to be taken out. None: nothing is
+        announced (in process), the excess travels apart.
     rotation_seed : int, default=0
         The round's public rotation seed.
     beta : float, default=ROUNDING_BETA
@@ -247,9 +260,12 @@ class DistributedEncoding:
     rotation_seed: int = 0
     beta: float = ROUNDING_BETA
     count_scale: int = 0
+    dropouts: int = 0
+    announced: int | None = None
 
     def __post_init__(self) -> None:
-        _check_integers(self, ("dimension", "bits", "clients", "colluders", "rotation_seed", "count_scale"))
+        _check_integers(self, ("dimension", "bits", "clients", "colluders", "rotation_seed", "count_scale",
+                               "dropouts") + (() if self.announced is None else ("announced",)))
         _check_positive(self, ("scale", "share", "beta"))
         if self.rotation_seed < 0 or self.share > MAX_SHARE or self.beta >= 1 or not 0 <= self.count_scale < 2 ** 52:
             raise InvalidInstructionsError(f"The encoding needs rotation_seed >= 0, share <= {MAX_SHARE:g}, beta < 1 "
@@ -260,6 +276,11 @@ class DistributedEncoding:
             raise InvalidInstructionsError(
                 f"The encoding needs 1 <= bits <= {MAX_BITS}, dimension >= 1 and 0 <= colluders < clients. "
                 f"Got bits={self.bits!r}, dimension={self.dimension!r}, clients={self.clients!r}, "
+                f"colluders={self.colluders!r}.")
+        if not 0 <= self.dropouts < self.clients - self.colluders or not 0 <= (self.announced or 0) < self.clients:
+            raise InvalidInstructionsError(
+                f"The encoding needs 0 <= dropouts < clients - colluders and 0 <= announced < clients. Got "
+                f"dropouts={self.dropouts!r}, announced={self.announced!r}, clients={self.clients!r}, "
                 f"colluders={self.colluders!r}.")
 
     @property
@@ -279,8 +300,39 @@ class DistributedEncoding:
 
     @property
     def honest(self) -> int:
-        """K − t: the shares the noise is counted from."""
+        """K − t: the shares the noise is counted from when no more than t sites drop out or collude."""
         return self.clients - self.colluders
+
+    @property
+    def fewest_answers(self) -> int:
+        """K − t − d: the fewest answering clients whose shares, at their round's level, still carry the noise; a
+        round with fewer is discarded."""
+        return self.clients - self.colluders - self.dropouts
+
+    def level(self, dropped: int) -> int:
+        """The level of a round that ``dropped`` of the K clients did not answer: min(dropped, d)."""
+        return min(max(int(dropped), 0), self.dropouts)
+
+    def level_share(self, level: int) -> float:
+        """λ_j = λ (K − t) / (K − t − j): a client's share at level j ≤ d, so that the K − t − j honest shares of
+        a round that j clients (beyond t) did not answer carry V = 2λ (K − t), no more."""
+        if not 0 <= level <= self.dropouts:
+            raise ValueError(f"A level in [0, d = {self.dropouts}]. Got {level!r}.")
+        return self.share if level == 0 else self.share * self.honest / (self.honest - level)
+
+    @property
+    def round_share(self) -> float:
+        """The share a client draws for its release: λ_min(announced, d) when the round's dropped sites were
+        announced, else λ_d (the excess over the round's level taken out afterwards)."""
+        return self.level_share(self.dropouts if self.announced is None else self.level(self.announced))
+
+    @property
+    def excess_rates(self) -> list[float]:
+        """λ_j − λ_{j−1} for j = 1 … d: the rates of the excess components a client keeps apart (in process, with
+        nothing announced), the last ones of which are taken out of a round at a lower level; [] otherwise."""
+        if self.announced is not None:
+            return []
+        return [self.level_share(j) - self.level_share(j - 1) for j in range(1, self.dropouts + 1)]
 
     @property
     def central_variance(self) -> float:
@@ -294,10 +346,12 @@ class DistributedEncoding:
 
     @property
     def deviating_variance(self) -> float:
-        """2λ max(K − 2t, 1): the honest shares a server that deviates, with t colluding clients, can leave in a sum
-        (it declares t honest clients dropped out, and t of the others are its own), and at least the client's own
-        share, which goes wherever its release goes."""
-        return 2 * self.share * max(self.clients - 2 * self.colluders, 1)
+        """2λ_d max(K − 2t − d, 1), at most V: the honest shares a server that deviates, with t colluding clients,
+        can leave in a sum (it declares t + d honest clients dropped out, and t of the others are its own), and at
+        least the client's own share, which goes wherever its release goes. Declaring j ≤ d dropped leaves
+        K − t − j honest shares of λ_j, which carry V: the worst case is t + d (at d = 0: 2λ max(K − 2t, 1))."""
+        worst = 2 * self.level_share(self.dropouts) * max(self.fewest_answers - self.colluders, 1)
+        return min(worst, self.central_variance)
 
     def bound(self, clip: float) -> float:
         """R for records clipped to ``clip``: :func:`rounding_bound` of s C; InvalidInstructionsError when s C + √n
@@ -445,8 +499,12 @@ def encode_clients(rows: torch.Tensor, encoding: DistributedEncoding, clip: floa
 
     Returns
     -------
-    list of ndarray of int64, shape (length,)
-        In [0, 2^bits).
+    list of ndarray of int64, shape (length,) or (1 + d, length)
+        In [0, 2^bits). With excess components (a dropout allowance d > 0,
+        nothing announced: :attr:`DistributedEncoding.excess_rates`), row 0
+        is the release, which carries them all, and row j the excess
+        component of level j, Sk(λ_j − λ_{j−1}), which the client keeps
+        apart for :func:`remove_excess`.
     """
     if (counts is not None) != bool(encoding.count_scale):
         raise ValueError(f"An encoding with count_scale={encoding.count_scale!r} releases a count exactly when it "
@@ -457,10 +515,58 @@ def encode_clients(rows: torch.Tensor, encoding: DistributedEncoding, clip: floa
     if counts is not None:
         totals = np.concatenate([totals, encoding.count_scale * np.asarray(counts, dtype=np.int64)[:, None]], axis=1)
     releases = []
+    rates = encoding.excess_rates
     for total, source in zip(totals, randomness):
-        share = source.poisson(encoding.share, encoding.length) - source.poisson(encoding.share, encoding.length)
-        releases.append(np.mod(total + share, encoding.modulus))
+        base = encoding.share if rates else encoding.round_share
+        components = [_skellam(source, rate, encoding.length) for rate in [base, *rates]]
+        release = np.mod(total + sum(components), encoding.modulus)
+        releases.append(np.stack([release, *(np.mod(c, encoding.modulus) for c in components[1:])]) if rates
+                        else release)
     return releases
+
+
+def _skellam(source: SecretRandomness, rate: float, length: int) -> np.ndarray:
+    """Sk(rate, rate) per coordinate: Poisson(rate) − Poisson(rate), from ``source``."""
+    return source.poisson(rate, length) - source.poisson(rate, length)
+
+
+def remove_excess(total: np.ndarray, excess: list[np.ndarray], encoding: DistributedEncoding,
+                  dropped: int) -> np.ndarray:
+    """The summed release less the answering clients' excess over the round's level: the noise kept whole.
+
+    Each client added the share of level d, Sk(λ_d, λ_d), in components:
+    Sk(λ_0) and Sk(λ_j − λ_{j−1}) for j = 1 … d (a sum of independent
+    Skellams is a Skellam, so they add up to it exactly). A round that
+    ``dropped`` clients did not answer is at level L = min(dropped, d): each
+    answering client's components j > L are taken out, leaving it
+    Sk(λ_L, λ_L), and any K − t − L honest clients of the K − dropped that
+    answered carry Sk(V/2, V/2) with V = 2λ (K − t) — what the budget needs,
+    no more (the add-then-remove of Dordis, Jiang et al., EuroSys 2024). What
+    is taken out is noise alone, drawn apart from every record.
+
+    Parameters
+    ----------
+    total : ndarray of int64, shape (length,)
+        The answering clients' releases summed modulo 2^bits.
+    excess : list of ndarray of int64, shape (d, length)
+        Each answering client's excess components (levels 1 … d).
+    encoding : DistributedEncoding
+    dropped : int
+        K less the clients that answered.
+
+    Returns
+    -------
+    ndarray of int64, shape (length,)
+    """
+    level = encoding.level(dropped)
+    out = np.asarray(total, dtype=np.int64)
+    for components in excess:
+        components = np.asarray(components, dtype=np.int64)
+        if components.shape != (encoding.dropouts, encoding.length):
+            raise ValueError(f"A client's excess components have shape {components.shape}; the encoding's are "
+                             f"{(encoding.dropouts, encoding.length)}.")
+        out = np.mod(out - components[level:].sum(0), encoding.modulus)
+    return out
 
 
 def encode_records(rows: torch.Tensor, encoding: DistributedEncoding, clip: float,
@@ -481,8 +587,8 @@ def encode_records(rows: torch.Tensor, encoding: DistributedEncoding, clip: floa
 
     Returns
     -------
-    ndarray of int64, shape (length,)
-        In [0, 2^bits).
+    ndarray of int64, shape (length,) or (1 + d, length)
+        In [0, 2^bits); with excess components, as :func:`encode_clients`.
     """
     return encode_clients(rows.unsqueeze(0), encoding, clip, [randomness], None if count is None else [count])[0]
 
@@ -579,7 +685,8 @@ def count_scale(radius: float, count_share: float) -> int:
 
 
 def plan_encoding(dimension: int, clip: float, total_batch: float, clients: int, colluders: int,
-                  calibrate: Callable[[float, float], float], count_share: float = 0.0) -> DistributedEncoding:
+                  calibrate: Callable[[float, float], float], count_share: float = 0.0,
+                  dropouts: int = 0) -> DistributedEncoding:
     """The grid and modulus of a run: s from :data:`RESOLUTION`, bits from the sum's and the noise's spread.
 
     Every coordinate of the rotated true sum (at most B_total records of norm
@@ -605,6 +712,10 @@ def plan_encoding(dimension: int, clip: float, total_batch: float, clients: int,
     count_share : float, default=0.0
         Adaptive clipping: the share of Δ2² the count of records within the
         clip takes (:func:`count_scale`); 0: no count.
+    dropouts : int, default=0
+        d, the dropout allowance: the band holds the noise of any round it
+        keeps, its K − j answering clients' shares of level j ≤ d (the
+        largest at j = d).
 
     Returns
     -------
@@ -618,11 +729,12 @@ def plan_encoding(dimension: int, clip: float, total_batch: float, clients: int,
     central_variance = calibrate(math.hypot(2 * radius, counted), 2 * radius * min(math.sqrt(n), radius) + counted)
     z = math.sqrt(2 * math.log(2 * (n + (1 if counted else 0)) / WRAP_PROBABILITY))  # every coordinate in its band
     share = central_variance / (2 * (clients - colluders))
-    noise = z * math.sqrt(2 * share * clients)
+    # every client adds λ_d before the excess is taken out: K λ_d, the most noise a sum ever carries
+    noise = z * math.sqrt(2 * share * clients * (clients - colluders) / (clients - colluders - dropouts))
     band = max(z * total_batch * radius / math.sqrt(n), counted * total_batch) + noise
     bits = math.ceil(math.log2(4 * band + 1))
     if bits > MAX_BITS:
         raise ValueError(f"A round of {total_batch:g} records and noise variance {central_variance:.3g} needs a "
                          f"modulus of 2^{bits}, beyond 2^{MAX_BITS}: use smaller batches or fewer clients a round.")
     return DistributedEncoding(int(dimension), scale, max(bits, 2), share, int(clients), int(colluders),
-                               count_scale=counted)
+                               count_scale=counted, dropouts=int(dropouts))

@@ -53,7 +53,10 @@ def distributed_release(copies: ClientCopies, loss_fn: LossFn, passes: list[Pass
     list of ndarray of int64
         Client k's release, ``(length,)``, in [0, 2^bits); with the
         encoding's count (adaptive clipping), its last coordinate carries
-        the client's count of records whose norm is at most C.
+        the client's count of records whose norm is at most C. With excess
+        components (a dropout allowance, nothing announced) ``(1 + d,
+        length)``: the release, then the components it keeps apart
+        (:func:`~skfedriem.privacy.mechanisms.discrete.encode_clients`).
     """
     check_record_dtypes(passes[0][0])
     with full_precision():
