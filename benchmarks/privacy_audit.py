@@ -38,7 +38,7 @@ from contextlib import nullcontext
 from skfedriem.audit import (audit_client_rounds, audit_covariance_release, audit_distributed_rounds,
                              audit_federated_pca, audit_off_manifold_server, audit_personal_release,
                              audit_spdnet_classifier, audit_subject_level)
-from skfedriem.audit.mutations import (missing_share_counted, noise_projected_alone, noise_scaled,
+from skfedriem.audit.mutations import (excess_removed_whatever_dropped, missing_share_counted, noise_projected_alone, noise_scaled,
                                        noise_stream_restarted, personal_noise_scaled, per_block_clipping, shares_from_a_public_seed,
                                        shares_sized_by_clients, subjects_charged_as_records,
                                        subjects_clipped_by_record)
@@ -50,7 +50,7 @@ MUTATIONS = {"noise": noise_scaled, "old_step": noise_projected_alone, "restart"
              "per_block": per_block_clipping, "by_record": subjects_clipped_by_record,
              "as_records": subjects_charged_as_records, "by_clients": shares_sized_by_clients,
              "public_seed": shares_from_a_public_seed, "missing_share": missing_share_counted,
-             "personal_noise": personal_noise_scaled}
+             "personal_noise": personal_noise_scaled, "excess_out": excess_removed_whatever_dropped}
 
 
 #: The runs a side each distributed mutation needs to be caught, by (mutation, μ0): the smallest of 30, 40, 60, 80
@@ -59,9 +59,12 @@ MUTATIONS = {"noise": noise_scaled, "old_step": noise_projected_alone, "restart"
 #: variance: an unseeded audit at 90 runs missed it at μ0 = 1.0 (lower bound 4.0 against 7.09) and one at 120
 #: caught it at 1.4 by a hair (10.88 against 10.68), so it takes 300 and 240 (caught at 300 and 200: 8.3 against
 #: 7.09, 10.95 against 10.68).
+#: excess_out (K = 6, t = 1, d = 3, 3 silent: the two honest shares left at λ_0) caught at 80 / 60 (7.40 against
+#: 7.09, 11.78 against 10.68), missed at 60 / 40.
 #: A smaller --runs (the smoke run's) still takes them.
 MUTATION_RUNS = {("by_clients", 1.0): 300, ("by_clients", 1.4): 240, ("public_seed", 1.0): 45,
-                 ("public_seed", 1.4): 45, ("missing_share", 1.0): 45, ("missing_share", 1.4): 90}
+                 ("public_seed", 1.4): 45, ("missing_share", 1.0): 45, ("missing_share", 1.4): 90,
+                 ("excess_out", 1.0): 120, ("excess_out", 1.4): 90}
 
 
 def _task(task: dict) -> dict:
@@ -125,6 +128,10 @@ def tasks(runs: int, runs_subsampled: int, runs_fits: int) -> list[dict]:
                         dropped=4, n_runs=runs))
         out.append(dict(kind="distributed", label="BROKEN: missing shares counted", mu0=mu0, colluders=1, dropped=4,
                         mutation=("missing_share",), n_runs=needed("missing_share")))
+        out.append(dict(kind="distributed", label="distributed, 3 of K=6 t=1 d=3 dropped", mu0=mu0, colluders=1,
+                        dropped=3, dropouts=3, n_runs=runs))
+        out.append(dict(kind="distributed", label="BROKEN: excess taken out whatever dropped", mu0=mu0, colluders=1,
+                        dropped=3, dropouts=3, mutation=("excess_out",), n_runs=needed("excess_out")))
     for eps in (1.0, 4.0, 10.0):
         out.append(dict(kind="personal", label="a client's own mean (recentre)", eps=eps, n_runs=runs))
     # caught at 500 runs a side (lower bound 6.07 against 4; honest 2.48): a smaller --runs still takes them

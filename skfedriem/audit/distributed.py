@@ -12,7 +12,9 @@ of :mod:`skfedriem.audit.client_rounds`:
   gradients at θ = (e₁, e₁) are opposite along n = (e₂, e₂)/√2;
 * every other client holds two zero records (zero gradients), so a
   colluder's release is its share, which the auditor subtracts from the sum;
-  ``dropped`` honest clients never answer;
+  ``dropped`` honest clients never answer (with a dropout allowance, the
+  server takes the answering clients' excess above the round's level out of
+  the sum, and the auditor the colluders' own remaining release);
 * the auditor (the server) scores the decoded sum along n, summed over the
   rounds it applied (a round the server discards reveals nothing: score 0);
   with ``regenerate=True`` it first subtracts the shares an honest client
@@ -35,10 +37,10 @@ import torch
 from ..federated import client_round
 from ..federated.client import ClientRecipe, ClientState
 from ..federated.distributed_server import DistributedServer
-from ..federated.instructions import ENCODED_RELEASE, RoundInstructions
+from ..federated.instructions import ENCODED_RELEASE, EXCESS_NOISE, RoundInstructions
 from ..privacy import PrivacyAccountant
 from ..privacy.mechanisms import discrete as discrete_module
-from ..privacy.mechanisms.discrete import decode_sum, sum_releases
+from ..privacy.mechanisms.discrete import decode_sum, remove_excess, sum_releases
 from .bounds import AuditResult, audit_scores
 from .client_rounds import TwoBlocks, _identity, _point, _records
 
@@ -68,26 +70,34 @@ def _run_score(side: int, encoding, seed: np.random.SeedSequence, answering: int
         round_encoding = encoding.with_seed(int(public.integers(2 ** 62)))
         instructions = RoundInstructions(lr=1e-7, local_steps=1, batch_size=2, clip=clip, noise_std=0.0,
                                          sampling="fixed", aggregation="projavg", encoding=round_encoding)
-        releases = []
+        releases, excess = [], []
         for k in range(answering):
             records = _records(side, clip) if k == 0 else torch.zeros(2, 6, dtype=torch.float64)
             [(reply, _)] = client_round.run_round(ClientRecipe(TwoBlocks(), _identity), _point(0), [(records,)],
                                                   [states[k]], instructions)
             releases.append(reply[ENCODED_RELEASE])
-        if server.apply(_point(0), releases, 2.0 * answering, round_encoding, 0.0)[0] is not None:
+            if EXCESS_NOISE in reply:
+                excess.append(reply[EXCESS_NOISE])
+        kept = excess or None
+        if server.apply(_point(0), releases, 2.0 * answering, round_encoding, 0.0, kept)[0] is not None:
             continue  # discarded: secure aggregation reveals nothing
-        known = [r.numpy() for r in releases[1:colluders + 1]]  # the colluders' releases are their shares
+        missing = round_encoding.clients - answering
+        # the colluders' releases, less what the server took out of them, are their shares
+        known = [r.numpy() if kept is None else remove_excess(r.numpy(), [e.numpy()], round_encoding, missing)
+                 for r, e in zip(releases[1:colluders + 1], (kept or releases)[1:colluders + 1])]
         if regenerate:
             known += [_shares_from_seed(round_encoding)] * (answering - colluders)
-        residual = np.mod(sum_releases([r.numpy() for r in releases], round_encoding)
-                          - sum_releases(known, round_encoding), round_encoding.modulus)
+        total = server.summed(releases, round_encoding, kept)
+        if total is None:  # a server that decoded a sum short of its honest shares (a mutation) learned it whole
+            total = sum_releases([r.numpy() for r in releases], round_encoding)
+        residual = np.mod(total - sum_releases(known, round_encoding), round_encoding.modulus)
         decoded, _ = decode_sum(residual, round_encoding)
         score -= _along_n(decoded)  # D's canary pulls the sum against n
     return score
 
 
 def audit_distributed_rounds(mu0: float = 1.4, *, clients: int = 6, colluders: int = 3, dropped: int = 0,
-                             n_rounds: int = 2, n_runs: int = 300, regenerate: bool = False, clip: float = 1.0,
+                             dropouts: int = 0, n_rounds: int = 2, n_runs: int = 300, regenerate: bool = False, clip: float = 1.0,
                              delta: float = 1e-5, random_state: int | None = None,
                              confidence: float = 0.95) -> AuditResult:
     """Audit ``n_runs`` runs of ``n_rounds`` distributed rounds on D and as many on D' (module docstring).
@@ -103,6 +113,8 @@ def audit_distributed_rounds(mu0: float = 1.4, *, clients: int = 6, colluders: i
         subtracts their shares.
     dropped : int, default=0
         Honest clients (the last ones) that never answer.
+    dropouts : int, default=0
+        d, the encoding's dropout allowance.
     n_rounds : int, default=2
     n_runs : int, default=300
     regenerate : bool, default=False
@@ -127,7 +139,7 @@ def audit_distributed_rounds(mu0: float = 1.4, *, clients: int = 6, colluders: i
         target.update(variance=(l2 / mu0) ** 2, l2=l2, l1=l1)
         return target["variance"]
 
-    encoding = discrete_module.plan_encoding(6, clip, 2 * clients, clients, colluders, calibrate)
+    encoding = discrete_module.plan_encoding(6, clip, 2 * clients, clients, colluders, calibrate, dropouts=dropouts)
     scores: dict[int, list[float]] = {1: [], -1: []}
     for side, offset in ((1, 0), (-1, n_runs)):
         for j in range(n_runs):

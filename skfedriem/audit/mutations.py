@@ -34,7 +34,7 @@ from ..privacy.mechanisms.sampling import make_sampler
 from ..privacy.mechanisms.step_mechanism import GAUSSIAN_STEPS
 from ..privacy.mechanisms.units import RECORD
 
-__all__ = ["missing_share_counted", "noise_projected_alone", "personal_noise_scaled", "noise_scaled", "noise_stream_restarted",
+__all__ = ["excess_removed_whatever_dropped", "missing_share_counted", "noise_projected_alone", "personal_noise_scaled", "noise_scaled", "noise_stream_restarted",
            "per_block_clipping", "rounding_past_the_bound", "shares_from_a_public_seed", "shares_sized_by_clients",
            "site_charges_the_servers_numbers", "site_drops_invalid_records", "site_ignores_the_planned_size",
            "subjects_charged_as_records", "subjects_clipped_by_record"]
@@ -312,8 +312,8 @@ def shares_sized_by_clients() -> Iterator[None]:
     K − t honest shares with V: with t colluders the honest noise falls to (K − t) / K of what is charged."""
     honest = discrete_module.plan_encoding
 
-    def by_clients(dimension, clip, total_batch, clients, colluders, calibrate, count_share=0.0):
-        encoding = honest(dimension, clip, total_batch, clients, colluders, calibrate, count_share)
+    def by_clients(dimension, clip, total_batch, clients, colluders, calibrate, count_share=0.0, dropouts=0):
+        encoding = honest(dimension, clip, total_batch, clients, colluders, calibrate, count_share, dropouts)
         return dataclasses.replace(encoding, share=encoding.share * (clients - colluders) / clients)
 
     with _patched((discrete_module, "plan_encoding", by_clients)):
@@ -343,11 +343,20 @@ def missing_share_counted() -> Iterator[None]:
     client's share were in it."""
     honest = DistributedServer.apply
 
-    def counted(self, theta, releases, denominator, encoding, lr):
-        present = dataclasses.replace(encoding, colluders=encoding.clients - max(len(releases), 1))
-        return honest(self, theta, releases, denominator, present, lr)
+    def counted(self, theta, releases, denominator, encoding, lr, excess=None):
+        present = dataclasses.replace(encoding, colluders=encoding.clients - max(len(releases), 1), dropouts=0)
+        return honest(self, theta, releases, denominator, present, lr)  # any excess left in
 
     with _patched((DistributedServer, "apply", counted)):
+        yield
+
+
+@contextmanager
+def excess_removed_whatever_dropped() -> Iterator[None]:
+    """Distributed noise with a dropout allowance: the server takes every answering client's excess out of the sum,
+    down to the share of a round no client missed, however many did: the K − t − j honest shares of a round j
+    clients missed are left with λ_0 each, (K − t − j) / (K − t) of the noise charged."""
+    with _patched((discrete_module.DistributedEncoding, "level", lambda self, dropped: 0)):
         yield
 
 

@@ -463,7 +463,8 @@ def _placement_saving(privacy: PrivacyPlan, client_sizes: list[int], names: list
     local_mean = math.sqrt(sum(x * x for x in sigmas) / len(sigmas) / k)
     return (f"distributed noise: the server's mean step carries noise std {privacy.noise_std:.3g} per coordinate, "
             f"against {local_mean:.3g} with local noise at the same ε, T and batches ({local_mean / privacy.noise_std:.1f}x "
-            f"less; K = {k} clients a round, t = {privacy.encoding.colluders} may drop out or collude)")
+            f"less; K = {k} clients a round, t = {privacy.encoding.colluders} may drop out or collude"
+            + (f", d = {privacy.encoding.dropouts} more may drop out" if privacy.encoding.dropouts else "") + ")")
 
 
 def _distributed_reason(auto: set[str]) -> str:

@@ -57,3 +57,16 @@ def test_rounding_past_the_bound_is_caught_by_the_bound_check():
 def test_dropped_clients_must_leave_the_canary_and_colluders():
     with pytest.raises(ValueError, match="'dropped'"):
         audit_distributed_rounds(clients=4, colluders=1, dropped=3, n_runs=1)
+
+
+@pytest.mark.slow
+def test_with_a_dropout_allowance_rounds_missing_clients_pass_and_excess_taken_out_regardless_is_caught():
+    """K = 6, t = 1 colluder, d = 3, 3 honest clients silent: the two answering honest clients' shares of level 3
+    carry the noise; a server that takes out all of their excess (level 0) leaves them 2/5 of it."""
+    from skfedriem.audit.mutations import excess_removed_whatever_dropped
+
+    honest = audit_distributed_rounds(1.4, colluders=1, dropped=3, dropouts=3, n_runs=RUNS, random_state=0)
+    assert not honest.violated and honest.epsilon_lower_bound > 0.3 * honest.epsilon_certified
+    with excess_removed_whatever_dropped():
+        broken = audit_distributed_rounds(1.4, colluders=1, dropped=3, dropouts=3, n_runs=RUNS, random_state=0)
+    assert broken.violated

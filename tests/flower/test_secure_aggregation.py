@@ -232,13 +232,36 @@ def test_with_a_dropout_allowance_two_of_seven_sites_gone_keep_the_rounds_and_th
         assert central.spent() <= result["epsilon"] * (1 + 1e-9)
 
 
+def test_sites_gone_before_the_batch_count_as_dropped_for_the_share(tmp_path, monkeypatch):
+    """The review's finding: two of seven sites gone before round 1's keys stage never enter the batch, so no list
+    names them dropped; each of the five survivors still draws the share of level 2 (K − survivors), λ (K − t) /
+    (K − t − 2), not λ: a share sized by the dropped list alone left 0.83 of V (0.67 with a colluder)."""
+    from skfedriem.privacy.mechanisms import discrete
+
+    names = [f"site-{i}" for i in range(7)]
+    folder, files, keys = _sites(tmp_path, names)
+    rates, draw = [], discrete._skellam
+    monkeypatch.setattr(discrete, "_skellam", lambda source, rate, length: rates.append(rate) or draw(source, rate,
+                                                                                                      length))
+    result = SecureGrid(folder, files, keys, node={"semi-honest-server": "true", "distributed-colluders": "1",
+                                                   "distributed-dropouts": "2"},
+                        drop={("1", "keys"): ("site-5", "site-6")}, colluders=1, dropouts=2,
+                        **{"n-rounds": 2}).serve()
+    assert [h["replied"] for h in result["history"]] == [[0, 1, 2, 3, 4]] * 2
+    deployed = list(rates)
+    X = np.vstack([np.load(files[n]) for n in names])
+    FederatedPCA(2, eps=4.0, solver="riemannian", n_rounds=2, batch_size=10, local_steps=1, clip=1.0,
+                 noise="distributed", colluders=1, dropouts=2).fit(X, groups=np.repeat(np.arange(7), 100))
+    share = rates[len(deployed)]  # the in-process run's first draw: λ, then its excess components
+    assert len(deployed) == 10 and deployed == [pytest.approx(share * 6 / 4)] * 10
+
+
 def test_a_site_that_restarts_loses_its_round_and_joins_a_new_batch(federation):
     """Site-1 restarts as round 3's messages go out (a new node, its secrets gone): round 3, which listed it as a
     survivor, is abandoned; round 4 sets up a new batch of keys with it and completes with all five."""
     folder, files, keys = federation
     result = SecureGrid(folder, files, keys, node={"semi-honest-server": "true"}, restart={("3", "round"): "site-1"},
                         **{"n-rounds": 4}).serve()
-    deployed_rates = list(rates)
     replied = [h["replied"] for h in result["history"]]
     assert replied == [[0, 1, 2, 3, 4], [0, 1, 2, 3, 4], [], [0, 1, 2, 3, 4]]
     assert "discarded" in result["history"][2]

@@ -20,7 +20,7 @@ messages whose ``secagg`` record names the stage (what each step checks:
   instance's, the shares and the lists, which it signs; only then its guard
   charges the round (ε_local and ε_central, :class:`~skfedriem.flower.protocol.client_app.SiteGuard`),
   its one private step runs with fresh secret randomness, its noise share
-  sized for the dropped sites the lists announce (a dropout allowance d:
+  sized for the K − (survivors) sites the lists leave out (a dropout allowance d:
   :meth:`~skfedriem.privacy.mechanisms.discrete.DistributedEncoding.round_share`;
   the lists enter its masks), and it answers its masked release and its
   signature, with its unmasking shares when no site is dropped.
@@ -314,9 +314,9 @@ def _round(client, msg: Message, run: str, record: ConfigRecord) -> RecordDict:
     # fresh OS entropy for every release, seeded client or not (the Flower simulation's): a seed's stream could be
     # restarted in another process and replay a release's noise, which two sums would then cancel
     state = ClientState.fresh(secure_mode=client.secure_mode)
-    # the share sized for the dropped sites the signed lists announce (they enter the masks: a release sized for
-    # other lists cancels with no one's)
-    sized = replace(instructions, encoding=replace(encoding, announced=len(dropped)))
+    # the share sized for the K − (survivors) sites the signed lists leave out, dropped or never in the batch (the
+    # lists enter the masks: a release sized for other lists cancels with no one's)
+    sized = replace(instructions, encoding=replace(encoding, announced=b.clients - len(set(active))))
     [(submission, _)] = client_round.run_round(client.recipe, theta, [client.data], [state], sized)
     masked = session.masked(submission[ENCODED_RELEASE].numpy(), round_digest(theta, instructions))
     content = RecordDict({"masked": encode_arrays({"y": torch.from_numpy(masked)}),
