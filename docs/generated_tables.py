@@ -204,12 +204,12 @@ def deviating_table() -> str:
              f"that runs the protocol (ε_central), one that deviates with t colluders (deviating) and anyone who sees "
              f"one client's release (ε_local); q = 1, T = {rounds}, δ = 1e-5, {size} records a client, "
              f"d = {dimension}", "   :header-rows: 1", "",
-             "   * - K clients a round", "     - t colluders", "     - ε_central planned", "     - ε_central",
-             "     - deviating", "     - ε_local"]
-    for clients, colluders in ((5, 1), (7, 2), (10, 1)):
+             "   * - K clients a round", "     - t colluders", "     - d dropouts", "     - ε_central planned",
+             "     - ε_central", "     - deviating", "     - ε_local"]
+    for clients, colluders, dropouts in ((5, 1, 0), (7, 2, 0), (10, 1, 0), (7, 1, 2)):
         for eps in (1.0, 4.0, 10.0):
             settings = FederationSettings(n_rounds=rounds, eps=eps, clip=1.0, noise="distributed",
-                                          colluders=colluders)
+                                          colluders=colluders, dropouts=dropouts)
             plan = plan_run([size] * clients, list(range(clients)), settings, dimension=dimension)
             steps = StepPlan(n_records=size, batch_size=size, local_steps=1, clip=1.0, noise_std=0.0,
                              sampling="fixed", encoding=plan.encoding)
@@ -219,7 +219,7 @@ def deviating_table() -> str:
                 for _ in range(rounds):
                     ledger.extend(release())
                 row.append(ledger.get_epsilon(1e-5))
-            lines += [f"   * - {clients}", f"     - {colluders}", f"     - {eps:g}",
+            lines += [f"   * - {clients}", f"     - {colluders}", f"     - {dropouts}", f"     - {eps:g}",
                       *(f"     - {value:.2f}" for value in row)]
     return "\n".join(lines) + "\n"
 
