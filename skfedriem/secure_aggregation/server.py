@@ -112,7 +112,8 @@ class ServerSession:
         return active, [site for site in self.participants if site not in set(active)]
 
     def unmasked(self, masked: dict[str, np.ndarray], shares: dict[str, tuple[dict[str, bytes], dict[str, bytes]]],
-                 active: list[str], dropped: list[str], content: bytes) -> dict[str, np.ndarray]:
+                 active: list[str], dropped: list[str], content: bytes,
+                 masked_with: tuple[list[str], list[str]] | None = None) -> dict[str, np.ndarray]:
         """Each survivor's release less its self-mask and its masks with the dropped sites.
 
         Parameters
@@ -125,6 +126,10 @@ class ServerSession:
             The lists the round was sent with.
         content : bytes
             The round's content digest (the pairwise keys' derivation).
+        masked_with : (list of str, list of str), optional
+            The lists the sites signed before masking, which the pairwise keys' derivation reads (default
+            ``active`` and ``dropped``; a round whose final lists left out sites that dropped out during it
+            passes the first lists).
 
         Raises
         ------
@@ -148,7 +153,8 @@ class ServerSession:
                 private = X25519PrivateKey.from_private_bytes(key)
             except ValueError:
                 raise RoundAbandoned(f"site {gone!r}'s mask key does not rebuild from its shares.") from None
-            self._remove_pairwise(out, gone, private, masks_context(self.instance, content, active, dropped))
+            self._remove_pairwise(out, gone, private, masks_context(self.instance, content,
+                                                                    *(masked_with or (active, dropped))))
         return out
 
     def _remove_pairwise(self, entries: dict[str, np.ndarray], gone: str, key: X25519PrivateKey,

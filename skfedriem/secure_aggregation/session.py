@@ -61,6 +61,12 @@ when the round starts is listed as dropped: a second message carries the
 survivors' signatures, against which they reveal the shares of its mask key.
 A survivor whose masked release does not arrive cannot have its pairwise
 masks removed (that would take its other secret): the round is abandoned.
+Under a dropout allowance (d > 0) no share goes with the release: the sites
+whose masked releases arrived sign the final lists
+(:meth:`~skfedriem.secure_aggregation.site.SiteSession.sign_final`), and a
+third message carries their signatures, against which each reveals its
+shares; a site that failed during the round is then dropped like one gone
+before it.
 """
 
 from __future__ import annotations

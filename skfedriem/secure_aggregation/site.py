@@ -26,14 +26,20 @@ reveals something runs once):
 5. :meth:`SiteSession.masked`: the release, masked: release + self-mask +
    Σ ± pairwise masks, modulo 2^bits, the pairwise keys derived with the
    round's content.
-6. :meth:`SiteSession.unmask`: for the lists it signed, the site's share of
-   each survivor's self-mask seed and of each dropped site's mask key. When
-   any site is dropped, only with the signatures of at least T survivors over
-   the same lists (Bonawitz et al.'s consistency check): the honest sites
-   that reveal mask-key shares then all hold one view of who dropped, so a
-   server cannot drop a site's partners to some sites and keep it alive to
-   others. With no site dropped, only self-mask shares are revealed, and a
-   release's pairwise masks cancel only in a sum with its partners'.
+6. :meth:`SiteSession.sign_final` (a round that tolerates sites dropping
+   out *during* it: a dropout allowance): the round's final lists, once the
+   server knows whose masked releases arrived: the survivors among those the
+   site masked with, at least T, this site among them, the others dropped;
+   kept and signed.
+7. :meth:`SiteSession.unmask`: for the lists it signed (the final ones, when
+   it signed them), the site's share of each survivor's self-mask seed and
+   of each dropped site's mask key. When any site is dropped, or final lists
+   were signed, only with the signatures of at least T survivors over the
+   same lists (Bonawitz et al.'s consistency check): the honest sites that
+   reveal mask-key shares then all hold one view of who dropped, so a server
+   cannot drop a site's partners to some sites and keep it alive to others.
+   With no site dropped, only self-mask shares are revealed, and a release's
+   pairwise masks cancel only in a sum with its partners'.
 
 Every refusal is a :class:`~skfedriem.exceptions.InvalidInstructionsError`
 naming the check; a deployed site answers it with its generic refusal.
@@ -140,6 +146,7 @@ class SiteSession:
     _keys: dict = field(default_factory=dict, init=False, repr=False)  # the signed keys of stage 2, by site
     _shares: dict = field(default_factory=dict, init=False, repr=False)  # peer -> (self-mask share, mask-key share)
     _lists: tuple = field(default=((), ()), init=False, repr=False)  # the survivors and dropped sites it signed
+    _final: tuple | None = field(default=None, init=False, repr=False)  # the final lists it signed, if any
 
     @property
     def name(self) -> str:
@@ -273,7 +280,38 @@ class SiteSession:
         return sign(self.identity.signing_key, self._lists_payload(self.name))
 
     def _lists_payload(self, site: str) -> bytes:
+        if self._final is not None:
+            return self.binding.payload(site, "final survivors and dropped", json.dumps(self._final))
         return self.binding.payload(site, "survivors and dropped", json.dumps(self._lists))
+
+    @property
+    def masked_with(self) -> tuple[list[str], list[str]]:
+        """The lists this site signed before masking (its pairwise masks' key derivation reads them)."""
+        return list(self._lists[0]), list(self._lists[1])
+
+    def sign_final(self, active: list[str], dropped: list[str]) -> bytes:
+        """Stage 6 (a round tolerating dropouts during it): the final lists checked, kept and signed.
+
+        Parameters
+        ----------
+        active, dropped : list of str
+            The survivors whose masked releases arrived, and every other site of the lists signed before masking.
+
+        Returns
+        -------
+        bytes
+            The site's signature over them.
+        """
+        self._expect("masked", "finally signed")
+        self.check_unmask(active, dropped)
+        final = _lists(active, dropped)
+        signed_active, signed_dropped = self._lists
+        if not set(final[0]) <= set(signed_active) or set(final[0]) | set(final[1]) != set(signed_active) | set(
+                signed_dropped):
+            _refuse("the final lists are not the signed survivors, less some that dropped out since.")
+        self.stage = "finally signed"
+        self._final = final
+        return sign(self.identity.signing_key, self._lists_payload(self.name))
 
     def check_unmask(self, active: list[str], dropped: list[str]) -> None:
         """Refuse survivor and dropped lists :meth:`unmask` would refuse (nothing changes).
@@ -359,10 +397,10 @@ class SiteSession:
         mask_key_shares : dict of str to bytes
             For each site of ``dropped``, this site's share of its mask key.
         """
-        self._expect("masked", "unmasked")
-        if _lists(active, dropped) != self._lists:
+        self._expect("masked" if self._final is None else "finally signed", "unmasked")
+        if _lists(active, dropped) != (self._lists if self._final is None else self._final):
             _refuse("the survivors and dropped sites differ from the lists this site signed.")
-        if dropped:
+        if dropped or self._final is not None:
             self._check_consistency(active, signatures or {})
         self.stage = "unmasked"
         return ({site: self._shares[site][0] for site in set(active)},

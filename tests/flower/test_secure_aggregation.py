@@ -121,8 +121,8 @@ def spies(monkeypatch):
         released[(self.binding.round, self.name)] = np.asarray(release).copy()
         return masked(self, release, content)
 
-    def spy_unmasked(self, masked_releases, shares, active, dropped, content):
-        entries = unmasked(self, masked_releases, shares, active, dropped, content)
+    def spy_unmasked(self, masked_releases, shares, active, dropped, content, **kw):
+        entries = unmasked(self, masked_releases, shares, active, dropped, content, **kw)
         held.append({"inputs": dict(self.inputs), "entries": entries, "modulus": 1 << self.bits,
                      "round": self.instance.split("/")[1], "shares": shares, "threshold": self.threshold})
         return entries
@@ -191,10 +191,14 @@ def test_a_site_lost_during_a_round_abandons_it_and_is_then_recovered_as_dropped
 def test_with_a_dropout_allowance_two_of_seven_sites_gone_keep_the_rounds_and_the_planned_epsilon(tmp_path, spies,
                                                                                                    monkeypatch,
                                                                                                    dropouts):
-    """K = 7 sites, t = 1, d = 2 (T = 5): two sites die when round 2's message reaches them (round 2 abandoned,
-    charged); from round 3 on they are listed as dropped and each of the five survivors draws the share of level 2,
-    λ (K − t) / (K − t − 2), so the sum's noise is whole: the rounds apply and ε_central is the in-process plan's.
-    Without the allowance (T = 6) those rounds are abandoned."""
+    """K = 7 sites, t = 1, d = 2 (T = 5): two sites die when round 2's message reaches them. Under the allowance a
+    round takes three messages (round, final, unmask): round 2 completes with the five whose masked releases
+    arrived, each of which drew λ plus two excess components and reveals none of them (the round's level is 2);
+    round 1, which all seven answered, had every survivor reveal both, leaving λ. From round 3 on the two are listed
+    as dropped and the five draw λ_2 = λ (K − t) / (K − t − 2) at once. The sums are the releases' less the excess
+    revealed, every round applies, and ε_central is the in-process plan's. Without the allowance (T = 6) round 2
+    is abandoned (one message a round: the self-mask shares went with the releases) and so are the next ones."""
+    from skfedriem.flower.protocol import secure_rounds as rounds_module
     from skfedriem.privacy.mechanisms import discrete
 
     names = [f"site-{i}" for i in range(7)]
@@ -202,6 +206,9 @@ def test_with_a_dropout_allowance_two_of_seven_sites_gone_keep_the_rounds_and_th
     rates, draw = [], discrete._skellam
     monkeypatch.setattr(discrete, "_skellam", lambda source, rate, length: rates.append(rate) or draw(source, rate,
                                                                                                       length))
+    revealed, read = [], rounds_module._excess
+    monkeypatch.setattr(rounds_module, "_excess", lambda record, length: revealed.append(read(record, length))
+                        or revealed[-1])
     released, held = spies
     result = SecureGrid(folder, files, keys, node={"semi-honest-server": "true", "distributed-colluders": "1",
                                                    "distributed-dropouts": str(dropouts)},
@@ -214,18 +221,21 @@ def test_with_a_dropout_allowance_two_of_seven_sites_gone_keep_the_rounds_and_th
                          noise="distributed", colluders=1, dropouts=dropouts).fit(X,
                                                                                   groups=np.repeat(np.arange(7), 100))
     assert result["epsilon"] == pytest.approx(local.epsilon_, rel=1e-9) and result["epsilon"] <= 4.0
-    assert replied[0] == list(range(7)) and replied[1] == []
+    assert replied[0] == list(range(7))
     if not dropouts:
-        assert replied[2:] == [[], []]
+        assert replied[1:] == [[], [], []]
         return
-    assert replied[2:] == [[0, 1, 2, 3, 4]] * 2 and all("discarded" not in h for h in result["history"][2:])
+    assert replied[1:] == [[0, 1, 2, 3, 4]] * 3 and all("discarded" not in h for h in result["history"])
     share = deployed_rates[0]
-    assert deployed_rates[:7] == [share] * 7  # round 1: the level-0 share λ, all seven, no excess apart
-    assert deployed_rates[-10:] == [pytest.approx(share * 6 / 4)] * 10  # rounds 3 and 4: λ_2 at the five survivors
-    for round_held in held[-2:]:  # the survivors' sum, masks removed, is their releases' sum
-        truth = [released[(round_held["round"], n)] for n in names[:5]]
+    level = [share, share / 5, share * 6 / 4 - share * 6 / 5]  # λ, λ_1 − λ, λ_2 − λ_1 (K − t = 6)
+    assert deployed_rates[:21] == pytest.approx(level * 7)  # round 1: seven sites, each its three components
+    assert deployed_rates[21:36] == pytest.approx(level * 5)  # round 2: the five that got the message
+    assert deployed_rates[36:] == [pytest.approx(share * 6 / 4)] * 10  # rounds 3 and 4: λ_2 at once, nothing apart
+    assert len(revealed) == 7 + 5 and all(r.any() for r in revealed[:7]) and not any(r.any() for r in revealed[7:])
+    for round_held, taken in zip(held, (revealed[:7], revealed[7:], [0], [0])):
+        truth = [released[(round_held["round"], n)] for n in round_held["entries"]]
         assert np.array_equal(np.mod(np.sum(list(round_held["entries"].values()), axis=0), round_held["modulus"]),
-                              np.mod(np.sum(truth, axis=0), round_held["modulus"]))
+                              np.mod(np.sum(truth, axis=0) - np.sum(taken, axis=0), round_held["modulus"]))
     for name in names:  # each site charged what it ran, at the plan's ε_central per round
         _, central, _ = ledgers(files[name])
         assert len(central.fits) == (1 if name in ("site-5", "site-6") else 4)

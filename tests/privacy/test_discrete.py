@@ -223,17 +223,26 @@ def test_the_deviating_variance_is_the_worst_case_over_the_dropped():
                     assert encoding.deviating_variance == pytest.approx(6.0 * max(clients - 2 * colluders, 1))
 
 
-def test_an_announced_round_draws_its_levels_share_alone():
-    """Where the dropped sites are announced before the release (a deployed round's lists), the release is
-    one-dimensional and carries Sk(λ_j, λ_j), j = min(announced, d): no excess to take out."""
+def test_an_announced_round_starts_at_its_level():
+    """Where the sites left out are announced before the release (a deployed round's lists), a client draws
+    Sk(λ_a, λ_a), a = min(announced, d), at once and keeps apart only the components above a: with nothing more
+    missing, the K − t − a honest shares carry Sk(V/2, V/2); with a = d nothing is kept apart."""
+    from skfedriem.privacy.mechanisms.discrete import remove_excess
+
     encoding = plan_encoding(4000, 1.0, 100, 7, 1, lambda l2, l1: 24.0, dropouts=2)
     zeros = torch.zeros(1, 4000, dtype=torch.float64)
     m = encoding.modulus
     for announced, honest in ((0, 6), (1, 5), (2, 4), (3, 4)):
         sized = dataclasses.replace(encoding, announced=announced)
         releases = [encode_records(zeros, sized, 1.0, _source(k)) for k in range(honest)]
-        assert releases[0].shape == (encoding.length,) and not sized.excess_rates
-        assert abs(_variance_z(np.mod(sum_releases(releases, encoding) + m // 2, m) - m // 2, 24.0)) < 4
+        kept = 2 - min(announced, 2)
+        assert releases[0].shape == ((1 + kept, sized.length) if kept else (sized.length,))
+        if kept:
+            total = remove_excess(sum_releases([r[0] for r in releases], sized), [r[1:] for r in releases], sized,
+                                  announced)
+        else:
+            total = sum_releases(releases, sized)
+        assert abs(_variance_z(np.mod(total + m // 2, m) - m // 2, 24.0)) < 4
 
 
 def test_an_encoding_refuses_an_allowance_that_leaves_no_honest_share():

@@ -596,3 +596,62 @@ def test_a_round_with_t_plus_d_sites_dropped_unmasks_and_one_more_is_refused():
         entries = server.unmasked(masked, shares, survivors, gone, b"content")
         assert np.array_equal(np.mod(sum(entries.values()), 1 << BITS), np.mod(sum(x[n] for n in survivors),
                                                                                 1 << BITS))
+
+
+def _allowance_round(d: int = 2):
+    """K = 7, t = 1, d sites' keys and shares exchanged, every site masking with all seven listed alive."""
+    names = [f"s{i}" for i in range(7)]
+    keys = {n: ec.generate_private_key(ec.SECP384R1()) for n in names}
+    roster = {n: key.public_key() for n, key in keys.items()}
+    b = Binding("7", "1", "f/1", 7, 1, BITS, LENGTH, dropouts=d)
+    sites = {n: SiteSession(SiteIdentity(n, keys[n], roster), b) for n in names}
+    server = ServerSession(b.instance, 7, 1, BITS, LENGTH, dropouts=d)
+    relay = server.advertised({n: s.advertise() for n, s in sites.items()})
+    routes = server.shared({n: s.share(relay) for n, s in sites.items()})
+    x = {n: np.random.default_rng(i).integers(0, 1 << BITS, LENGTH) for i, n in enumerate(names)}
+    masked = {}
+    for n in names:
+        sites[n].receive(routes[n])
+        sites[n].sign_lists(names, [])
+        masked[n] = sites[n].masked(x[n], b"content")
+    return names, sites, server, x, masked
+
+
+def test_two_sites_dropping_during_a_round_are_recovered_from_signed_final_lists():
+    """Under a dropout allowance the lists are signed again once the masked releases are in: two of seven gone
+    during the round, the five sign the final lists, reveal against five signatures, and their sum unmasks (the
+    pairwise masks derived with the first lists)."""
+    names, sites, server, x, masked = _allowance_round()
+    final, gone = names[:5], names[5:]
+    signatures = {n: sites[n].sign_final(final, gone) for n in final}
+    shares = {n: sites[n].unmask(final, gone, signatures) for n in final}
+    entries = server.unmasked({n: masked[n] for n in final}, shares, final, gone, b"content",
+                              masked_with=(names, []))
+    assert np.array_equal(np.mod(sum(entries.values()), 1 << BITS), np.mod(sum(x[n] for n in final), 1 << BITS))
+
+
+@pytest.mark.parametrize("final, gone, message", [
+    (["s0", "s1", "s2", "s3", "s4", "s9"], ["s5", "s6"], "final lists are not the signed survivors"),
+    (["s0", "s1", "s2", "s3"], ["s4", "s5", "s6"], "4 survivors, fewer than T = 5"),
+    (["s0", "s1", "s2", "s3", "s4"], ["s5"], "final lists are not the signed survivors"),
+])
+def test_final_lists_that_add_a_site_or_fall_below_t_are_refused(final, gone, message):
+    names, sites, server, x, masked = _allowance_round()
+    with pytest.raises(InvalidInstructionsError, match=message if "T =" in message else "final lists|whose shares"):
+        sites["s0"].sign_final(final, gone)
+    sites["s0"].sign_final(names[:5], names[5:])  # the refusal left the session where it was
+
+
+def test_final_lists_shown_differently_to_two_groups_reach_no_threshold():
+    """The server shows s0, s1, s2 and s5 final lists dropping s6, and s3, s4 lists dropping s5 (the colluder s6
+    alive to them, signing anything): neither set of lists gathers T = 5 signatures of its survivors (4 and 3), so
+    no mask key is revealed."""
+    names, sites, server, x, masked = _allowance_round()
+    one = (["s0", "s1", "s2", "s3", "s4", "s5"], ["s6"])
+    two = (["s0", "s1", "s2", "s3", "s4", "s6"], ["s5"])
+    views = {n: two if n in ("s3", "s4") else one for n in ("s0", "s1", "s2", "s3", "s4", "s5")}
+    signatures = {n: sites[n].sign_final(*views[n]) for n in views}
+    signatures["s6"] = sign(sites["s6"].identity.signing_key, sites["s3"]._lists_payload("s6"))  # colludes
+    for n in ("s0", "s3"):
+        with pytest.raises(InvalidInstructionsError, match="fewer than T = 5"):
+            sites[n].unmask(*views[n], signatures)

@@ -20,7 +20,12 @@ draws its noise share for the dropped sites its lists announce, so that the
 sum's noise stays what the plan certified. A participant that fails *during* a round (its
 masked release missing) makes the round abandoned: nothing is returned and
 the engine discards the round (it was charged when it started); it is listed
-as dropped from the next round on. A new batch is set up when the current
+as dropped from the next round on. Under a dropout allowance (d > 0) a round
+instead takes three messages: ``round``, then ``final`` (the sites whose
+masked releases arrived sign the final lists), then ``unmask`` (against T
+signatures over them: the shares, and each survivor's excess noise above
+the round's level, which the server takes out of its entry), so that up to
+t + d sites may drop out during the round too, the noise kept whole. A new batch is set up when the current
 one runs out, has fewer than T reachable participants, a site joined since
 it was made, or a participant restarted (its node changed: its keys are
 lost; it is listed as dropped until then).
@@ -209,6 +214,9 @@ class SecureAggregation:
             theta=theta_record, instructions=_encoded(instructions[site])) for site in active}
         replies = _stage(self.send, messages, failures)
         self.lost |= set(active) - set(replies)  # listed as dropped from the next round on
+        if session.dropouts:
+            return self._final_round(session, round_, sites, active, dropped, replies, theta, instructions,
+                                     failures)
         missing = sorted(set(active) - set(replies))
         if missing:  # their pairwise masks cannot be removed: abandoned before anyone reveals a mask key
             raise RoundAbandoned(f"survivors {missing} sent no masked release.")
@@ -226,6 +234,45 @@ class SecureAggregation:
         entries = session.unmasked(masked, shares, active, dropped, round_digest(theta, instructions[active[0]]))
         self.log(f"skfedriem: round {round_} secure aggregation: {len(active)} survivors, {len(dropped)} dropped")
         return {site: ({ENCODED_RELEASE: torch.from_numpy(entry)}, seconds[site]) for site, entry in entries.items()}
+
+
+    def _final_round(self, session: ServerSession, round_: int, sites: dict[str, int], active: list[str],
+                     dropped: list[str], replies: dict[str, Message], theta: dict[str, torch.Tensor],
+                     instructions: dict[str, RoundInstructions],
+                     failures: dict[str, str]) -> dict[str, tuple[dict, float]]:
+        """A round under a dropout allowance, once the masked releases are in: the final lists signed by the sites
+        whose releases arrived, then their shares and excess noise against T signatures over them."""
+        masked = _parsed(replies, lambda r: _masked(r, session.length), failures)
+        final = sorted(masked)
+        gone = sorted(set(active) - set(final) | set(dropped))
+        if len(final) < session.threshold:
+            raise RoundAbandoned(f"{len(final)} masked releases arrived, fewer than T = {session.threshold}.")
+        lists = {"instance": session.instance, "active": final, "dropped": gone}
+        signed = _stage(self.send, {site: _message(sites[site], str(round_), {"stage": "final", **lists})
+                                    for site in final}, failures)
+        signatures = _parsed(signed, lambda r: bytes(r.content["secagg"]["signature"]), failures)
+        unmask = {"stage": "unmask", **lists, "signers": list(signatures), "signatures": list(signatures.values())}
+        answers = _stage(self.send, {site: _message(sites[site], str(round_), unmask) for site in signatures},
+                         failures)
+        shares = _parsed(answers, lambda r: _shares(r.content["secagg"]), failures)
+        excess = _parsed({site: r for site, r in answers.items() if "excess" in r.content["secagg"]},
+                         lambda r: _excess(r.content["secagg"], session.length), failures)
+        entries = session.unmasked(masked, shares, final, gone, round_digest(theta, instructions[active[0]]),
+                                   masked_with=(active, dropped))
+        modulus = 1 << session.bits
+        for site, above in excess.items():  # a site that revealed none keeps its excess in: more noise, never less
+            entries[site] = np.mod(entries[site] - above, modulus)
+        self.log(f"skfedriem: round {round_} secure aggregation: {len(final)} survivors, {len(gone)} dropped")
+        return {site: ({ENCODED_RELEASE: torch.from_numpy(entry)}, _seconds(replies[site]))
+                for site, entry in entries.items()}
+
+
+def _excess(record: ConfigRecord, length: int) -> np.ndarray:
+    """A site's revealed excess noise above the round's level (a dropout allowance), ``(length,)``."""
+    values = np.asarray(list(record["excess"]), dtype=np.int64)
+    if values.shape != (length,):
+        raise ValueError(f"excess noise of shape {values.shape}")
+    return values
 
 
 def _encoded(instructions: RoundInstructions) -> ConfigRecord:

@@ -24,9 +24,15 @@ messages whose ``secagg`` record names the stage (what each step checks:
   :meth:`~skfedriem.privacy.mechanisms.discrete.DistributedEncoding.round_share`;
   the lists enter its masks), and it answers its masked release and its
   signature, with its unmasking shares when no site is dropped.
-* ``unmask`` (a round with dropped sites only): the survivors' signatures
-  over the lists; the site reveals its shares only when at least T of them
-  signed the lists it signed.
+* ``final`` (a round with a dropout allowance d > 0): the final lists, once
+  the server knows whose masked releases arrived (sites may drop out during
+  the round); the site checks and signs them.
+* ``unmask`` (a round with dropped sites, or with a dropout allowance): the
+  survivors' signatures over the lists; the site reveals its shares only
+  when at least T of them signed the lists it signed, and with them, under a
+  dropout allowance, the sum of its excess noise components above the
+  round's level (K − final survivors), which the server takes out of the
+  sum (:func:`~skfedriem.privacy.mechanisms.discrete.remove_excess`).
 
 Each instance's secrets live in this process's memory only (the site's
 resident worker) until its round, or until :data:`KEPT_SESSIONS` newer
@@ -43,13 +49,14 @@ import os
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 
+import numpy as np
 import torch
 from flwr.app import ConfigRecord, Message, RecordDict
 
 from ...exceptions import InvalidInstructionsError
 from ...federated import client_round
 from ...federated.client import ClientState
-from ...federated.instructions import ENCODED_RELEASE, RoundInstructions, check_iterate, step_plan
+from ...federated.instructions import ENCODED_RELEASE, EXCESS_NOISE, RoundInstructions, check_iterate, step_plan
 from ...privacy.mechanisms.discrete import DistributedEncoding
 from ...secure_aggregation import Binding, SignedKeys, SiteIdentity, SiteSession, threshold
 from ...secure_aggregation.crypto import load_signing_key, read_roster
@@ -65,6 +72,9 @@ KEPT_SESSIONS = 4 * BATCH_ROUNDS
 
 # site -> (run, instance) -> SiteSession (the secrets: in this process's memory only)
 _SESSIONS: dict[str, OrderedDict[tuple[str, str], SiteSession]] = {}
+# (site, run, instance) -> the round's encoding and the excess components its release carries (a dropout allowance),
+# until the unmask stage reveals those above the round's level
+_EXCESS: dict[tuple[str, str, str], tuple[DistributedEncoding, np.ndarray]] = {}
 
 
 def default_colluders(clients: int) -> int:
@@ -261,7 +271,8 @@ def _make_keys(client, msg: Message, run: str, record: ConfigRecord) -> RecordDi
         kept[(run, instance)] = session
         keys.append(session.advertise())
         while len(kept) > KEPT_SESSIONS:
-            kept.popitem(last=False)
+            (old_run, old_instance), _ = kept.popitem(last=False)
+            _EXCESS.pop((client.name, old_run, old_instance), None)
     return RecordDict({"secagg": ConfigRecord({"cipher": [k.cipher for k in keys], "masking": [k.masking for k in keys],
                                                "signature": [k.signature for k in keys],
                                                "roster": len(client.guard.distributed.identity.roster)})})
@@ -293,8 +304,8 @@ def _share(client, run: str, record: ConfigRecord) -> RecordDict:
 
 
 def _round(client, msg: Message, run: str, record: ConfigRecord) -> RecordDict:
-    """Stage ``round``: everything checked, then charged, run and masked; with no site dropped, the unmasking
-    shares come with the release (one message a round)."""
+    """Stage ``round``: everything checked, then charged, run and masked; with no site dropped and no dropout
+    allowance, the unmasking shares come with the release (one message a round)."""
     session = _session(client, run, str(_field(record, "instance")))
     if str(msg.metadata.group_id) != session.binding.round:
         raise InvalidInstructionsError(f"Instance {session.binding.instance!r} is for round {session.binding.round}, "
@@ -319,11 +330,20 @@ def _round(client, msg: Message, run: str, record: ConfigRecord) -> RecordDict:
     sized = replace(instructions, encoding=replace(encoding, announced=b.clients - len(set(active))))
     [(submission, _)] = client_round.run_round(client.recipe, theta, [client.data], [state], sized)
     masked = session.masked(submission[ENCODED_RELEASE].numpy(), round_digest(theta, instructions))
+    if EXCESS_NOISE in submission:  # kept at the site until the final lists say how much of it to take out
+        _EXCESS[(client.name, run, b.instance)] = (sized.encoding, submission[EXCESS_NOISE].numpy())
     content = RecordDict({"masked": encode_arrays({"y": torch.from_numpy(masked)}),
                           "secagg": ConfigRecord({"signature": signature})})
-    if not dropped:  # no mask key to reveal: the self-mask shares go with the release
-        content["secagg"].update(_unmasked(client, run, session, active, dropped, {}))
+    if not dropped and not b.dropouts:  # no mask key to reveal, no site may drop during the round: the
+        content["secagg"].update(_unmasked(client, run, session, active, dropped, {}))  # self-mask shares now
     return content  # never a timing: it would time this site's own work, which only the sum may reveal
+
+
+def _final(client, run: str, record: ConfigRecord) -> RecordDict:
+    """Stage ``final`` (a dropout allowance): the lists of the sites whose masked releases arrived, signed."""
+    session = _session(client, run, str(_field(record, "instance")))
+    active, dropped = _lists(record)
+    return RecordDict({"secagg": ConfigRecord({"signature": session.sign_final(active, dropped)})})
 
 
 def _lists(record: ConfigRecord) -> tuple[list[str], list[str]]:
@@ -333,11 +353,19 @@ def _lists(record: ConfigRecord) -> tuple[list[str], list[str]]:
 
 def _unmasked(client, run: str, session: SiteSession, active: list[str], dropped: list[str],
               signatures: dict[str, bytes]) -> dict:
-    """The site's unmasking shares, as a ConfigRecord's fields; the instance is then forgotten."""
-    self_masks, mask_keys = session.unmask(active, dropped, signatures)
-    _SESSIONS[client.name].pop((run, session.binding.instance), None)
-    return {"survivors": list(self_masks), "self_mask_shares": list(self_masks.values()),
-            "dropped": list(mask_keys), "mask_key_shares": list(mask_keys.values())}
+    """The site's unmasking shares (and, under a dropout allowance, its excess noise above the round's level), as a
+    ConfigRecord's fields; the instance is then forgotten."""
+    self_masks, mask_keys = session.unmask(active, dropped, signatures)  # the consistency check first
+    instance = session.binding.instance
+    _SESSIONS[client.name].pop((run, instance), None)
+    fields = {"survivors": list(self_masks), "self_mask_shares": list(self_masks.values()),
+              "dropped": list(mask_keys), "mask_key_shares": list(mask_keys.values())}
+    kept = _EXCESS.pop((client.name, run, instance), None)
+    if kept is not None:
+        encoding, components = kept
+        above = components[encoding.excess_above(encoding.level(session.binding.clients - len(set(active))))]
+        fields["excess"] = [int(v) for v in np.mod(above.sum(0), encoding.modulus)]
+    return fields
 
 
 def _unmask(client, run: str, record: ConfigRecord) -> RecordDict:
@@ -368,7 +396,8 @@ def answer_stage(client, msg: Message) -> RecordDict:
         raise InvalidInstructionsError("This site takes no round of distributed noise (its node setting noise is "
                                        "'local').")
     stages = {"keys": lambda: _make_keys(client, msg, run, record), "shares": lambda: _share(client, run, record),
-              "round": lambda: _round(client, msg, run, record), "unmask": lambda: _unmask(client, run, record)}
+              "round": lambda: _round(client, msg, run, record), "final": lambda: _final(client, run, record),
+              "unmask": lambda: _unmask(client, run, record)}
     if stage not in stages:
         raise InvalidInstructionsError(f"Unknown secure-aggregation stage {stage!r}.")
     return stages[stage]()

@@ -233,15 +233,14 @@ class DistributedEncoding:
         d, the dropout allowance: d more of them may drop out of a round
         (t + d < K) and the survivors' honest shares still carry that noise,
         no more (:meth:`level_share`): each client adds the share of the
-        level d and the excess over the round's level is taken out once its
-        dropouts are known (:func:`encode_clients`, :func:`remove_excess`),
-        or, where the round's dropped sites are announced before any site
-        releases (``announced``), each draws its level's share alone.
+        level d, in components, and the excess over the round's level is
+        taken out once its dropouts are known (:func:`encode_clients`,
+        :func:`remove_excess`).
     announced : int, optional
-        The sites announced as dropped when the round started (a deployed
-        round's signed lists): the clients draw the share of level
-        min(announced, d) and nothing is to be taken out. None: nothing is
-        announced (in process), the excess travels apart.
+        The sites a round's lists left out when it started (a deployed round's
+        signed lists): the clients draw the share of level a = min(announced,
+        d) at once and keep apart only the components above it. None: nothing
+        is announced (in process), a = 0.
     rotation_seed : int, default=0
         The round's public rotation seed.
     beta : float, default=ROUNDING_BETA
@@ -321,18 +320,25 @@ class DistributedEncoding:
         return self.share if level == 0 else self.share * self.honest / (self.honest - level)
 
     @property
+    def base_level(self) -> int:
+        """a = min(announced, d) (0 with nothing announced): the level a client's share starts at."""
+        return self.level(self.announced or 0)
+
+    @property
     def round_share(self) -> float:
-        """The share a client draws for its release: λ_min(announced, d) when the round's dropped sites were
-        announced, else λ_d (the excess over the round's level taken out afterwards)."""
-        return self.level_share(self.dropouts if self.announced is None else self.level(self.announced))
+        """λ_a: the share a client draws at once, before the components it keeps apart."""
+        return self.level_share(self.base_level)
 
     @property
     def excess_rates(self) -> list[float]:
-        """λ_j − λ_{j−1} for j = 1 … d: the rates of the excess components a client keeps apart (in process, with
-        nothing announced), the last ones of which are taken out of a round at a lower level; [] otherwise."""
-        if self.announced is not None:
-            return []
-        return [self.level_share(j) - self.level_share(j - 1) for j in range(1, self.dropouts + 1)]
+        """λ_j − λ_{j−1} for j = a + 1 … d: the rates of the excess components a client adds and keeps apart, those
+        above the round's level to be taken out once its dropouts are known ([] when a = d)."""
+        return [self.level_share(j) - self.level_share(j - 1) for j in range(self.base_level + 1, self.dropouts + 1)]
+
+    def excess_above(self, level: int) -> slice:
+        """The rows of a client's excess components (levels a + 1 … d) above ``level``, which a round at that level
+        takes out."""
+        return slice(max(level - self.base_level, 0), None)
 
     @property
     def central_variance(self) -> float:
@@ -499,12 +505,12 @@ def encode_clients(rows: torch.Tensor, encoding: DistributedEncoding, clip: floa
 
     Returns
     -------
-    list of ndarray of int64, shape (length,) or (1 + d, length)
-        In [0, 2^bits). With excess components (a dropout allowance d > 0,
-        nothing announced: :attr:`DistributedEncoding.excess_rates`), row 0
-        is the release, which carries them all, and row j the excess
-        component of level j, Sk(λ_j − λ_{j−1}), which the client keeps
-        apart for :func:`remove_excess`.
+    list of ndarray of int64, shape (length,) or (1 + d − a, length)
+        In [0, 2^bits). With excess components (a dropout allowance d above
+        the base level a: :attr:`DistributedEncoding.excess_rates`), row 0 is
+        the release, which carries them all, and row i the excess component
+        of level a + i, Sk(λ_{a+i} − λ_{a+i−1}), which the client keeps apart
+        for :func:`remove_excess`.
     """
     if (counts is not None) != bool(encoding.count_scale):
         raise ValueError(f"An encoding with count_scale={encoding.count_scale!r} releases a count exactly when it "
@@ -517,8 +523,7 @@ def encode_clients(rows: torch.Tensor, encoding: DistributedEncoding, clip: floa
     releases = []
     rates = encoding.excess_rates
     for total, source in zip(totals, randomness):
-        base = encoding.share if rates else encoding.round_share
-        components = [_skellam(source, rate, encoding.length) for rate in [base, *rates]]
+        components = [_skellam(source, rate, encoding.length) for rate in [encoding.round_share, *rates]]
         release = np.mod(total + sum(components), encoding.modulus)
         releases.append(np.stack([release, *(np.mod(c, encoding.modulus) for c in components[1:])]) if rates
                         else release)
@@ -535,11 +540,11 @@ def remove_excess(total: np.ndarray, excess: list[np.ndarray], encoding: Distrib
     """The summed release less the answering clients' excess over the round's level: the noise kept whole.
 
     Each client added the share of level d, Sk(λ_d, λ_d), in components:
-    Sk(λ_0) and Sk(λ_j − λ_{j−1}) for j = 1 … d (a sum of independent
-    Skellams is a Skellam, so they add up to it exactly). A round that
-    ``dropped`` clients did not answer is at level L = min(dropped, d): each
-    answering client's components j > L are taken out, leaving it
-    Sk(λ_L, λ_L), and any K − t − L honest clients of the K − dropped that
+    Sk(λ_a) and Sk(λ_j − λ_{j−1}) for j = a + 1 … d (a sum of independent
+    Skellams is a Skellam, so they add up to it exactly; a the base level,
+    0 in process). A round that ``dropped`` clients did not answer is at
+    level L = min(dropped, d) ≥ a: each answering client's components j > L
+    are taken out, leaving it Sk(λ_L, λ_L), and any K − t − L honest clients of the K − dropped that
     answered carry Sk(V/2, V/2) with V = 2λ (K − t) — what the budget needs,
     no more (the add-then-remove of Dordis, Jiang et al., EuroSys 2024). What
     is taken out is noise alone, drawn apart from every record.
@@ -548,8 +553,8 @@ def remove_excess(total: np.ndarray, excess: list[np.ndarray], encoding: Distrib
     ----------
     total : ndarray of int64, shape (length,)
         The answering clients' releases summed modulo 2^bits.
-    excess : list of ndarray of int64, shape (d, length)
-        Each answering client's excess components (levels 1 … d).
+    excess : list of ndarray of int64, shape (d − a, length)
+        Each answering client's excess components (levels a + 1 … d).
     encoding : DistributedEncoding
     dropped : int
         K less the clients that answered.
@@ -558,14 +563,15 @@ def remove_excess(total: np.ndarray, excess: list[np.ndarray], encoding: Distrib
     -------
     ndarray of int64, shape (length,)
     """
-    level = encoding.level(dropped)
+    above = encoding.excess_above(encoding.level(dropped))
+    shape = (len(encoding.excess_rates), encoding.length)
     out = np.asarray(total, dtype=np.int64)
     for components in excess:
         components = np.asarray(components, dtype=np.int64)
-        if components.shape != (encoding.dropouts, encoding.length):
+        if components.shape != shape:
             raise ValueError(f"A client's excess components have shape {components.shape}; the encoding's are "
-                             f"{(encoding.dropouts, encoding.length)}.")
-        out = np.mod(out - components[level:].sum(0), encoding.modulus)
+                             f"{shape}.")
+        out = np.mod(out - components[above].sum(0), encoding.modulus)
     return out
 
 
