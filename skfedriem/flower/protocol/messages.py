@@ -311,7 +311,8 @@ class FlowerTransport:
         text = f"Round {t + 1}: " + "; ".join(f"client {i}: {why}" for i, why in sorted(failures.items()))
         if self.on_failure == "raise":
             raise RuntimeError(text)
-        warnings.warn(text + ". Averaging the submissions that arrived; the round is charged in full.",
+        warnings.warn(text + ". The round goes on with the submissions that arrived (or is discarded, when too few "
+                      "for its noise); it is charged in full.",
                       RuntimeWarning, stacklevel=3)
 
     def _resized(self, selected: list[int]) -> dict[int, int]:
