@@ -398,6 +398,8 @@ class SiteSession:
             For each site of ``dropped``, this site's share of its mask key.
         """
         self._expect("masked" if self._final is None else "finally signed", "unmasked")
+        if self.binding.dropouts and self._final is None:  # what the site reveals follows the final lists alone
+            _refuse("a round with a dropout allowance unmasks only against the final lists this site signed.")
         if _lists(active, dropped) != (self._lists if self._final is None else self._final):
             _refuse("the survivors and dropped sites differ from the lists this site signed.")
         if dropped or self._final is not None:

@@ -231,6 +231,7 @@ def test_with_a_dropout_allowance_two_of_seven_sites_gone_keep_the_rounds_and_th
     assert deployed_rates[:21] == pytest.approx(level * 7)  # round 1: seven sites, each its three components
     assert deployed_rates[21:36] == pytest.approx(level * 5)  # round 2: the five that got the message
     assert deployed_rates[36:] == [pytest.approx(share * 6 / 4)] * 10  # rounds 3 and 4: λ_2 at once, nothing apart
+    revealed = [r for r in revealed if r is not None]  # rounds 3 and 4 keep nothing apart: their level is d
     assert len(revealed) == 7 + 5 and all(r.any() for r in revealed[:7]) and not any(r.any() for r in revealed[7:])
     for round_held, taken in zip(held, (revealed[:7], revealed[7:], [0], [0])):
         truth = [released[(round_held["round"], n)] for n in round_held["entries"]]
@@ -240,6 +241,42 @@ def test_with_a_dropout_allowance_two_of_seven_sites_gone_keep_the_rounds_and_th
         _, central, _ = ledgers(files[name])
         assert len(central.fits) == (1 if name in ("site-5", "site-6") else 4)
         assert central.spent() <= result["epsilon"] * (1 + 1e-9)
+
+
+ALLOWANCE = {"semi-honest-server": "true", "distributed-colluders": "1", "distributed-dropouts": "2"}
+
+
+def test_under_an_allowance_a_malformed_unmask_reply_leaves_its_site_out_not_the_run(tmp_path, monkeypatch):
+    """The second review's finding: one site answering the ``unmask`` stage with no secure-aggregation record
+    crashed the run (a KeyError outside the replies' parsing); it is that site's failure, and the round completes
+    from the others' shares (its excess stays in the sum: more noise, never less)."""
+    names = [f"site-{i}" for i in range(7)]
+    folder, files, keys = _sites(tmp_path, names)
+    original = secure_site._unmask
+    monkeypatch.setattr(secure_site, "_unmask", lambda client, run, record: RecordDict({}) if client.name == "site-0"
+                        else original(client, run, record))
+    result = SecureGrid(folder, files, keys, node=ALLOWANCE, colluders=1, dropouts=2, **{"n-rounds": 1}).serve()
+    assert result["history"][0]["replied"] == list(range(7)) and "discarded" not in result["history"][0]
+
+
+def test_under_an_allowance_a_site_refuses_to_unmask_without_the_final_lists(tmp_path, monkeypatch):
+    """The second review's finding, deployed: a server that sends one site ``unmask`` with the round's first lists
+    (no ``final``, no signatures) while the round sums fewer sites had it reveal all its excess; the site refuses."""
+    names = [f"site-{i}" for i in range(7)]
+    folder, files, keys = _sites(tmp_path, names)
+    original, refusals = secure_rounds.SecureAggregation._final_round, []
+
+    def skipping(self, session, round_, sites, active, dropped, replies, *rest):
+        message = secure_rounds._message(sites["site-4"], str(round_), {
+            "stage": "unmask", "instance": session.instance, "active": active, "dropped": dropped, "signers": [],
+            "signatures": []})
+        [reply] = self.send([message])
+        refusals.append(reply.has_error())
+        return original(self, session, round_, sites, active, dropped, replies, *rest)
+
+    monkeypatch.setattr(secure_rounds.SecureAggregation, "_final_round", skipping)
+    result = SecureGrid(folder, files, keys, node=ALLOWANCE, colluders=1, dropouts=2, **{"n-rounds": 1}).serve()
+    assert refusals == [True] and "discarded" not in result["history"][0]
 
 
 def test_sites_gone_before_the_batch_count_as_dropped_for_the_share(tmp_path, monkeypatch):

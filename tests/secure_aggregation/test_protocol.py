@@ -538,12 +538,13 @@ def _target_shown_fewer_dropped(bind_lists: bool = True) -> tuple[np.ndarray, np
     x = {n: np.random.default_rng(i).integers(0, 1 << BITS, LENGTH) for i, n in enumerate(names)}
     survivors = [target] + others
     views = {target: (names, []), **{n: (survivors, [gone]) for n in others}}
-    signatures, masked = {}, {}
+    masked = {}
     for n in survivors:
         sites[n].receive(routes[n])
-        signatures[n] = sites[n].sign_lists(*views[n])
+        sites[n].sign_lists(*views[n])
         masked[n] = sites[n].masked(x[n], b"content")
-    shares = {n: sites[n].unmask(*views[n], signatures) for n in survivors}
+    signatures = {n: sites[n].sign_final(survivors, [gone]) for n in survivors}  # the target's gone "since"
+    shares = {n: sites[n].unmask(survivors, [gone], signatures) for n in survivors}
     entries = server.unmasked(masked, shares, survivors, [gone], b"content")
     return np.mod(sum(x[n] for n in survivors), 1 << BITS), np.mod(sum(entries.values()), 1 << BITS)
 
@@ -587,11 +588,12 @@ def test_a_round_with_t_plus_d_sites_dropped_unmasks_and_one_more_is_refused():
             with pytest.raises(InvalidInstructionsError, match="5 survivors, fewer than T = 6"):
                 sites[names[0]].sign_lists(survivors, gone)
             continue
-        signatures, masked = {}, {}
+        masked = {}
         for n in survivors:
             sites[n].receive(routes[n])
-            signatures[n] = sites[n].sign_lists(survivors, gone)
+            sites[n].sign_lists(survivors, gone)
             masked[n] = sites[n].masked(x[n], b"content")
+        signatures = {n: sites[n].sign_final(survivors, gone) for n in survivors}
         shares = {n: sites[n].unmask(survivors, gone, signatures) for n in survivors}
         entries = server.unmasked(masked, shares, survivors, gone, b"content")
         assert np.array_equal(np.mod(sum(entries.values()), 1 << BITS), np.mod(sum(x[n] for n in survivors),
@@ -655,3 +657,14 @@ def test_final_lists_shown_differently_to_two_groups_reach_no_threshold():
     for n in ("s0", "s3"):
         with pytest.raises(InvalidInstructionsError, match="fewer than T = 5"):
             sites[n].unmask(*views[n], signatures)
+
+
+def test_under_an_allowance_a_site_unmasks_only_against_final_lists():
+    """The second review's finding: a server that skipped ``final`` for one site (the start lists, no site dropped:
+    no consistency check) had it reveal all its excess for a sum that left sites out. A site of a round with a
+    dropout allowance unmasks only against the final lists it signed."""
+    names, sites, server, x, masked = _allowance_round()
+    with pytest.raises(InvalidInstructionsError, match="unmasks only against the final lists"):
+        sites["s0"].unmask(names, [], {})
+    signatures = {n: sites[n].sign_final(names, []) for n in names}
+    assert set(sites["s0"].unmask(names, [], signatures)[0]) == set(names)

@@ -255,8 +255,9 @@ class SecureAggregation:
         answers = _stage(self.send, {site: _message(sites[site], str(round_), unmask) for site in signatures},
                          failures)
         shares = _parsed(answers, lambda r: _shares(r.content["secagg"]), failures)
-        excess = _parsed({site: r for site, r in answers.items() if "excess" in r.content["secagg"]},
-                         lambda r: _excess(r.content["secagg"], session.length), failures)
+        excess = {site: above for site, above in _parsed(answers, lambda r: _excess(r.content["secagg"],
+                                                                                    session.length),
+                                                           failures).items() if above is not None}
         entries = session.unmasked(masked, shares, final, gone, round_digest(theta, instructions[active[0]]),
                                    masked_with=(active, dropped))
         modulus = 1 << session.bits
@@ -267,8 +268,11 @@ class SecureAggregation:
                 for site, entry in entries.items()}
 
 
-def _excess(record: ConfigRecord, length: int) -> np.ndarray:
-    """A site's revealed excess noise above the round's level (a dropout allowance), ``(length,)``."""
+def _excess(record: ConfigRecord, length: int) -> np.ndarray | None:
+    """A site's revealed excess noise above the round's level (a dropout allowance), ``(length,)``; None when it
+    kept none apart (its share drawn at the round's level)."""
+    if "excess" not in record:
+        return None
     values = np.asarray(list(record["excess"]), dtype=np.int64)
     if values.shape != (length,):
         raise ValueError(f"excess noise of shape {values.shape}")

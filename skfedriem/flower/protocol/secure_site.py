@@ -330,6 +330,8 @@ def _round(client, msg: Message, run: str, record: ConfigRecord) -> RecordDict:
     sized = replace(instructions, encoding=replace(encoding, announced=b.clients - len(set(active))))
     [(submission, _)] = client_round.run_round(client.recipe, theta, [client.data], [state], sized)
     masked = session.masked(submission[ENCODED_RELEASE].numpy(), round_digest(theta, instructions))
+    for key in [key for key in _EXCESS if key[:2] == (client.name, run)]:  # an earlier round's, never unmasked
+        del _EXCESS[key]
     if EXCESS_NOISE in submission:  # kept at the site until the final lists say how much of it to take out
         _EXCESS[(client.name, run, b.instance)] = (sized.encoding, submission[EXCESS_NOISE].numpy())
     content = RecordDict({"masked": encode_arrays({"y": torch.from_numpy(masked)}),
