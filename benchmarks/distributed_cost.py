@@ -10,7 +10,11 @@ the median round's wall time after the first, timed around the server's round (a
 timings of its own), the fastest of 3 fits of each arm taken in turn, on an idle machine and next to a busy
 process (our users' machines are shared).
 
-    python benchmarks/distributed_cost.py [--models spdnet tangent pca eegnet] [--clients 3 10 30 100] [--rounds 20] [--repeats 3]
+With ``--dropouts d`` a third arm runs distributed noise with that dropout allowance (at most K − t − 1), every
+client answering: each client draws d more Skellam components and sends them apart, and the server takes them out
+of the sum (``dropouts_ratio``: its round against the plain distributed one).
+
+    python benchmarks/distributed_cost.py [--models spdnet tangent pca eegnet] [--clients 3 10 30 100] [--rounds 20] [--repeats 3] [--dropouts 2]
 """
 
 import argparse
@@ -53,7 +57,7 @@ MODELS = {
 }
 
 
-def round_seconds(model: str, noise: str, data, rounds: int) -> float:
+def round_seconds(model: str, noise: str, data, rounds: int, dropouts: int = 0) -> float:
     """The median round's seconds after the first, timed around the server's round (a distributed run reports no
     timings in its history: they would time the clients' work)."""
     rounds_seconds: dict[int, list[float]] = {}
@@ -67,6 +71,8 @@ def round_seconds(model: str, noise: str, data, rounds: int) -> float:
             rounds_seconds.setdefault(id(trainer), []).append(time.perf_counter() - start)
 
     est = MODELS[model][0](noise, rounds)
+    if dropouts:
+        est.set_params(dropouts=dropouts)
     FederatedTrainer._serve_round = timed_round
     try:
         if model == "pca":
@@ -79,14 +85,18 @@ def round_seconds(model: str, noise: str, data, rounds: int) -> float:
     return statistics.median(main_run[1:])
 
 
-def arms(model: str, data, rounds: int, repeats: int) -> tuple[float, float]:
-    """(local, distributed) seconds a round: fits of the two arms taken in turn, the fastest of each kept (rounds of
-    a few milliseconds: the least disturbed fit is the one that measures the round)."""
-    times = {"local": [], "distributed": []}
+def arms(model: str, data, rounds: int, repeats: int, dropouts: int = 0) -> dict[str, float]:
+    """Seconds a round of each arm (local, distributed, and with a dropout allowance when ``dropouts``): fits of the
+    arms taken in turn, the fastest of each kept (rounds of a few milliseconds: the least disturbed fit is the one
+    that measures the round)."""
+    runs = {"local": ("local", 0), "distributed": ("distributed", 0)}
+    if dropouts:
+        runs["allowance"] = ("distributed", dropouts)
+    times: dict[str, list[float]] = {arm: [] for arm in runs}
     for _ in range(repeats):
-        for noise in times:
-            times[noise].append(round_seconds(model, noise, data, rounds))
-    return min(times["local"]), min(times["distributed"])
+        for arm, (noise, d) in runs.items():
+            times[arm].append(round_seconds(model, noise, data, rounds, d))
+    return {arm: min(seconds) for arm, seconds in times.items()}
 
 
 def main() -> None:
@@ -95,6 +105,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, nargs="+", default=[3, 10, 30, 100])
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=3, help="fits of each arm, in turn (the fastest kept)")
+    parser.add_argument("--dropouts", type=int, default=0, help="a third arm with this dropout allowance")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     rows = []
@@ -102,15 +113,22 @@ def main() -> None:
     for model in args.models:
         for k in args.clients:
             data = MODELS[model][1](k)
-            local, distributed = arms(model, data, args.rounds, args.repeats)
+            dropouts = max(0, min(args.dropouts, k - 1 - max(1, -(-k // 10))))  # t + d < K, t = ⌈K / 10⌉
+            idle = arms(model, data, args.rounds, args.repeats, dropouts)
             with busy():
-                busy_local, busy_distributed = arms(model, data, args.rounds, args.repeats)
-            busy_ratio = busy_distributed / max(busy_local, 1e-9)
+                loaded = arms(model, data, args.rounds, args.repeats, dropouts)
+            local, distributed = idle["local"], idle["distributed"]
+            busy_ratio = loaded["distributed"] / max(loaded["local"], 1e-9)
             ratio = distributed / max(local, 1e-9)
-            rows.append({"model": model, "clients": k, "local_seconds": local, "distributed_seconds": distributed,
-                         "ratio": ratio, "busy_ratio": busy_ratio})
-            print(f"{model:>8} {k:>4} | {local:>13.4f} {distributed:>11.4f} | {ratio:>5.2f} | {busy_ratio:>10.2f}",
-                  flush=True)
+            row = {"model": model, "clients": k, "local_seconds": local, "distributed_seconds": distributed,
+                   "ratio": ratio, "busy_ratio": busy_ratio}
+            if "allowance" in idle:
+                row.update(dropouts=dropouts, dropouts_ratio=idle["allowance"] / max(distributed, 1e-9),
+                           busy_dropouts_ratio=loaded["allowance"] / max(loaded["distributed"], 1e-9))
+            rows.append(row)
+            extra = f" | d={dropouts}: {row['dropouts_ratio']:.2f}" if "dropouts_ratio" in row else ""
+            print(f"{model:>8} {k:>4} | {local:>13.4f} {distributed:>11.4f} | {ratio:>5.2f} | {busy_ratio:>10.2f}"
+                  f"{extra}", flush=True)
     print(json.dumps({"benchmark": "distributed_cost", "rounds": args.rounds, "rows": rows,
                       "target": {"ratio_at_most": 1.5}}))
 
