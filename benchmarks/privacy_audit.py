@@ -59,12 +59,14 @@ MUTATIONS = {"noise": noise_scaled, "old_step": noise_projected_alone, "restart"
 #: variance: an unseeded audit at 90 runs missed it at μ0 = 1.0 (lower bound 4.0 against 7.09) and one at 120
 #: caught it at 1.4 by a hair (10.88 against 10.68), so it takes 300 and 240 (caught at 300 and 200: 8.3 against
 #: 7.09, 10.95 against 10.68).
-#: excess_out (K = 6, t = 1, d = 3, 3 silent: the two honest shares left at λ_0) caught at 80 / 60 (7.40 against
-#: 7.09, 11.78 against 10.68), missed at 60 / 40.
+#: excess_out (K = 6, t = 1, d = 3, 3 silent: the two honest shares left at λ_0) caught seeded at 80 / 60 (7.40
+#: against 7.09, 11.78 against 10.68), but an unseeded smoke run missed it at 90 (μ0 = 1.4: 8.93 against 10.68);
+#: unseeded, 240 / 180 caught it twice each (7.81 and 7.86 against 7.09; 13.65 and 13.14 against 10.68), so it
+#: takes 300 / 180.
 #: A smaller --runs (the smoke run's) still takes them.
 MUTATION_RUNS = {("by_clients", 1.0): 300, ("by_clients", 1.4): 240, ("public_seed", 1.0): 45,
                  ("public_seed", 1.4): 45, ("missing_share", 1.0): 45, ("missing_share", 1.4): 90,
-                 ("excess_out", 1.0): 120, ("excess_out", 1.4): 90}
+                 ("excess_out", 1.0): 300, ("excess_out", 1.4): 180}
 
 
 def _task(task: dict) -> dict:
