@@ -248,3 +248,21 @@ def test_an_announced_round_starts_at_its_level():
 def test_an_encoding_refuses_an_allowance_that_leaves_no_honest_share():
     with pytest.raises(InvalidInstructionsError, match="dropouts < clients - colluders"):
         DistributedEncoding(8, 1.0, 20, 3.0, 5, 2, dropouts=3)
+
+
+def test_the_kept_components_never_fall_below_their_levels_share_in_exact_arithmetic():
+    """What a client keeps at level L, Sk(λ_a) and the components a + 1 … L, has rate at least λ (K − t) / (K − t − L)
+    in exact arithmetic (floats' roundings never shave the noise), for K, t, d, a on a grid."""
+    from fractions import Fraction
+
+    for clients in range(2, 12):
+        for colluders in range(clients):
+            for dropouts in range(clients - colluders):
+                for announced in (None, *range(dropouts + 1)):
+                    encoding = DistributedEncoding(8, 1.0, 20, 3.1, clients, colluders, dropouts=dropouts,
+                                                   announced=announced)
+                    a, honest = encoding.base_level, clients - colluders
+                    kept = Fraction(encoding.round_share)
+                    for level, rate in enumerate(encoding.excess_rates, start=a + 1):
+                        kept += Fraction(rate)
+                        assert kept >= Fraction(3.1) * honest / (honest - level)

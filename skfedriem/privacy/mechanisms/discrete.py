@@ -317,7 +317,11 @@ class DistributedEncoding:
         a round that j clients (beyond t) did not answer carry V = 2λ (K − t), no more."""
         if not 0 <= level <= self.dropouts:
             raise ValueError(f"A level in [0, d = {self.dropouts}]. Got {level!r}.")
-        return self.share if level == 0 else self.share * self.honest / (self.honest - level)
+        if level == 0:
+            return self.share
+        # rounded up: two roundings could leave it up to 2^-52 below λ (K − t) / (K − t − j); the components'
+        # rates, differences of consecutive λ_j within a factor 2, are exact (Sterbenz), so they add up to it
+        return self.share * self.honest / (self.honest - level) * (1 + 2.0 ** -50)
 
     @property
     def base_level(self) -> int:
