@@ -263,7 +263,10 @@ class SecureAggregation:
         modulus = 1 << session.bits
         for site, above in excess.items():  # a site that revealed none keeps its excess in: more noise, never less
             entries[site] = np.mod(entries[site] - above, modulus)
-        self.log(f"skfedriem: round {round_} secure aggregation: {len(final)} survivors, {len(gone)} dropped")
+        # below level d at the start, every survivor kept components apart: one that revealed none keeps them in
+        kept = sorted(set(final) - set(excess)) if session.clients - len(active) < session.dropouts else []
+        self.log(f"skfedriem: round {round_} secure aggregation: {len(final)} survivors, {len(gone)} dropped"
+                 + (f"; {kept} did not answer the unmask stage: their excess noise stays in the sum" if kept else ""))
         return {site: ({ENCODED_RELEASE: torch.from_numpy(entry)}, _seconds(replies[site]))
                 for site, entry in entries.items()}
 
