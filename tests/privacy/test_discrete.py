@@ -113,15 +113,8 @@ def test_the_honest_shares_sum_to_the_noise_the_budget_needs():
 
     def p_value(enc):
         honest = [encode_records(zeros, enc, 1.0, _source(k)) for k in range(clients - colluders)]
-        total = sum_releases(honest, enc)
         m = enc.modulus
-        centred = np.mod(total + m // 2, m) - m // 2
-        values, counts = np.unique(centred, return_counts=True)
-        support = np.arange(-25, 26)
-        expected = stats.skellam.pmf(support, variance / 2, variance / 2) * centred.size
-        observed = np.array([counts[values == v].sum() for v in support])
-        tails = centred.size - observed.sum(), centred.size - expected.sum()
-        return stats.chisquare(np.append(observed, tails[0]), np.append(expected, tails[1])).pvalue
+        return _chi_square(np.mod(sum_releases(honest, enc) + m // 2, m) - m // 2, variance)
 
     assert p_value(encoding) > 1e-3
     assert p_value(broken) < 1e-6
