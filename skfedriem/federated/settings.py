@@ -231,7 +231,8 @@ class FederationSettings:
         "(beyond the t of ``colluders``) and the round still applies with its noise whole. Each client adds the share "
         "that K − t − d honest clients need and keeps the excess apart; once the round's answers are in, the excess "
         "over what its answering clients need is taken out (in process; a deployed site draws its share for the "
-        "dropped sites its signed lists announce). A round with fewer than K − t − d answers is discarded, still "
+        "sites its signed lists leave out, and takes out the excess for those that drop out during the round once "
+        "the final lists are signed). A round with fewer than K − t − d answers is discarded, still "
         "charged. ``epsilon_`` and ``local_epsilon_`` are unchanged; ``deviating_epsilon_`` counts K − 2t − d honest "
         "shares of the larger size. Needs t + d < K.")
     reset_optimizer: bool = _setting(

@@ -521,6 +521,8 @@ def _check_failures(args: argparse.Namespace) -> str | None:
             return f"{flag} must name a round after which another runs (1 to --rounds − 1). Got {value}."
     if not 1 <= args.kill_sites < args.sites:
         return f"--kill-sites must leave a site running (1 to --sites − 1). Got {args.kill_sites}."
+    if args.kill_sites != 1 and args.kill_site_after_round is None:
+        return f"--kill-sites {args.kill_sites} says how many sites --kill-site-after-round kills: give that round too."
     return None
 
 
