@@ -16,7 +16,7 @@ listed as dropped: the round then takes a second message (``unmask``) that
 carries the survivors' signatures over the lists, against which they reveal
 the shares that remove its pairwise masks, and completes without it. With a
 dropout allowance d, up to t + d sites may be listed so, and each survivor
-draws its noise share for the dropped sites its lists announce, so that the
+draws its noise share for the K − (survivors) sites its lists leave out, so that the
 sum's noise stays what the plan certified. A participant that fails *during* a round (its
 masked release missing) makes the round abandoned: nothing is returned and
 the engine discards the round (it was charged when it started); it is listed
